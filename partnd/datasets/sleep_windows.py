@@ -1,0 +1,707 @@
+"""Torch datasets streaming 30 s EEG windows from a partnd sleep store, and a chunk-aware sampler.
+
+A partnd sleep store (:mod:`partnd.datasets.store`) keeps each record's ``signal`` as a zarr array
+``[window, channel, time]`` compressed in chunks of 64 windows. zarr always decodes whole chunks,
+so a plain shuffled ``DataLoader`` that asks for one window at a time decodes a 64-window chunk to
+use one window of it. Two pieces remove that waste (see ``docs/datasets.md`` for measurements):
+
+* :class:`ChunkShuffleSampler` shuffles the *order of chunks*, then shuffles windows only inside
+  consecutive buffers of ``shuffle_buffer_chunks`` chunks, so every chunk's windows are requested
+  close together (within ``shuffle_buffer_chunks * 64`` positions);
+* :class:`SleepWindowDataset` keeps a small least-recently-used cache of decoded chunks (per
+  worker, bounded in bytes) and implements ``__getitems__``, which the ``DataLoader`` calls with a
+  whole batch of indices: the chunks the batch needs are read in one block read per contiguous
+  chunk run.
+
+Together each chunk is decoded about once per epoch while batches stay shuffled across records.
+:class:`InMemoryWindows` loads a small selection (e.g. the 10 fine-tuning subjects) fully into RAM.
+
+Windows are returned as ``x: [C, T]`` tensors (``C = 6`` channels, ``T = 3000`` samples at 100 Hz
+for the PhysioNet 2018 store) with their sleep stage code (``0..4`` for W, N1, N2, N3, REM, ``-1``
+when unlabelled).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset, Sampler
+from tqdm.auto import tqdm
+
+from partnd._validation import InputError, check
+from partnd.datasets.store import SleepStore
+
+__all__ = [
+    "NORMALIZE_EPS",
+    "ChunkShuffleSampler",
+    "InMemoryWindows",
+    "SleepWindowDataset",
+    "instance_normalize",
+]
+
+NORMALIZE_EPS = 1e-6
+"""``eps`` of :func:`instance_normalize`, ``(x - mean) / (std + eps)``: a flat channel maps to 0."""
+
+SPLITS = ("training", "test")
+
+Sample = tuple[Tensor, int] | tuple[Tensor, int, int]
+
+
+def instance_normalize(x: Tensor, eps: float = NORMALIZE_EPS) -> Tensor:
+    """Standardise every channel of every window over time (instance normalisation, as the paper).
+
+    Args:
+        x: ``[..., C, T]`` floating point windows.
+        eps: Added to the standard deviation, so that a flat channel maps to zeros.
+
+    Returns:
+        ``[..., C, T]`` tensor ``(x - mean) / (std + eps)`` with mean and (population, ``ddof=0``)
+        standard deviation taken over the last axis, same dtype as ``x``.
+    """
+    check(x.is_floating_point(), "x", "a floating point tensor [..., C, T]", x)
+    check(x.ndim >= 1 and x.shape[-1] >= 1, "x", "a tensor [..., C, T] with T >= 1", x)
+    std, mean = torch.std_mean(x, dim=-1, keepdim=True, correction=0)
+    return x.sub(mean).div_(std.add_(eps))
+
+
+def _store_path(store: str | Path | SleepStore, argument: str) -> Path:
+    if isinstance(store, SleepStore):
+        return Path(store.path)
+    check(isinstance(store, str | Path), argument, "a store path or a SleepStore", store)
+    return Path(store)
+
+
+class _SelectedWindows:
+    """Selection of windows of a sleep store: which records, which windows, their labels.
+
+    Shared by :class:`SleepWindowDataset` and :class:`InMemoryWindows`. Builds, for every selected
+    window ``i``, its record position ``record_index[i]``, its window index inside the record
+    ``window_index[i]`` and its stage ``labels[i]``.
+    """
+
+    def __init__(
+        self,
+        store: str | Path | SleepStore,
+        *,
+        records: Sequence[str] | None,
+        subjects: Sequence[str] | None,
+        split: str | None,
+        labelled_only: bool,
+        normalize: bool,
+        channels: Sequence[str] | None,
+        dtype: torch.dtype,
+        return_index: bool,
+    ) -> None:
+        self.store_path = _store_path(store, "store")
+        opened = store if isinstance(store, SleepStore) else SleepStore(self.store_path)
+        self._store: SleepStore | None = opened
+        self._pid = os.getpid()
+        check(
+            isinstance(dtype, torch.dtype) and dtype.is_floating_point,
+            "dtype",
+            "a floating point torch.dtype",
+            dtype,
+        )
+        self.normalize = bool(normalize)
+        self.dtype = dtype
+        self.return_index = bool(return_index)
+        self.labelled_only = bool(labelled_only)
+        self._sfreq = float(opened.sfreq)
+        self._n_times = int(opened.n_times)
+        self.stage_names: tuple[str, ...] = tuple(opened.stage_names)
+        store_channels = list(opened.channels)
+        self._channel_index, self._ch_names = _resolve_channels(store_channels, channels)
+        self.records: tuple[str, ...] = tuple(_resolve_records(opened, records, subjects, split))
+        self.record_subjects: tuple[str, ...] = tuple(
+            str(opened.record_attrs(r)["subject_id"]) for r in self.records
+        )
+        self._build_index(opened)
+
+    def _build_index(self, store: SleepStore) -> None:
+        record_parts, window_parts, label_parts, chunk_parts = [], [], [], []
+        chunk_offset = 0
+        self.record_n_windows = np.zeros(len(self.records), dtype=np.int64)
+        self.record_chunk_windows = np.zeros(len(self.records), dtype=np.int64)
+        for position, record_id in enumerate(self.records):
+            stages = np.asarray(store.stages(record_id), dtype=np.int8)
+            chunk_windows = int(store.chunk_windows(record_id))
+            self.record_n_windows[position] = len(stages)
+            self.record_chunk_windows[position] = chunk_windows
+            windows = np.arange(len(stages), dtype=np.int64)
+            if self.labelled_only:
+                windows = windows[stages >= 0]
+            record_parts.append(np.full(len(windows), position, dtype=np.int64))
+            window_parts.append(windows)
+            label_parts.append(stages[windows])
+            chunk_parts.append(chunk_offset + windows // chunk_windows)
+            chunk_offset += math.ceil(len(stages) / chunk_windows)
+        self.record_index = np.concatenate(record_parts)
+        self.window_index = np.concatenate(window_parts)
+        self._labels = np.concatenate(label_parts)
+        self.chunk_ids = np.concatenate(chunk_parts)
+        for array in (self.record_index, self.window_index, self._labels, self.chunk_ids):
+            array.flags.writeable = False
+        if len(self._labels) == 0:
+            raise InputError(
+                f"selection: expected at least one window, got none from {len(self.records)} "
+                f"record(s) with labelled_only={self.labelled_only}"
+            )
+
+    def _open_store(self) -> SleepStore:
+        """Return the store, reopening it lazily in a new process (``DataLoader`` worker)."""
+        if self._store is None or self._pid != os.getpid():
+            self._store = SleepStore(self.store_path)
+            self._pid = os.getpid()
+        return self._store
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_store"] = None
+        return state
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+    @property
+    def sfreq(self) -> float:
+        """Sampling frequency in Hz."""
+        return self._sfreq
+
+    @property
+    def n_chans(self) -> int:
+        """Number of channels ``C`` of every returned window."""
+        return len(self._ch_names)
+
+    @property
+    def n_times(self) -> int:
+        """Number of time samples ``T`` of every returned window."""
+        return self._n_times
+
+    @property
+    def ch_names(self) -> list[str]:
+        """Names of the returned channels, in order."""
+        return list(self._ch_names)
+
+    @property
+    def labels(self) -> np.ndarray:
+        """``[N]`` int8 stage code of every window (``-1`` unlabelled), read-only, no I/O."""
+        return self._labels
+
+    @property
+    def subjects(self) -> list[str]:
+        """Sorted subject ids of the selected records."""
+        return sorted(set(self.record_subjects))
+
+    def _check_index(self, index: int) -> int:
+        n = len(self)
+        if not isinstance(index, int | np.integer):
+            raise TypeError(f"index: expected an int, got {type(index).__name__}")
+        position = int(index) + n if index < 0 else int(index)
+        if not 0 <= position < n:
+            raise IndexError(f"index: expected -{n} <= index < {n}, got {index}")
+        return position
+
+    def locate(self, index: int) -> tuple[str, int]:
+        """Return ``(record_id, window index inside that record)`` of dataset item ``index``."""
+        position = self._check_index(index)
+        return self.records[self.record_index[position]], int(self.window_index[position])
+
+    def record_of(self, index: int) -> str:
+        """Return the record id holding dataset item ``index``."""
+        return self.locate(index)[0]
+
+    def class_counts(self) -> np.ndarray:
+        """Return ``[n_stages]`` int64 window counts per stage code (unlabelled ones excluded)."""
+        labelled = self._labels[self._labels >= 0].astype(np.int64)
+        return np.bincount(labelled, minlength=len(self.stage_names))
+
+    def _finish(self, windows: Tensor) -> Tensor:
+        """Normalise (if asked) and cast ``[..., C, T]`` float32 windows."""
+        if self.normalize:
+            windows = instance_normalize(windows)
+        return windows.to(self.dtype)
+
+    def _sample(self, x: Tensor, position: int) -> Sample:
+        label = int(self._labels[position])
+        if self.return_index:
+            return x, label, position
+        return x, label
+
+
+def _resolve_channels(
+    store_channels: list[str], channels: Sequence[str] | None
+) -> tuple[np.ndarray | None, list[str]]:
+    """Return (channel indices or None for all channels in store order, channel names)."""
+    if channels is None:
+        return None, store_channels
+    check(
+        not isinstance(channels, str) and len(channels) > 0,
+        "channels",
+        "a non-empty sequence of channel names",
+        channels,
+    )
+    unknown = [name for name in channels if name not in store_channels]
+    check(not unknown, "channels", f"names among the store's channels {store_channels}", unknown)
+    check(len(set(channels)) == len(channels), "channels", "distinct names", list(channels))
+    index = np.array([store_channels.index(name) for name in channels], dtype=np.int64)
+    if np.array_equal(index, np.arange(len(store_channels))):
+        return None, store_channels
+    return index, list(channels)
+
+
+def _resolve_records(
+    store: SleepStore,
+    records: Sequence[str] | None,
+    subjects: Sequence[str] | None,
+    split: str | None,
+) -> list[str]:
+    """Intersect the record, subject and split selections (record order kept as given or stored)."""
+    all_records = list(store.record_ids())
+    if records is None:
+        selected = all_records
+    else:
+        check(not isinstance(records, str), "records", "a sequence of record ids", records)
+        known = set(all_records)
+        unknown = [r for r in records if r not in known]
+        check(not unknown, "records", f"record ids present in the store ({len(known)})", unknown)
+        selected = list(dict.fromkeys(records))
+    if split is not None:
+        check(split in SPLITS, "split", f"one of {SPLITS} or None", split)
+        in_split = set(store.record_ids(split=split))
+        selected = [r for r in selected if r in in_split]
+    if subjects is not None:
+        check(not isinstance(subjects, str), "subjects", "a sequence of subject ids", subjects)
+        subject_of = {r: str(store.record_attrs(r)["subject_id"]) for r in all_records}
+        wanted = {str(s) for s in subjects}
+        unknown = sorted(wanted - set(subject_of.values()))
+        check(not unknown, "subjects", "subject ids present in the store", unknown)
+        selected = [r for r in selected if subject_of[r] in wanted]
+    if not selected:
+        raise InputError(
+            f"selection: expected at least one record, got none for records={records!r}, "
+            f"subjects={subjects!r}, split={split!r}"
+        )
+    return selected
+
+
+class SleepWindowDataset(_SelectedWindows, Dataset[Sample]):
+    """Map-style dataset of 30 s EEG windows read lazily from a partnd sleep store.
+
+    Each item is ``(x, stage)`` (or ``(x, stage, index)`` with ``return_index=True``): ``x: [C, T]``
+    tensor of ``dtype``, ``stage`` an int (``0..4`` for W, N1, N2, N3, REM, ``-1`` unlabelled).
+    The store is opened lazily in every process, so the dataset pickles and works with
+    ``DataLoader(num_workers > 0)``; each worker keeps its own chunk cache.
+
+    Args:
+        store: Path of a ``.zarr`` sleep store or an open :class:`SleepStore`.
+        records: Record ids to use (order kept); ``None`` for all.
+        subjects: Subject ids whose records to use; ``None`` for all.
+        split: ``"training"`` (labelled PhysioNet partition) or ``"test"``; ``None`` for both.
+        labelled_only: Drop windows whose stage is ``-1``.
+        normalize: Instance-normalise each window per channel,
+            ``(x - mean) / (std + eps)`` with ``eps = NORMALIZE_EPS = 1e-6``; ``False`` returns the
+            stored values exactly.
+        channels: Channel names to return, in this order; ``None`` for all store channels.
+        dtype: Floating point dtype of ``x``.
+        return_index: Also return the dataset index of each window.
+        cache_bytes: Bound of the decoded-chunk LRU cache per process (``0`` disables it). Keep it
+            above ``shuffle_buffer_chunks`` chunks (one float32 chunk of 64 × 6 × 3000 is 4.6 MB).
+
+    Raises:
+        InputError: Unknown records, subjects, channels or split, or an empty selection.
+    """
+
+    def __init__(
+        self,
+        store: str | Path | SleepStore,
+        *,
+        records: Sequence[str] | None = None,
+        subjects: Sequence[str] | None = None,
+        split: str | None = None,
+        labelled_only: bool = False,
+        normalize: bool = True,
+        channels: Sequence[str] | None = None,
+        dtype: torch.dtype = torch.float32,
+        return_index: bool = False,
+        cache_bytes: int = 64 * 2**20,
+    ) -> None:
+        super().__init__(
+            store,
+            records=records,
+            subjects=subjects,
+            split=split,
+            labelled_only=labelled_only,
+            normalize=normalize,
+            channels=channels,
+            dtype=dtype,
+            return_index=return_index,
+        )
+        check(cache_bytes >= 0, "cache_bytes", "an int >= 0", cache_bytes)
+        self.cache_bytes = int(cache_bytes)
+        self._cache: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self._cached_bytes = 0
+        self.cache_hits = 0
+        self.chunks_decoded = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_cache"] = OrderedDict()
+        state["_cached_bytes"] = 0
+        return state
+
+    def clear_cache(self) -> None:
+        """Drop every cached chunk and reset the ``cache_hits`` / ``chunks_decoded`` counters."""
+        self._cache.clear()
+        self._cached_bytes = 0
+        self.cache_hits = 0
+        self.chunks_decoded = 0
+
+    def _select_channels(self, windows: np.ndarray) -> np.ndarray:
+        if self._channel_index is None:
+            return windows
+        return np.ascontiguousarray(windows[:, self._channel_index])
+
+    def _chunk_range(self, record: int, chunk: int) -> tuple[int, int]:
+        size = int(self.record_chunk_windows[record])
+        return chunk * size, min((chunk + 1) * size, int(self.record_n_windows[record]))
+
+    def _remember(self, key: tuple[int, int], windows: np.ndarray) -> None:
+        if windows.nbytes > self.cache_bytes:
+            return
+        self._cache[key] = windows
+        self._cached_bytes += windows.nbytes
+        while self._cached_bytes > self.cache_bytes:
+            _, evicted = self._cache.popitem(last=False)
+            self._cached_bytes -= evicted.nbytes
+
+    def _cached_chunk(self, key: tuple[int, int]) -> np.ndarray | None:
+        windows = self._cache.get(key)
+        if windows is not None:
+            self._cache.move_to_end(key)
+            self.cache_hits += 1
+        return windows
+
+    def _read_chunk_run(self, record: int, first: int, last: int) -> dict[int, np.ndarray]:
+        """Block-read chunks ``first..last`` (inclusive) of ``record``; cache and return them."""
+        start, _ = self._chunk_range(record, first)
+        _, stop = self._chunk_range(record, last)
+        block = self._read(record, start, stop)
+        chunks = {}
+        for chunk in range(first, last + 1):
+            chunk_start, chunk_stop = self._chunk_range(record, chunk)
+            windows = block[chunk_start - start : chunk_stop - start]
+            self._remember((record, chunk), windows)
+            chunks[chunk] = windows
+        self.chunks_decoded += last - first + 1
+        return chunks
+
+    def _read(self, record: int, start: int, stop: int) -> np.ndarray:
+        windows = self._open_store().read_windows(self.records[record], start, stop)
+        return self._select_channels(np.asarray(windows, dtype=np.float32))
+
+    def _window(self, position: int) -> np.ndarray:
+        record = int(self.record_index[position])
+        window = int(self.window_index[position])
+        if self.cache_bytes == 0:
+            self.chunks_decoded += 1
+            return self._read(record, window, window + 1)[0]
+        chunk = window // int(self.record_chunk_windows[record])
+        windows = self._cached_chunk((record, chunk))
+        if windows is None:
+            windows = self._read_chunk_run(record, chunk, chunk)[chunk]
+        return windows[window - self._chunk_range(record, chunk)[0]]
+
+    def __getitem__(self, index: int) -> Sample:
+        position = self._check_index(index)
+        x = self._finish(torch.from_numpy(np.array(self._window(position))))
+        return self._sample(x, position)
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
+        """Fetch a batch: each chunk the batch touches is decoded at most once.
+
+        Chunks already in the cache are reused. With the cache on, the missing chunks of each
+        record are grouped into runs of consecutive chunks, each read whole with one
+        ``read_windows`` call and cached; with ``cache_bytes=0`` each touched chunk is read only
+        over the span of windows the batch needs from it.
+
+        Args:
+            indices: Dataset indices, any order, repeats allowed.
+
+        Returns:
+            One sample per index, as :meth:`__getitem__` returns them.
+        """
+        positions = np.array([self._check_index(i) for i in indices], dtype=np.int64)
+        if len(positions) == 0:
+            return []
+        records = self.record_index[positions]
+        windows = self.window_index[positions]
+        chunks = windows // self.record_chunk_windows[records]
+        # (record, chunk) -> (block of windows, window index of the block's first row)
+        found: dict[tuple[int, int], tuple[np.ndarray, int]] = {}
+        missing: dict[int, list[int]] = {}
+        for record, chunk in sorted(set(zip(records.tolist(), chunks.tolist(), strict=True))):
+            cached = self._cached_chunk((record, chunk))
+            if cached is None:
+                missing.setdefault(record, []).append(chunk)
+            else:
+                found[(record, chunk)] = (cached, self._chunk_range(record, chunk)[0])
+        for record, needed in missing.items():
+            if self.cache_bytes > 0:
+                for first, last in _consecutive_runs(needed):
+                    for chunk, data in self._read_chunk_run(record, first, last).items():
+                        found[(record, chunk)] = (data, self._chunk_range(record, chunk)[0])
+                continue
+            for chunk in needed:
+                wanted = windows[(records == record) & (chunks == chunk)]
+                start, stop = int(wanted.min()), int(wanted.max()) + 1
+                found[(record, chunk)] = (self._read(record, start, stop), start)
+                self.chunks_decoded += 1
+        batch = np.empty((len(positions), self.n_chans, self.n_times), dtype=np.float32)
+        for row, (record, chunk, window) in enumerate(
+            zip(records.tolist(), chunks.tolist(), windows.tolist(), strict=True)
+        ):
+            block, block_start = found[(record, chunk)]
+            batch[row] = block[window - block_start]
+        xs = self._finish(torch.from_numpy(batch))
+        return [self._sample(x, int(p)) for x, p in zip(xs, positions.tolist(), strict=True)]
+
+
+def _consecutive_runs(sorted_values: list[int]) -> list[tuple[int, int]]:
+    """Split sorted distinct ints into ``(first, last)`` runs of consecutive values."""
+    runs: list[tuple[int, int]] = []
+    for value in sorted_values:
+        if runs and value == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], value)
+        else:
+            runs.append((value, value))
+    return runs
+
+
+class InMemoryWindows(_SelectedWindows, Dataset[Sample]):
+    """The same selection as :class:`SleepWindowDataset`, loaded fully into RAM.
+
+    Meant for small subsets (e.g. the 10-subject fine-tuning set: about 10 000 windows, 0.7 GB as
+    float32). Windows are normalised once at load time. Arguments are those of
+    :class:`SleepWindowDataset` (without ``cache_bytes``) plus ``progress``.
+
+    Attributes:
+        windows: ``[N, C, T]`` tensor of ``dtype`` (normalised if ``normalize``).
+    """
+
+    def __init__(
+        self,
+        store: str | Path | SleepStore,
+        *,
+        records: Sequence[str] | None = None,
+        subjects: Sequence[str] | None = None,
+        split: str | None = None,
+        labelled_only: bool = False,
+        normalize: bool = True,
+        channels: Sequence[str] | None = None,
+        dtype: torch.dtype = torch.float32,
+        return_index: bool = False,
+        progress: bool = True,
+    ) -> None:
+        super().__init__(
+            store,
+            records=records,
+            subjects=subjects,
+            split=split,
+            labelled_only=labelled_only,
+            normalize=normalize,
+            channels=channels,
+            dtype=dtype,
+            return_index=return_index,
+        )
+        self.windows = torch.empty((len(self), self.n_chans, self.n_times), dtype=dtype)
+        store_handle = self._open_store()
+        bounds = np.searchsorted(self.record_index, np.arange(len(self.records) + 1))
+        for record in tqdm(
+            range(len(self.records)), desc="loading records", unit="record", disable=not progress
+        ):
+            begin, end = int(bounds[record]), int(bounds[record + 1])
+            if begin == end:
+                continue
+            wanted = self.window_index[begin:end]
+            first, last = int(wanted[0]), int(wanted[-1])
+            block = np.asarray(
+                store_handle.read_windows(self.records[record], first, last + 1), dtype=np.float32
+            )
+            if self._channel_index is not None:
+                block = block[:, self._channel_index]
+            self.windows[begin:end] = self._finish(torch.from_numpy(block[wanted - first]))
+
+    def __getitem__(self, index: int) -> Sample:
+        position = self._check_index(index)
+        return self._sample(self.windows[position], position)
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
+        """Fetch a batch of samples (one tensor gather)."""
+        positions = [self._check_index(i) for i in indices]
+        xs = self.windows[positions]
+        return [self._sample(x, p) for x, p in zip(xs, positions, strict=True)]
+
+
+class _HasChunkIds(Protocol):
+    chunk_ids: np.ndarray
+
+
+class ChunkShuffleSampler(Sampler[int]):
+    """Shuffle chunks, then windows inside buffers of a few chunks: cheap, chunk-local shuffling.
+
+    Each epoch: (1) the storage chunks are put in a random order; (2) with several replicas (DDP),
+    the resulting window sequence is cut into ``num_replicas`` equal contiguous shards, so ranks get
+    disjoint chunks (at most ``num_replicas - 1`` chunks are split between two neighbouring ranks);
+    (3) each rank shuffles its windows inside consecutive buffers of ``shuffle_buffer_chunks``
+    chunks. A chunk's windows therefore appear within a span of at most
+    ``shuffle_buffer_chunks * chunk_size`` positions, so a dataset cache holding that many chunks
+    decodes every chunk once. The order depends only on ``(seed, epoch, rank)``.
+
+    ``DataLoader`` workers each keep their own cache and receive batches round-robin. Given
+    ``batch_size`` and ``num_workers`` (the loader's), step (3) runs on ``num_workers`` contiguous
+    streams of the shard, one per worker, sized in whole batches, and their batches are
+    interleaved: batch ``i`` comes from stream ``i % num_workers``, so each worker still decodes
+    each of its chunks once (at most ``num_workers - 1`` chunks are split between two streams).
+
+    Args:
+        dataset: A dataset with a ``chunk_ids: [N]`` array (storage chunk of every item, as
+            :class:`SleepWindowDataset` provides), or that array itself.
+        shuffle_buffer_chunks: Number of chunks whose windows are shuffled together (``k``).
+        seed: Base seed, shared by all ranks.
+        shuffle: ``False`` keeps the stored order (still sharded), e.g. for evaluation.
+        num_replicas: Number of DDP ranks; default the initialised process group's world size,
+            else 1.
+        rank: This process' rank; default the process group's rank, else 0.
+        drop_last: With several replicas, drop the tail so every rank gets ``N // num_replicas``
+            items; otherwise pad with items from the start of the epoch's order (as
+            ``torch.utils.data.DistributedSampler``) to ``ceil(N / num_replicas)`` items per rank.
+        batch_size: The ``DataLoader``'s batch size; needed for worker streams.
+        num_workers: The ``DataLoader``'s ``num_workers``; streams are used when ``>= 2`` and
+            ``batch_size`` is given.
+    """
+
+    def __init__(
+        self,
+        dataset: _HasChunkIds | np.ndarray | Sequence[int],
+        *,
+        shuffle_buffer_chunks: int = 4,
+        seed: int = 0,
+        shuffle: bool = True,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        drop_last: bool = False,
+        batch_size: int | None = None,
+        num_workers: int = 0,
+    ) -> None:
+        chunk_ids = np.asarray(getattr(dataset, "chunk_ids", dataset))
+        check(
+            chunk_ids.ndim == 1
+            and len(chunk_ids) > 0
+            and np.issubdtype(chunk_ids.dtype, np.integer),
+            "dataset",
+            "a dataset with a non-empty integer chunk_ids array [N], or such an array",
+            chunk_ids,
+        )
+        check(
+            isinstance(shuffle_buffer_chunks, int) and shuffle_buffer_chunks >= 1,
+            "shuffle_buffer_chunks",
+            "an int >= 1",
+            shuffle_buffer_chunks,
+        )
+        check(
+            batch_size is None or (isinstance(batch_size, int) and batch_size >= 1),
+            "batch_size",
+            "None or an int >= 1",
+            batch_size,
+        )
+        check(
+            isinstance(num_workers, int) and num_workers >= 0,
+            "num_workers",
+            "an int >= 0",
+            num_workers,
+        )
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        if num_replicas is None:
+            num_replicas = torch.distributed.get_world_size() if distributed else 1
+        if rank is None:
+            rank = torch.distributed.get_rank() if distributed else 0
+        check(num_replicas >= 1, "num_replicas", "an int >= 1", num_replicas)
+        check(0 <= rank < num_replicas, "rank", f"an int in [0, {num_replicas})", rank)
+        check(
+            not drop_last or len(chunk_ids) >= num_replicas,
+            "drop_last",
+            f"False when the dataset has fewer items ({len(chunk_ids)}) than replicas",
+            drop_last,
+        )
+        self.chunk_ids = chunk_ids
+        self.shuffle_buffer_chunks = shuffle_buffer_chunks
+        self.seed = int(seed)
+        self.shuffle = bool(shuffle)
+        self.num_replicas = int(num_replicas)
+        self.rank = int(rank)
+        self.drop_last = bool(drop_last)
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.epoch = 0
+        order = np.argsort(chunk_ids, kind="stable")
+        starts = np.flatnonzero(np.diff(chunk_ids[order]) != 0) + 1
+        self._chunks = np.split(order, starts)
+        n = len(chunk_ids)
+        self.num_samples = n // self.num_replicas if drop_last else math.ceil(n / self.num_replicas)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch, which (with ``seed``) determines the order of the next iteration."""
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def _buffer_shuffle(self, indices: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Shuffle ``indices`` (chunk-ordered) inside consecutive buffers of k chunk segments."""
+        chunks = self.chunk_ids[indices]
+        segment_start = np.concatenate([[True], chunks[1:] != chunks[:-1]])
+        buffer_of = (np.cumsum(segment_start) - 1) // self.shuffle_buffer_chunks
+        return indices[np.lexsort((rng.random(len(indices)), buffer_of))]
+
+    def epoch_indices(self) -> np.ndarray:
+        """Return this rank's ``[num_samples]`` int64 indices for the current epoch."""
+        shared = np.random.default_rng([self.seed, self.epoch])
+        chunk_order = (
+            shared.permutation(len(self._chunks)) if self.shuffle else range(len(self._chunks))
+        )
+        sequence = np.concatenate([self._chunks[c] for c in chunk_order])
+        total = self.num_samples * self.num_replicas
+        if total > len(sequence):
+            sequence = np.resize(sequence, total)
+        shard = sequence[self.rank * self.num_samples : (self.rank + 1) * self.num_samples]
+        if not self.shuffle:
+            return shard
+        local = np.random.default_rng([self.seed, self.epoch, self.rank])
+        if self.batch_size is None or self.num_workers < 2:
+            return self._buffer_shuffle(shard, local)
+        size, workers = self.batch_size, self.num_workers
+        n_batches = math.ceil(len(shard) / size)
+        batch_sizes = np.full(n_batches, size)
+        batch_sizes[-1] = len(shard) - (n_batches - 1) * size
+        stream_sizes = [int(batch_sizes[w::workers].sum()) for w in range(workers)]
+        streams = [
+            self._buffer_shuffle(stream, local)
+            for stream in np.split(shard, np.cumsum(stream_sizes)[:-1])
+        ]
+        return np.concatenate(
+            [
+                streams[i % workers][(i // workers) * size : (i // workers + 1) * size]
+                for i in range(n_batches)
+            ]
+        )
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.epoch_indices().tolist())
