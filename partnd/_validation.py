@@ -6,9 +6,10 @@ wrongly shaped batch or an unknown option can fix the call without reading the s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # torch is imported lazily: preprocessing workers never need it
+    import torch
 
 __all__ = ["InputError", "check", "check_finite", "describe"]
 
@@ -54,6 +55,8 @@ def check_finite(tensor: torch.Tensor, argument: str) -> None:
         tensor: Any floating point tensor.
         argument: Name of the argument for the error message.
     """
+    import torch
+
     if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
         n_bad = int((~torch.isfinite(tensor)).sum())
         raise InputError(

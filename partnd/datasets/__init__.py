@@ -1,0 +1,62 @@
+"""Sleep data: the PC18-format sample cohort, the zarr sleep store, window datasets and splits.
+
+Names are imported on first use, so that ``import partnd.datasets.store`` in a preprocessing worker
+does not pull in torch or braindecode.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from partnd.datasets.braindecode_interop import from_braindecode, to_braindecode
+    from partnd.datasets.pc18_cohort import CohortInfo, ensure_sample_cohort, make_pc18_cohort
+    from partnd.datasets.sleep_windows import (
+        NORMALIZE_EPS,
+        ChunkShuffleSampler,
+        InMemoryWindows,
+        SleepWindowDataset,
+        instance_normalize,
+    )
+    from partnd.datasets.splits import (
+        RecordInfo,
+        SubjectSplit,
+        make_subject_split,
+        records_from_store,
+    )
+    from partnd.datasets.store import STAGE_NAMES, SleepStore, create_store, write_record
+
+_EXPORTS: dict[str, str] = {
+    "CohortInfo": "pc18_cohort",
+    "ensure_sample_cohort": "pc18_cohort",
+    "make_pc18_cohort": "pc18_cohort",
+    "NORMALIZE_EPS": "sleep_windows",
+    "ChunkShuffleSampler": "sleep_windows",
+    "InMemoryWindows": "sleep_windows",
+    "SleepWindowDataset": "sleep_windows",
+    "instance_normalize": "sleep_windows",
+    "RecordInfo": "splits",
+    "SubjectSplit": "splits",
+    "make_subject_split": "splits",
+    "records_from_store": "splits",
+    "STAGE_NAMES": "store",
+    "SleepStore": "store",
+    "create_store": "store",
+    "write_record": "store",
+    "from_braindecode": "braindecode_interop",
+    "to_braindecode": "braindecode_interop",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'partnd.datasets' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"partnd.datasets.{module}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
