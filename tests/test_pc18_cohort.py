@@ -29,6 +29,7 @@ from partnd.datasets.pc18_format import (
     CHANNEL_NAMES,
     FS,
     STAGE_KEYS,
+    physical_to_digital,
     read_arousal_mat,
     wfdb_checksums,
 )
@@ -210,7 +211,7 @@ def test_quantisation_clipping_is_recorded(cohort: CohortInfo) -> None:
         val = scipy.io.loadmat(record_dir / f"{record_dir.name}.mat")["val"]
         recorded = truth["artefacts"]["quantisation_clipped_samples"]
         for row, name in enumerate(CHANNEL_NAMES[:8]):
-            at_limit = int(np.sum((val[row] == 32767) | (val[row] == -32768)))
+            at_limit = int(np.sum((val[row] == 32767) | (val[row] == -32767)))
             assert recorded.get(name, 0) <= at_limit <= recorded.get(name, 0) + 2
         for start, stop in truth["artefacts"]["movement"]:
             assert 0 <= start < stop <= truth["n_samples"]
@@ -373,3 +374,12 @@ def test_default_sample_cohort_builds_quickly(tmp_path: Path) -> None:
     start = time.perf_counter()
     ensure_sample_cohort(tmp_path / "sample", progress=False)
     assert time.perf_counter() - start < 2.0
+
+
+def test_saturation_never_writes_the_wfdb_invalid_marker() -> None:
+    # -32768 is WFDB format 16's "missing sample": a clipped channel must read as saturated, not NaN.
+    physical = np.zeros((13, 4))
+    physical[0] = [-1e6, 1e6, 0.0, 5.0]
+    digital, n_clipped = physical_to_digital(physical)
+    assert digital[0].tolist() == [-32767, 32767, 0, 5]
+    assert n_clipped[0] == 2

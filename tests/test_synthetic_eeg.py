@@ -249,6 +249,7 @@ def test_recording_faults_are_injected_where_declared() -> None:
     faults = draw_recording_faults(rng, n, line_noise=True, flat_channel=True, clipped_channel=True)
     assert faults.flat_channel != faults.clipped_channel
     signals[:6] = rng.standard_normal((6, n)).astype(np.float32) * 10
+    signals[CHANNEL_NAMES.index("SaO2")] = 97.0  # 0 % would sit below the SaO2 ADC range
     apply_recording_faults(signals, faults, rng)
     flat = CHANNEL_NAMES.index(faults.flat_channel)
     assert np.all(signals[flat] == 0.0)
@@ -256,7 +257,7 @@ def test_recording_faults_are_injected_where_declared() -> None:
     digital, n_clipped = physical_to_digital(signals)
     saturated = np.flatnonzero(np.abs(np.rint(signals[clipped])) > 32767)
     assert n_clipped[clipped] == len(saturated) > 0
-    assert set(np.unique(digital[clipped, saturated])) <= {-32768, 32767}
+    assert set(np.unique(digital[clipped, saturated])) <= {-32767, 32767}
     assert faults.clipped_start <= saturated.min() and saturated.max() < faults.clipped_stop
     assert n_clipped.sum() == n_clipped[clipped]
     live = next(i for i in range(6) if i not in (flat, clipped))

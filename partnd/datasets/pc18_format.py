@@ -116,7 +116,10 @@ N_CHANNELS = len(CHANNELS)
 
 _GAINS = np.array([spec.gain for spec in CHANNELS], dtype=np.float64)[:, None]
 _BASELINES = np.array([spec.baseline for spec in CHANNELS], dtype=np.float64)[:, None]
-_INT16 = np.iinfo(np.int16)
+#: Valid digital range of WFDB format 16: -32768 is WFDB's "invalid sample" marker (read as NaN),
+#: so a saturated channel clips at -32767, as a real amplifier's recording would read.
+_DIGITAL_MIN = int(np.iinfo(np.int16).min) + 1
+_DIGITAL_MAX = int(np.iinfo(np.int16).max)
 _MATLAB_HEADER_TEXT = (
     "MATLAB 7.3 MAT-file, Platform: GLNXA64, Created on: Mon Jan  1 00:00:00 2018 "
     "HDF5 schema 1.00 ."
@@ -150,22 +153,23 @@ def _check_signal_block(array: np.ndarray, argument: str) -> None:
 def physical_to_digital(physical: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Quantise physical signals to the challenge's int16 ADC units.
 
-    ``digital = round(physical * gain + baseline)``, clipped to the int16 range.
+    ``digital = round(physical * gain + baseline)``, clipped to ``[-32767, 32767]`` (WFDB format 16
+    reserves -32768 for missing samples).
 
     Args:
         physical: ``[13, n]`` signals in each channel's units (µV, %, mV).
 
     Returns:
         ``(digital, n_clipped)``: ``int16 [13, n]`` and ``int64 [13]`` counts of samples that
-        saturated at the int16 limits.
+        saturated at the digital limits.
     """
     _check_signal_block(physical, "physical")
     scaled = np.multiply(physical, _GAINS, dtype=np.float64)
     scaled += _BASELINES
     np.rint(scaled, out=scaled)
-    n_clipped = np.count_nonzero(scaled < _INT16.min, axis=1)
-    n_clipped += np.count_nonzero(scaled > _INT16.max, axis=1)
-    np.clip(scaled, _INT16.min, _INT16.max, out=scaled)
+    n_clipped = np.count_nonzero(scaled < _DIGITAL_MIN, axis=1)
+    n_clipped += np.count_nonzero(scaled > _DIGITAL_MAX, axis=1)
+    np.clip(scaled, _DIGITAL_MIN, _DIGITAL_MAX, out=scaled)
     return scaled.astype(np.int16), n_clipped
 
 
