@@ -1,0 +1,574 @@
+"""Typed, validated run configurations and their presets.
+
+:class:`TrainConfig` holds what every training run needs (optimiser, schedule, precision, logging,
+checkpointing); :class:`PretrainConfig` adds the PART model and sampler, :class:`FinetuneConfig` the
+classifier. Every field is checked against its annotation and its allowed range when a config is
+built, so a typo or a wrong type fails before any data is touched. Configs round-trip through plain
+dicts and JSON (:meth:`TrainConfig.to_dict`, :meth:`TrainConfig.from_dict`,
+:meth:`TrainConfig.from_json`); ``--set key=value`` strings are parsed with
+:meth:`TrainConfig.parse_value`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal, TypeVar
+
+from partnd._validation import InputError, check
+
+__all__ = [
+    "FinetuneConfig",
+    "Precision",
+    "PretrainConfig",
+    "TrainConfig",
+]
+
+Precision = Literal["fp32", "bf16", "fp16"]
+ConfigT = TypeVar("ConfigT", bound="TrainConfig")
+
+
+def _type_name(annotation: Any) -> str:
+    """Readable name of a type annotation for messages (``int | None``, ``tuple[float, ...]``)."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(arg) for arg in args)
+    if origin is Literal:
+        return " | ".join(repr(arg) for arg in args)
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"tuple[{_type_name(args[0])}, ...]"
+        return f"tuple[{', '.join(_type_name(arg) for arg in args)}]"
+    if origin is dict:
+        return "dict"
+    if annotation is type(None):
+        return "None"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _coerce(value: Any, annotation: Any) -> tuple[bool, Any]:
+    """Check ``value`` against ``annotation``, converting JSON forms (list -> tuple, int -> float).
+
+    Returns:
+        ``(matches, converted_value)``.
+    """
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        for arg in args:
+            ok, converted = _coerce(value, arg)
+            if ok:
+                return True, converted
+        return False, value
+    if origin is Literal:
+        return value in args, value
+    if annotation is type(None):
+        return value is None, value
+    if annotation is Any:
+        return True, value
+    if annotation is bool:
+        return isinstance(value, bool), value
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if annotation is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        return ok, float(value) if ok else value
+    if annotation is str:
+        return isinstance(value, str), value
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            return False, value
+        item_types = [args[0]] * len(value) if args[1:] == (Ellipsis,) else list(args)
+        if len(item_types) != len(value) or not value:
+            return False, value
+        converted_items = []
+        for item, item_type in zip(value, item_types, strict=True):
+            ok, converted = _coerce(item, item_type)
+            if not ok:
+                return False, value
+            converted_items.append(converted)
+        return True, tuple(converted_items)
+    if origin is dict:
+        return isinstance(value, dict) and all(isinstance(k, str) for k in value), value
+    raise TypeError(f"unsupported config annotation {annotation!r}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Settings shared by every training run (optimiser, schedule, precision, I/O).
+
+    Attributes:
+        epochs: Passes over the training set; the learning-rate schedule spans all of them.
+        batch_size: Examples per optimiser step *per process* (the global batch is
+            ``batch_size * world_size``).
+        lr: Peak learning rate, or the rate at ``lr_reference_batch`` when that is set.
+        lr_reference_batch: If set, the peak rate is ``lr * global_batch / lr_reference_batch``
+            (linear scaling, as "lr 5e-4 at batch 512").
+        min_lr: Final learning rate of the cosine decay.
+        weight_decay: AdamW decoupled weight decay, applied to weight matrices only.
+        betas: AdamW betas.
+        warmup_epochs: Linear warm-up length in epochs (fractions allowed).
+        warmup_steps: Warm-up length in optimiser steps; overrides ``warmup_epochs`` when set.
+        grad_clip: Maximum global gradient L2 norm, ``None`` for no clipping.
+        ema_decay: Decay of an exponential moving average of the weights, ``None`` for no EMA.
+            With EMA on, the averaged weights are the ones returned and evaluated.
+        precision: ``"fp32"``, ``"bf16"`` (autocast on CPU and GPU) or ``"fp16"`` (autocast with
+            a gradient scaler, GPU only).
+        device: ``"auto"`` (CUDA if available, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:K"``.
+        num_workers: DataLoader worker processes (0 loads in the main process).
+        seed: Seed of model initialisation, data order and patch sampling.
+        log_every_steps: Write a training record every this many optimiser steps.
+        checkpoint_every_epochs: Write an epoch checkpoint every this many epochs (the last epoch
+            is always written).
+        checkpoint_every_steps: Also refresh ``last.pt`` every this many steps (mid-epoch resume).
+        keep_checkpoints: Number of most recent ``epoch_XXXX.pt`` files kept.
+        progress: Show a tqdm progress bar (rank 0 only).
+        max_steps: Stop after this many optimiser steps in total; the schedule still spans
+            ``epochs``, so a stopped run resumes onto the same trajectory.
+    """
+
+    epochs: int = 100
+    batch_size: int = 256
+    lr: float = 5e-4
+    lr_reference_batch: int | None = None
+    min_lr: float = 1e-6
+    weight_decay: float = 0.05
+    betas: tuple[float, float] = (0.9, 0.95)
+    warmup_epochs: float = 0.0
+    warmup_steps: int | None = None
+    grad_clip: float | None = 1.0
+    ema_decay: float | None = None
+    precision: Precision = "fp32"
+    device: str = "auto"
+    num_workers: int = 0
+    seed: int = 0
+    log_every_steps: int = 10
+    checkpoint_every_epochs: int = 1
+    checkpoint_every_steps: int | None = None
+    keep_checkpoints: int = 3
+    progress: bool = True
+    max_steps: int | None = None
+
+    #: Fields that may differ between an interrupted run and its resumption.
+    RESUMABLE_CHANGES: ClassVar[frozenset[str]] = frozenset(
+        {
+            "epochs",
+            "max_steps",
+            "progress",
+            "num_workers",
+            "device",
+            "log_every_steps",
+            "checkpoint_every_epochs",
+            "checkpoint_every_steps",
+            "keep_checkpoints",
+        }
+    )
+
+    _PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for spec in dataclasses.fields(self):
+            value = getattr(self, spec.name)
+            ok, converted = _coerce(value, hints[spec.name])
+            check(ok, self._arg(spec.name), _type_name(hints[spec.name]), repr(value))
+            object.__setattr__(self, spec.name, converted)
+        self._validate()
+
+    def _arg(self, name: str) -> str:
+        return f"{type(self).__name__}.{name}"
+
+    def _positive(self, name: str, *, allow_none: bool = False, strict: bool = True) -> None:
+        value = getattr(self, name)
+        if value is None and allow_none:
+            return
+        ok = value is not None and (value > 0 if strict else value >= 0)
+        check(ok, self._arg(name), "a number > 0" if strict else "a number >= 0", repr(value))
+
+    def _validate(self) -> None:
+        for name in ("epochs", "batch_size", "lr", "log_every_steps", "checkpoint_every_epochs"):
+            self._positive(name)
+        for name in ("keep_checkpoints",):
+            self._positive(name)
+        for name in ("lr_reference_batch", "warmup_steps", "checkpoint_every_steps", "max_steps"):
+            self._positive(name, allow_none=True)
+        self._positive("grad_clip", allow_none=True)
+        for name in ("min_lr", "weight_decay", "warmup_epochs", "num_workers", "seed"):
+            self._positive(name, strict=False)
+        check(self.min_lr <= self.lr, self._arg("min_lr"), f"<= lr={self.lr}", repr(self.min_lr))
+        check(
+            all(0.0 <= beta < 1.0 for beta in self.betas),
+            self._arg("betas"),
+            "two numbers in [0, 1)",
+            repr(self.betas),
+        )
+        check(
+            self.ema_decay is None or 0.0 < self.ema_decay < 1.0,
+            self._arg("ema_decay"),
+            "None or a number in (0, 1)",
+            repr(self.ema_decay),
+        )
+        device_ok = self.device in ("auto", "cpu", "cuda") or (
+            self.device.startswith("cuda:") and self.device[5:].isdigit()
+        )
+        check(device_ok, self._arg("device"), "'auto', 'cpu', 'cuda' or 'cuda:K'", self.device)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        """Names of all configurable fields, in declaration order."""
+        return [spec.name for spec in dataclasses.fields(cls)]
+
+    @classmethod
+    def field_docs(cls) -> dict[str, str]:
+        """One-paragraph description of every field, from the ``Attributes:`` docstring sections."""
+        docs: dict[str, str] = {}
+        for klass in reversed(cls.__mro__):
+            lines = (klass.__doc__ or "").splitlines()
+            inside, current = False, None
+            for line in lines:
+                stripped = line.strip()
+                if stripped == "Attributes:":
+                    inside = True
+                    continue
+                if not inside or not stripped:
+                    continue
+                name, _, text = stripped.partition(":")
+                indent = len(line) - len(line.lstrip())
+                if indent == 8 and text and name.isidentifier():
+                    current = name
+                    docs[name] = text.strip()
+                elif indent > 8 and current is not None:
+                    docs[current] += " " + stripped
+        return {name: docs.get(name, "") for name in cls.field_names()}
+
+    @classmethod
+    def field_types(cls) -> dict[str, str]:
+        """Readable type of every field, e.g. ``{"lr": "float", "max_steps": "int | None"}``."""
+        hints = typing.get_type_hints(cls)
+        return {name: _type_name(hints[name]) for name in cls.field_names()}
+
+    @classmethod
+    def check_field_names(cls, names: typing.Iterable[str], argument: str = "overrides") -> None:
+        """Raise :class:`InputError` naming the valid fields if any of ``names`` is unknown."""
+        valid = cls.field_names()
+        unknown = sorted(set(names) - set(valid))
+        check(
+            not unknown,
+            argument,
+            f"{cls.__name__} field names ({', '.join(valid)})",
+            f"unknown name(s) {', '.join(map(repr, unknown))}",
+        )
+
+    def replace(self: ConfigT, **overrides: Any) -> ConfigT:
+        """Return a copy with ``overrides`` applied (unknown names raise :class:`InputError`)."""
+        self.check_field_names(overrides)
+        return dataclasses.replace(self, **overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        """All fields as a JSON-serialisable dict (tuples become lists)."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+    @classmethod
+    def from_dict(cls: type[ConfigT], values: dict[str, Any]) -> ConfigT:
+        """Build from a dict of field values (missing fields keep their defaults)."""
+        check(isinstance(values, dict), "config", "a dict of field values", values)
+        cls.check_field_names(values, "config")
+        return cls(**values)
+
+    def to_json(self, path: str | Path) -> None:
+        """Write :meth:`to_dict` as indented JSON to ``path``."""
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def read_json(cls, path: str | Path) -> dict[str, Any]:
+        """The field values stored in a JSON file (validated by :meth:`from_dict` later)."""
+        try:
+            values = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise InputError(
+                f"config: expected a readable JSON file, got {path} ({error})"
+            ) from None
+        check(isinstance(values, dict), "config", "a JSON object of field values", str(path))
+        return dict(values)
+
+    @classmethod
+    def from_json(cls: type[ConfigT], path: str | Path) -> ConfigT:
+        """Read a config written by :meth:`to_json` (or any JSON object of field values)."""
+        return cls.from_dict(cls.read_json(path))
+
+    @classmethod
+    def parse_value(cls, name: str, text: str) -> Any:
+        """Parse a command-line value for field ``name``: JSON if it parses, else the plain string.
+
+        ``"1e-3"`` -> ``0.001``, ``"none"``/``"null"`` -> ``None``, ``"[0.5, 2]"`` -> a list (turned
+        into a tuple by validation), ``"bf16"`` -> ``"bf16"``.
+        """
+        cls.check_field_names([name], "--set")
+        if text.strip().lower() in ("none", "null"):
+            return None
+        if text.strip().lower() in ("true", "false"):
+            return text.strip().lower() == "true"
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return text
+
+    @classmethod
+    def list_presets(cls) -> list[str]:
+        """Names accepted by :meth:`preset`."""
+        return sorted(cls._PRESETS)
+
+    @classmethod
+    def preset(cls: type[ConfigT], name: str, **overrides: Any) -> ConfigT:
+        """A named preset with optional field overrides.
+
+        Args:
+            name: One of :meth:`list_presets`.
+            **overrides: Field values replacing the preset's.
+        """
+        check(name in cls._PRESETS, "preset", f"one of {cls.list_presets()}", repr(name))
+        cls.check_field_names(overrides)
+        return cls(**{**cls._PRESETS[name], **overrides})
+
+
+@dataclass(frozen=True)
+class PretrainConfig(TrainConfig):
+    """PART pretraining configuration.
+
+    The model fields default to the paper's EEG setup (12.9 M 1D ViT, 40 patches of 100 samples,
+    cross-attention head, slot position embedding with 20% masked); :meth:`preset` gives full
+    recipes (``eeg_sleep``, ``images_cifar``, ``images_imagenet``, ``test``).
+
+    Attributes:
+        encoder: Encoder preset name for :func:`partnd.models.create_encoder`.
+        encoder_overrides: Keyword overrides of the encoder preset, e.g.
+            ``{"drop_path_rate": 0.1}``.
+        patch_size: ViT patch extent P (one int for all dimensions or one per dimension).
+        num_patches: Patches drawn per example; ``None`` means ``prod(spatial / P)``.
+        scale_range: If set, each box side is drawn in ``[lo * P, hi * P]`` (the scale/aspect
+            extension); ``None`` draws boxes of exactly P.
+        antialias: Anti-alias when resizing crops to P.
+        head: Relative-encoder head: ``"cross_attention"``, ``"pairwise_mlp"`` or ``"mlp"``.
+        num_pairs: (reference, target) pairs predicted per example.
+        shared_pairs: Draw one set of pairs per batch (as the authors) instead of per example.
+        scale_targets: Also predict ``s_tgt / s_ref`` per dimension (needs ``scale_range``).
+        pos_embed: Give the encoder a slot position embedding during pretraining.
+        pos_mask_ratio: Fraction of slot embeddings replaced by a mask token in training.
+    """
+
+    encoder: str = "vit_eeg_12m"
+    encoder_overrides: dict[str, Any] = field(default_factory=dict)
+    patch_size: int | tuple[int, ...] = 100
+    num_patches: int | None = 40
+    scale_range: tuple[float, float] | None = None
+    antialias: bool = True
+    head: str = "cross_attention"
+    num_pairs: int = 1024
+    shared_pairs: bool = True
+    scale_targets: bool = False
+    pos_embed: bool = True
+    pos_mask_ratio: float = 0.2
+
+    HEADS: ClassVar[tuple[str, ...]] = ("cross_attention", "pairwise_mlp", "mlp")
+
+    def _validate(self) -> None:
+        super()._validate()
+        sizes = (self.patch_size,) if isinstance(self.patch_size, int) else self.patch_size
+        check(
+            all(size > 0 for size in sizes),
+            self._arg("patch_size"),
+            "positive int(s)",
+            repr(self.patch_size),
+        )
+        self._positive("num_patches", allow_none=True)
+        self._positive("num_pairs")
+        check(self.head in self.HEADS, self._arg("head"), f"one of {self.HEADS}", repr(self.head))
+        if self.scale_range is not None:
+            low, high = self.scale_range
+            check(
+                0.0 < low <= high,
+                self._arg("scale_range"),
+                "None or (low, high) with 0 < low <= high",
+                repr(self.scale_range),
+            )
+        check(
+            not self.scale_targets or self.scale_range is not None,
+            self._arg("scale_targets"),
+            "False unless scale_range is set (all boxes have size P otherwise)",
+            repr(self.scale_targets),
+        )
+        check(
+            0.0 <= self.pos_mask_ratio < 1.0,
+            self._arg("pos_mask_ratio"),
+            "a ratio in [0, 1)",
+            repr(self.pos_mask_ratio),
+        )
+        check(
+            self.pos_embed or self.pos_mask_ratio == 0.0,
+            self._arg("pos_mask_ratio"),
+            "0.0 when pos_embed is False",
+            repr(self.pos_mask_ratio),
+        )
+
+
+@dataclass(frozen=True)
+class FinetuneConfig(TrainConfig):
+    """Supervised fine-tuning configuration (on-grid patches, new position embedding, [CLS] linear).
+
+    Attributes:
+        encoder: Encoder preset built when fine-tuning *from scratch* (the supervised baseline);
+            ignored when a pretrained encoder is given.
+        encoder_overrides: Keyword overrides of that preset.
+        patch_size: Patch size of a from-scratch encoder (a given encoder brings its own).
+        pos_embed: Add a fresh learnable slot position embedding.
+        pos_mask_ratio: Fraction of slot embeddings masked in training.
+        label_smoothing: Cross-entropy label smoothing.
+        class_weights: ``"balanced"`` weighs class c by ``n / (K * n_c)``; ``None`` for none.
+        layer_decay: Layer-wise learning-rate decay (``None`` for none): block i of L gets
+            ``lr * layer_decay ** (L + 1 - (i + 1))``, the patch embedding
+            ``lr * layer_decay ** (L + 1)``.
+        eval_batch_size: Batch size of the per-epoch validation.
+    """
+
+    encoder: str = "vit_eeg_12m"
+    encoder_overrides: dict[str, Any] = field(default_factory=dict)
+    patch_size: int | tuple[int, ...] = 100
+    pos_embed: bool = True
+    pos_mask_ratio: float = 0.0
+    label_smoothing: float = 0.0
+    class_weights: Literal["balanced"] | None = None
+    layer_decay: float | None = None
+    eval_batch_size: int = 256
+
+    def _validate(self) -> None:
+        super()._validate()
+        self._positive("eval_batch_size")
+        check(
+            0.0 <= self.label_smoothing < 1.0,
+            self._arg("label_smoothing"),
+            "a number in [0, 1)",
+            repr(self.label_smoothing),
+        )
+        check(
+            self.layer_decay is None or 0.0 < self.layer_decay <= 1.0,
+            self._arg("layer_decay"),
+            "None or a number in (0, 1]",
+            repr(self.layer_decay),
+        )
+        check(
+            0.0 <= self.pos_mask_ratio < 1.0 and (self.pos_embed or self.pos_mask_ratio == 0.0),
+            self._arg("pos_mask_ratio"),
+            "a ratio in [0, 1) (0.0 when pos_embed is False)",
+            repr(self.pos_mask_ratio),
+        )
+
+
+_SHARED_TEST: dict[str, Any] = {
+    "encoder": "vit_test",
+    "epochs": 2,
+    "batch_size": 8,
+    "lr": 1e-3,
+    "min_lr": 1e-5,
+    "warmup_epochs": 0.0,
+    "grad_clip": 1.0,
+    "ema_decay": None,
+    "precision": "fp32",
+    "device": "cpu",
+    "log_every_steps": 1,
+    "keep_checkpoints": 2,
+    "progress": False,
+}
+
+PretrainConfig._PRESETS = {
+    "eeg_sleep": {
+        "encoder": "vit_eeg_12m",
+        "patch_size": 100,
+        "num_patches": 40,
+        "head": "cross_attention",
+        "num_pairs": 1024,
+        "pos_embed": True,
+        "pos_mask_ratio": 0.2,
+        "epochs": 1000,
+        "warmup_epochs": 20.0,
+        "batch_size": 256,
+        "lr": 5e-4,
+        "lr_reference_batch": 512,
+        "precision": "bf16",
+        "ema_decay": 0.9999,
+    },
+    "images_cifar": {
+        "encoder": "vit_small",
+        "patch_size": 4,
+        "num_patches": 64,
+        "scale_range": (0.5, 2.0),
+        "scale_targets": True,
+        "num_pairs": 2048,
+        "pos_embed": False,
+        "pos_mask_ratio": 0.0,
+        "epochs": 1000,
+        "warmup_epochs": 20.0,
+        "batch_size": 256,
+        "lr": 5e-4,
+        "lr_reference_batch": 512,
+        "precision": "bf16",
+        "ema_decay": 0.9999,
+    },
+    "images_imagenet": {
+        "encoder": "vit_base",
+        "patch_size": 16,
+        "num_patches": 196,
+        "num_pairs": 4802,
+        "pos_embed": False,
+        "pos_mask_ratio": 0.0,
+        "epochs": 200,
+        "warmup_epochs": 20.0,
+        "batch_size": 128,
+        "lr": 5e-4,
+        "lr_reference_batch": 1024,
+        "precision": "bf16",
+        "ema_decay": 0.9999,
+    },
+    "test": {
+        **_SHARED_TEST,
+        "patch_size": 4,
+        "num_patches": None,
+        "num_pairs": 32,
+        "pos_embed": False,
+        "pos_mask_ratio": 0.0,
+    },
+}
+
+FinetuneConfig._PRESETS = {
+    "eeg_sleep": {
+        "encoder": "vit_eeg_12m",
+        "patch_size": 100,
+        "pos_embed": True,
+        "epochs": 100,
+        "warmup_epochs": 5.0,
+        "batch_size": 256,
+        "lr": 5e-4,
+        "lr_reference_batch": 512,
+        "layer_decay": 0.75,
+        "label_smoothing": 0.1,
+        "precision": "bf16",
+    },
+    "images_cifar": {
+        "encoder": "vit_small",
+        "patch_size": 4,
+        "pos_embed": True,
+        "epochs": 400,
+        "warmup_epochs": 5.0,
+        "batch_size": 256,
+        "lr": 5e-4,
+        "lr_reference_batch": 512,
+        "layer_decay": 0.75,
+        "label_smoothing": 0.1,
+        "precision": "bf16",
+    },
+    "test": {**_SHARED_TEST, "patch_size": 4, "pos_embed": True, "eval_batch_size": 64},
+}

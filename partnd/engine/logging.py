@@ -1,0 +1,103 @@
+"""Training records to TensorBoard, JSON lines and CSV at once.
+
+Rank 0 writes the files; every rank keeps the in-memory history.
+
+A record is a flat dict such as ``{"phase": "train", "epoch": 0, "step": 20, "loss": 0.31,
+"lr": 4e-4}``. ``metrics.jsonl`` gets one line per record (flushed immediately), ``metrics.csv`` the
+same rows under the union of all columns seen, and TensorBoard a scalar ``"{phase}/{key}"`` at
+``step`` for every numeric value. On resume, records logged after the resumed step by the
+interrupted run are dropped, so the files describe one consistent trajectory.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from typing import Any
+
+from partnd.engine.checkpoint import atomic_write_text
+from partnd.engine.run_dir import RunDir
+
+__all__ = ["MetricLogger"]
+
+Record = dict[str, Any]
+_NOT_SCALARS = ("phase", "step", "epoch")
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+class MetricLogger:
+    """Writes records to ``metrics.jsonl``, ``metrics.csv`` and ``tb/`` of a run directory.
+
+    Args:
+        run_dir: Run directory, or ``None`` to only keep the in-memory history.
+        write: Whether this process writes files (rank 0) or only keeps ``history``.
+        resume_step: When resuming, the optimiser step of the checkpoint: earlier records are
+            reloaded into ``history`` and later ones are discarded from the files.
+    """
+
+    def __init__(self, run_dir: RunDir | None, *, write: bool, resume_step: int | None = None):
+        self.run_dir = run_dir
+        self.write = write and run_dir is not None
+        self.history: list[Record] = []
+        self._columns: list[str] = []
+        self._writer: Any = None
+        if run_dir is not None and resume_step is not None and run_dir.metrics_jsonl.is_file():
+            lines = run_dir.metrics_jsonl.read_text().splitlines()
+            self.history = [json.loads(line) for line in lines if line.strip()]
+            self.history = [rec for rec in self.history if rec.get("step", 0) <= resume_step]
+        for record in self.history:
+            self._add_columns(record)
+        if self.write and run_dir is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(run_dir.tb_dir), purge_step=resume_step)
+            if resume_step is not None:
+                atomic_write_text(
+                    "".join(json.dumps(rec) + "\n" for rec in self.history), run_dir.metrics_jsonl
+                )
+                self._rewrite_csv(run_dir)
+
+    def _add_columns(self, record: Record) -> bool:
+        new = [key for key in record if key not in self._columns]
+        self._columns.extend(new)
+        return bool(new)
+
+    def _rewrite_csv(self, run_dir: RunDir) -> None:
+        buffer = io.StringIO()
+        table = csv.DictWriter(buffer, fieldnames=self._columns)
+        table.writeheader()
+        table.writerows(self.history)
+        atomic_write_text(buffer.getvalue(), run_dir.metrics_csv)
+
+    def log(self, record: Record) -> None:
+        """Append ``record`` to the history and (on the writing rank) to every sink."""
+        record = {key: _json_safe(value) for key, value in record.items()}
+        self.history.append(record)
+        new_columns = self._add_columns(record)
+        if not self.write or self.run_dir is None:
+            return
+        with self.run_dir.metrics_jsonl.open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+        if new_columns or not self.run_dir.metrics_csv.is_file():
+            self._rewrite_csv(self.run_dir)
+        else:
+            with self.run_dir.metrics_csv.open("a", newline="") as handle:
+                csv.DictWriter(handle, fieldnames=self._columns).writerow(record)
+        phase = record.get("phase", "train")
+        step = int(record.get("step", 0))
+        for key, value in record.items():
+            if key not in _NOT_SCALARS and isinstance(value, int | float):
+                self._writer.add_scalar(f"{phase}/{key}", value, step)
+
+    def close(self) -> None:
+        """Flush and close TensorBoard (safe to call twice)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

@@ -1,0 +1,185 @@
+"""Run directory layout, refusal/overwrite/resume rules and run metadata.
+
+Layout of a run directory::
+
+    out_dir/
+      config.json        the resolved configuration (preset + overrides), reloadable
+      meta.json          versions, git hash, world size, command line, derived quantities
+      metrics.jsonl      one JSON record per logged step / epoch
+      metrics.csv        the same records as a table
+      tb/                TensorBoard event files
+      checkpoints/       last.pt, epoch_XXXX.pt (K most recent), best.pt (fine-tuning)
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from partnd._validation import InputError, check
+from partnd.engine.checkpoint import CheckpointManager, atomic_write_json
+
+__all__ = ["RunDir", "git_revision", "run_metadata"]
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """Paths of one run directory (see the module docstring for the layout)."""
+
+    root: Path
+
+    @property
+    def config_path(self) -> Path:
+        """``config.json``."""
+        return self.root / "config.json"
+
+    @property
+    def meta_path(self) -> Path:
+        """``meta.json``."""
+        return self.root / "meta.json"
+
+    @property
+    def metrics_jsonl(self) -> Path:
+        """``metrics.jsonl``."""
+        return self.root / "metrics.jsonl"
+
+    @property
+    def metrics_csv(self) -> Path:
+        """``metrics.csv``."""
+        return self.root / "metrics.csv"
+
+    @property
+    def tb_dir(self) -> Path:
+        """TensorBoard folder ``tb/``."""
+        return self.root / "tb"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        """``checkpoints/``."""
+        return self.root / "checkpoints"
+
+    @property
+    def last_checkpoint(self) -> Path:
+        """``checkpoints/last.pt``."""
+        return self.checkpoints_dir / CheckpointManager.LAST
+
+    @classmethod
+    def check(cls, out_dir: str | Path, *, resume: bool, overwrite: bool) -> RunDir:
+        """Validate the resume/overwrite rules without touching the disk.
+
+        Rules: ``resume`` and ``overwrite`` exclude each other; ``resume`` needs
+        ``checkpoints/last.pt``; without either flag the directory must be new or empty.
+
+        Raises:
+            InputError: If a rule is broken.
+        """
+        check(
+            not (resume and overwrite),
+            "resume/overwrite",
+            "at most one of resume=True and overwrite=True",
+            "both True",
+        )
+        root = Path(out_dir)
+        check(not root.is_file(), "out_dir", "a directory path", f"the file {root}")
+        run_dir = cls(root)
+        if resume:
+            check(
+                run_dir.last_checkpoint.is_file(),
+                "out_dir",
+                "a run directory holding checkpoints/last.pt when resume=True",
+                f"{root} without it",
+            )
+        elif not overwrite and root.is_dir() and any(root.iterdir()):
+            raise InputError(
+                f"out_dir: expected a new or empty directory (pass overwrite=True to clear it, or "
+                f"resume=True to continue the run in it), got the non-empty directory {root}"
+            )
+        return run_dir
+
+    def create(self, *, clear: bool) -> None:
+        """Create the folders (after deleting the directory's contents when ``clear``)."""
+        if clear and self.root.is_dir():
+            for child in self.root.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
+        for folder in (self.root, self.tb_dir, self.checkpoints_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+
+    def write_config(self, config: dict[str, Any]) -> None:
+        """Write ``config.json`` atomically."""
+        atomic_write_json(config, self.config_path)
+
+    def read_config(self) -> dict[str, Any]:
+        """Read ``config.json``."""
+        check(self.config_path.is_file(), "out_dir", "a run directory with config.json", self.root)
+        values: dict[str, Any] = json.loads(self.config_path.read_text())
+        return values
+
+    def write_meta(self, meta: dict[str, Any], *, resumed: bool) -> None:
+        """Write ``meta.json``; on resume keep the first launch and append to ``resumes``."""
+        if resumed and self.meta_path.is_file():
+            previous = json.loads(self.meta_path.read_text())
+            previous.setdefault("resumes", []).append(meta)
+            meta = previous
+        atomic_write_json(meta, self.meta_path)
+
+
+def git_revision(path: Path | None = None) -> str | None:
+    """``git rev-parse HEAD`` of the repository holding ``path`` (partnd's source by default).
+
+    Returns:
+        The commit hash with a ``+dirty`` suffix for uncommitted changes, or ``None`` when ``path``
+        is not in a git checkout or git is unavailable.
+    """
+    where = str(path or Path(__file__).resolve().parent)
+    try:
+        head = subprocess.run(
+            ["git", "-C", where, "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "-C", where, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}+dirty" if status else head
+
+
+def run_metadata(*, world_size: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Provenance of a launch: versions, git hash, world size, command line, host and time.
+
+    Args:
+        world_size: Number of training processes.
+        extra: Derived quantities to record (effective lr, steps per epoch, data shape, ...).
+    """
+    from partnd import __version__
+
+    return {
+        "partnd_version": __version__,
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "git_revision": git_revision(),
+        "world_size": world_size,
+        "command_line": list(sys.argv),
+        "hostname": platform.node(),
+        "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        **(extra or {}),
+    }

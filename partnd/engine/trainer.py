@@ -1,0 +1,534 @@
+"""A generic, resumable training loop shared by pretraining, fine-tuning and the baselines.
+
+The loop is nanoGPT-short: for each batch, ``task.compute_loss(model, batch, generator)``, backward,
+clip, AdamW step, schedule step, EMA update. Everything else is bookkeeping that makes a run
+trustworthy:
+
+* **Determinism and resume.** The data order is a function of ``(seed, epoch, rank)``
+  (:mod:`partnd.engine.sampler`; chunk-aware for datasets with ``chunk_ids``); checkpoints carry
+  model, optimiser, schedule, gradient scaler, EMA, every rank's RNG states (torch, CUDA, numpy,
+  python and the per-rank sampling generator) and the position in the epoch. Resuming skips the
+  consumed batches and continues bit-identically to an uninterrupted run on the same hardware and
+  world size.
+* **Failure.** NaN/Inf in a batch raises :class:`~partnd._validation.InputError` naming the batch
+  and the dataset items; a non-finite loss raises :class:`NonFiniteLossError` with the step, epoch
+  and learning rate. Neither writes anything, so the checkpoints on disk stay the last good ones.
+* **Distributed.** Under torchrun the model is wrapped in DDP (no ``find_unused_parameters``), each
+  rank sees its shard of every epoch, and only rank 0 writes logs, checkpoints and progress.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import random
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset
+from tqdm.auto import tqdm
+
+from partnd._validation import InputError, check
+from partnd.engine.checkpoint import CheckpointManager, load_checkpoint
+from partnd.engine.config import TrainConfig
+from partnd.engine.distributed import DistributedContext
+from partnd.engine.logging import MetricLogger
+from partnd.engine.optim import ModelEMA, WarmupCosineSchedule, build_optimizer
+from partnd.engine.run_dir import RunDir
+from partnd.engine.sampler import ResumableBatchSampler, epoch_order
+
+__all__ = [
+    "EpochEvaluator",
+    "NonFiniteLossError",
+    "TrainState",
+    "TrainTask",
+    "Trainer",
+    "derive_seed",
+    "move_to",
+]
+
+#: Called after every epoch with the evaluation model (EMA when on) and the 0-based epoch;
+#: returns scalar metrics to log (and to select the best epoch on).
+EpochEvaluator = Callable[[nn.Module, int], dict[str, float]]
+
+
+class TrainTask(Protocol):
+    """A training objective: how to turn a batch into a scalar loss."""
+
+    def compute_loss(
+        self, model: nn.Module, batch: Any, generator: torch.Generator
+    ) -> torch.Tensor:
+        """Return the scalar loss of ``batch``.
+
+        Args:
+            model: The (possibly DDP-wrapped) model; call it, do not call its submodules directly,
+                so that DDP synchronises gradients.
+            batch: The collated batch, already on the training device.
+            generator: This rank's sampling generator (for patch and pair sampling).
+        """
+        ...
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The loss became NaN or Inf; the run stopped before the optimiser step."""
+
+
+def derive_seed(seed: int, *keys: int) -> int:
+    """A 63-bit seed derived from ``seed`` and integer ``keys`` (e.g. rank) via ``SeedSequence``."""
+    state = np.random.SeedSequence([seed, *keys]).generate_state(1, dtype=np.uint64)[0]
+    return int(state) >> 1
+
+
+def move_to(batch: Any, device: torch.device) -> Any:
+    """Move every tensor of a (nested tuple/list/dict) batch to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=device.type == "cuda")
+    if isinstance(batch, tuple | list):
+        return type(batch)(move_to(item, device) for item in batch)
+    if isinstance(batch, dict):
+        return {key: move_to(value, device) for key, value in batch.items()}
+    return batch
+
+
+def _float_tensors(batch: Any) -> Iterator[torch.Tensor]:
+    if isinstance(batch, torch.Tensor):
+        if batch.is_floating_point():
+            yield batch
+    elif isinstance(batch, tuple | list):
+        for item in batch:
+            yield from _float_tensors(item)
+    elif isinstance(batch, dict):
+        for value in batch.values():
+            yield from _float_tensors(value)
+
+
+def _finite_items(batch: Any) -> torch.Tensor:
+    """``[B]`` bool: whether every floating value of item ``b`` (first dimension) is finite."""
+    flags: torch.Tensor | None = None
+    for tensor in _float_tensors(batch):
+        item_flags = torch.isfinite(tensor.reshape(tensor.shape[0], -1)).all(dim=1)
+        flags = item_flags if flags is None else flags & item_flags
+    if flags is None:
+        raise InputError("batch: expected at least one floating point tensor, got none")
+    return flags
+
+
+@dataclass
+class TrainState:
+    """Position of a run, saved in every checkpoint.
+
+    Attributes:
+        epoch: Epoch in progress (0-based); equals ``epochs`` when training finished.
+        batch_in_epoch: Batches of ``epoch`` already consumed.
+        step: Optimiser steps done.
+        epoch_loss_sum: Sum of the per-step losses of ``epoch`` so far (rank mean).
+        best_value: Best value of the selection metric so far.
+        best_epoch: Epoch of ``best_value``.
+        best_metrics: All evaluation metrics of the best epoch.
+    """
+
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    step: int = 0
+    epoch_loss_sum: float = 0.0
+    best_value: float | None = None
+    best_epoch: int | None = None
+    best_metrics: dict[str, float] = field(default_factory=dict)
+
+
+def _rng_state(generator: torch.Generator) -> dict[str, Any]:
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+        "sampling": generator.get_state(),
+    }
+
+
+def _set_rng_state(state: dict[str, Any], generator: torch.Generator) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    generator.set_state(state["sampling"])
+
+
+class Trainer:
+    """Trains ``model`` on ``dataset`` with ``task``'s loss (see the module docstring).
+
+    Args:
+        model: The module to train; moved to ``context.device``.
+        task: Turns a batch into a loss (:class:`TrainTask`).
+        dataset: Training set; items are collated by ``collate_fn`` (default: stacking).
+        config: Optimiser, schedule, precision and I/O settings.
+        context: Distributed context (rank, world size, device).
+        run_dir: Run directory for logs and checkpoints (``None`` writes nothing).
+        layer_decay: Layer-wise learning-rate decay of the parameter groups (``None`` for none).
+        evaluate: Optional per-epoch evaluation (:data:`EpochEvaluator`).
+        select_metric: Metric of ``evaluate`` to maximise; its best epoch's weights go to
+            ``checkpoints/best.pt``.
+        checkpoint_extra: Additional entries stored in every checkpoint (e.g. the data shape).
+        collate_fn: Batch collation function.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        task: TrainTask,
+        dataset: Dataset[Any],
+        config: TrainConfig,
+        *,
+        context: DistributedContext,
+        run_dir: RunDir | None,
+        layer_decay: float | None = None,
+        evaluate: EpochEvaluator | None = None,
+        select_metric: str | None = None,
+        checkpoint_extra: dict[str, Any] | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.context = context
+        self.device = context.device
+        self.task = task
+        self.run_dir = run_dir
+        self.evaluate = evaluate
+        self.select_metric = select_metric
+        self.checkpoint_extra = checkpoint_extra or {}
+        check(
+            config.precision != "fp16" or self.device.type == "cuda",
+            "precision",
+            "'fp32' or 'bf16' on CPU (fp16 needs a CUDA gradient scaler)",
+            repr(config.precision),
+        )
+
+        order = epoch_order(
+            dataset,  # type: ignore[arg-type]
+            seed=config.seed,
+            rank=context.rank,
+            world_size=context.world_size,
+            batch_size=config.batch_size,
+            num_workers=config.num_workers,
+        )
+        self.batch_sampler = ResumableBatchSampler(order, config.batch_size, context.world_size)
+        self.loader = DataLoader(
+            dataset,
+            batch_sampler=self.batch_sampler,
+            num_workers=config.num_workers,
+            pin_memory=self.device.type == "cuda",
+            persistent_workers=config.num_workers > 0,
+            collate_fn=collate_fn,
+            generator=torch.Generator().manual_seed(config.seed),
+        )
+        self.steps_per_epoch = self.batch_sampler.batches_per_epoch
+        self.total_steps = config.epochs * self.steps_per_epoch
+        self.global_batch_size = config.batch_size * context.world_size
+        self.peak_lr = config.lr
+        if config.lr_reference_batch is not None:
+            self.peak_lr = config.lr * self.global_batch_size / config.lr_reference_batch
+        if config.warmup_steps is not None:
+            self.warmup_steps = config.warmup_steps
+        else:
+            self.warmup_steps = round(config.warmup_epochs * self.steps_per_epoch)
+
+        self.model = model.to(self.device)
+        self.optimizer = build_optimizer(
+            self.model,
+            lr=self.peak_lr,
+            weight_decay=config.weight_decay,
+            betas=config.betas,
+            layer_decay=layer_decay,
+        )
+        self.scheduler = WarmupCosineSchedule(
+            self.optimizer,
+            base_lr=self.peak_lr,
+            min_lr=config.min_lr,
+            warmup_steps=self.warmup_steps,
+            total_steps=self.total_steps,
+        )
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.precision == "fp16")
+        self.ema = ModelEMA(self.model, config.ema_decay) if config.ema_decay else None
+        self.train_model: nn.Module = self.model
+        if context.is_distributed:
+            device_ids = [self.device] if self.device.type == "cuda" else None
+            self.train_model = DistributedDataParallel(self.model, device_ids=device_ids)
+        self.generator = torch.Generator(device=self.device)
+        self.state = TrainState()
+        self._saved_step: int | None = None
+        self.checkpoints = (
+            CheckpointManager(run_dir.checkpoints_dir, config.keep_checkpoints)
+            if run_dir is not None
+            else None
+        )
+        self._seed_fresh()
+
+    @property
+    def eval_model(self) -> nn.Module:
+        """The weights to evaluate and return: the EMA average when EMA is on, else the model."""
+        return self.ema.module if self.ema is not None else self.model
+
+    @property
+    def resolved(self) -> dict[str, Any]:
+        """Derived quantities worth recording in ``meta.json``."""
+        return {
+            "steps_per_epoch": self.steps_per_epoch,
+            "total_steps": self.total_steps,
+            "warmup_steps": self.warmup_steps,
+            "global_batch_size": self.global_batch_size,
+            "peak_lr": self.peak_lr,
+            "device": str(self.device),
+            "num_parameters": sum(p.numel() for p in self.model.parameters()),
+        }
+
+    def _seed_fresh(self) -> None:
+        rank = self.context.rank
+        torch.manual_seed(derive_seed(self.config.seed, rank, 0))
+        np.random.seed(derive_seed(self.config.seed, rank, 1) % 2**32)
+        random.seed(derive_seed(self.config.seed, rank, 2))
+        self.generator.manual_seed(derive_seed(self.config.seed, rank, 3))
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.config.precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.config.precision == "bf16" else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    def _checkpoint_state(self) -> dict[str, Any]:
+        rng = self.context.gather_objects(_rng_state(self.generator))
+        return {
+            "format": "partnd-train-v1",
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "ema": self.ema.state_dict() if self.ema is not None else None,
+            "trainer": dataclasses.asdict(self.state),
+            "rng": rng,
+            "world_size": self.context.world_size,
+            "config": self.config.to_dict(),
+            **self.checkpoint_extra,
+        }
+
+    def _save(self, *, epoch_end: bool) -> None:
+        """Write ``last.pt`` (and ``epoch_XXXX.pt`` at an epoch end) on rank 0, between barriers."""
+        if self.checkpoints is None:
+            return
+        state = self._checkpoint_state()
+        self._saved_step = self.state.step
+        self.context.barrier()
+        if self.context.is_main:
+            if epoch_end:
+                self.checkpoints.save_epoch(state, self.state.epoch - 1)
+            else:
+                self.checkpoints.save_last(state)
+        self.context.barrier()
+
+    def load(self, path: str | Path) -> None:
+        """Restore a checkpoint written by this trainer (on every rank) to continue the run."""
+        checkpoint = load_checkpoint(path)
+        check(
+            checkpoint.get("format") == "partnd-train-v1",
+            "checkpoint",
+            "a partnd training checkpoint",
+            f"{path} (format {checkpoint.get('format')!r})",
+        )
+        self.model.load_state_dict(checkpoint["model"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        self.scheduler.load_state_dict(checkpoint["scheduler"])
+        self.scaler.load_state_dict(checkpoint["scaler"])
+        if self.ema is not None:
+            if checkpoint["ema"] is None:
+                warnings.warn(
+                    "checkpoint has no EMA; starting the average from the weights", stacklevel=2
+                )
+                self.ema = ModelEMA(self.model, self.ema.decay)
+            else:
+                self.ema.load_state_dict(checkpoint["ema"])
+        self.state = TrainState(**checkpoint["trainer"])
+        rng = checkpoint["rng"]
+        if len(rng) == self.context.world_size:
+            _set_rng_state(rng[self.context.rank], self.generator)
+        else:
+            warnings.warn(
+                f"resuming with world size {self.context.world_size} from a checkpoint written "
+                f"with {len(rng)}: random streams are re-seeded, so the run is no longer "
+                "bit-identical to an uninterrupted one",
+                stacklevel=2,
+            )
+            torch.manual_seed(derive_seed(self.config.seed, self.context.rank, self.state.step))
+            self.generator.manual_seed(
+                derive_seed(self.config.seed, self.context.rank, self.state.step, 3)
+            )
+
+    def _bad_batch(self, batch: Any, epoch: int, batch_index: int) -> InputError:
+        flags = _finite_items(batch).cpu()
+        indices = self.batch_sampler.epoch_batches(epoch)[batch_index]
+        bad = [indices[i] for i in torch.nonzero(~flags).flatten().tolist()]
+        where = f"batch {batch_index} of epoch {epoch}"
+        if not bad:
+            return InputError(
+                f"dataset: expected only finite values, got NaN/Inf in {where} on another rank "
+                f"(this is rank {self.context.rank}; the other rank's error names the items)"
+            )
+        if self.context.is_distributed:
+            where += f" on rank {self.context.rank}"
+        return InputError(
+            f"dataset: expected only finite values, got NaN/Inf in {where} "
+            f"(dataset item(s) {bad[:10]}{' ...' if len(bad) > 10 else ''})"
+        )
+
+    def _non_finite_loss(self, loss: float, epoch: int, batch_index: int) -> NonFiniteLossError:
+        last = "none (no checkpoint written yet)"
+        if self.checkpoints is not None and self.checkpoints.last_path.is_file():
+            last = str(self.checkpoints.last_path)
+        return NonFiniteLossError(
+            f"training stopped: non-finite loss ({loss}) at step {self.state.step + 1} "
+            f"(epoch {epoch}, batch {batch_index}) with learning rate "
+            f"{self.scheduler.current_lr:.4g}; this step was not applied and nothing was saved. "
+            f"Last good checkpoint: {last}. Lower lr, enable grad_clip or use precision='fp32'."
+        )
+
+    def _train_step(self, batch: Any, epoch: int, batch_index: int) -> float:
+        """One optimiser step; returns the loss averaged over ranks."""
+        batch_ok = _finite_items(batch).all().float().reshape(1)
+        if float(self.context.all_reduce_min(batch_ok)) < 1.0:  # every rank stops together
+            raise self._bad_batch(batch, epoch, batch_index)
+        with self._autocast():
+            loss = self.task.compute_loss(self.train_model, batch, self.generator).float()
+        loss_mean = float(self.context.all_reduce_mean(loss.detach()))
+        if not math.isfinite(loss_mean):
+            raise self._non_finite_loss(loss_mean, epoch, batch_index)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        if self.config.grad_clip is not None:
+            self.scaler.unscale_(self.optimizer)
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        if self.ema is not None:
+            self.ema.update(self.model)
+        return float(loss_mean)
+
+    def _end_epoch(self, epoch: int, logger: MetricLogger, seconds: float) -> None:
+        record: dict[str, Any] = {
+            "phase": "epoch",
+            "epoch": epoch,
+            "step": self.state.step,
+            "loss": self.state.epoch_loss_sum / self.steps_per_epoch,
+            "lr": self.scheduler.lr_at(self.state.step - 1),
+            "seconds": seconds,
+        }
+        logger.log(record)
+        self.state.epoch = epoch + 1
+        self.state.batch_in_epoch = 0
+        self.state.epoch_loss_sum = 0.0
+        if self.evaluate is not None:
+            metrics = self.evaluate(self.eval_model, epoch)
+            logger.log({"phase": "val", "epoch": epoch, "step": self.state.step, **metrics})
+            value = metrics.get(self.select_metric) if self.select_metric else None
+            if value is not None and (
+                self.state.best_value is None or value > self.state.best_value
+            ):
+                self.state.best_value = float(value)
+                self.state.best_epoch = epoch
+                self.state.best_metrics = dict(metrics)
+                if self.checkpoints is not None and self.context.is_main:
+                    self.checkpoints.save_best(
+                        {"model": self.eval_model.state_dict(), "epoch": epoch, "metrics": metrics}
+                    )
+        every = self.config.checkpoint_every_epochs
+        if (epoch + 1) % every == 0 or epoch + 1 == self.config.epochs:
+            self._save(epoch_end=True)
+
+    def fit(self, resume_from: str | Path | None = None) -> list[dict[str, Any]]:
+        """Train until ``epochs`` (or ``max_steps``) and return the logged history.
+
+        Args:
+            resume_from: Checkpoint to continue from (normally ``checkpoints/last.pt``).
+
+        Returns:
+            The records logged (``phase`` "train", "epoch" and "val"), including an interrupted
+            run's records up to the resumed step.
+        """
+        if resume_from is not None:
+            self.load(resume_from)
+        config = self.config
+        logger = MetricLogger(
+            self.run_dir,
+            write=self.context.is_main,
+            resume_step=self.state.step if resume_from is not None else None,
+        )
+        show = config.progress and self.context.is_main
+        try:
+            while self.state.epoch < config.epochs:
+                if config.max_steps is not None and self.state.step >= config.max_steps:
+                    break
+                if not self._run_epoch(logger, show):
+                    break
+            if self.state.epoch < config.epochs and self._saved_step != self.state.step:
+                self._save(epoch_end=False)  # stopped by max_steps: keep a resumable state
+        finally:
+            logger.close()
+        return logger.history
+
+    def _run_epoch(self, logger: MetricLogger, show: bool) -> bool:
+        """Train the epoch from its first unconsumed batch; False if max_steps stopped it."""
+        config = self.config
+        epoch, start = self.state.epoch, self.state.batch_in_epoch
+        self.batch_sampler.set_epoch(epoch, skip=start)
+        self.model.train()
+        started = time.perf_counter()
+        window_loss, window_steps, window_start = 0.0, 0, started
+        bar = tqdm(
+            total=self.steps_per_epoch,
+            initial=start,
+            desc=f"epoch {epoch + 1}/{config.epochs}",
+            disable=not show,
+            dynamic_ncols=True,
+            leave=False,
+        )
+        try:
+            for batch_index, batch in enumerate(self.loader, start=start):
+                loss = self._train_step(move_to(batch, self.device), epoch, batch_index)
+                self.state.step += 1
+                self.state.batch_in_epoch = batch_index + 1
+                self.state.epoch_loss_sum += loss
+                window_loss, window_steps = window_loss + loss, window_steps + 1
+                bar.update(1)
+                if self.state.step % config.log_every_steps == 0:
+                    now = time.perf_counter()
+                    record = {
+                        "phase": "train",
+                        "epoch": epoch,
+                        "step": self.state.step,
+                        "loss": window_loss / window_steps,
+                        "lr": self.scheduler.lr_at(self.state.step - 1),
+                        "samples_per_s": window_steps
+                        * self.global_batch_size
+                        / (now - window_start),
+                    }
+                    logger.log(record)
+                    bar.set_postfix(loss=f"{record['loss']:.4g}", lr=f"{record['lr']:.3g}")
+                    window_loss, window_steps, window_start = 0.0, 0, now
+                if batch_index + 1 == self.steps_per_epoch:
+                    break
+                every = config.checkpoint_every_steps
+                if every and self.state.step % every == 0:
+                    self._save(epoch_end=False)
+                if config.max_steps is not None and self.state.step >= config.max_steps:
+                    return False
+        finally:
+            bar.close()
+        self._end_epoch(epoch, logger, time.perf_counter() - started)
+        return True

@@ -1,0 +1,419 @@
+"""``partnd.finetune`` and ``partnd.evaluate``: supervised classification on top of an encoder.
+
+Fine-tuning follows the paper (Sec. 3, "Finetuning"): the relative head is dropped, a fresh
+learnable position embedding is added, inputs are tiled on the regular grid, and a linear layer
+classifies the [CLS] token, trained with cross-entropy by the same engine as pretraining. Passing
+``encoder=None`` (or an encoder preset name) trains from scratch: the supervised baseline.
+
+Example:
+    >>> config = partnd.FinetuneConfig.preset("eeg_sleep")
+    >>> result = partnd.finetune(pretrained.encoder, train_set, num_classes=5,
+    ...                          val_dataset=val_set, out_dir="runs/ft", config=config)
+    >>> report = partnd.evaluate(result.model, test_set, class_names=["W", "N1", "N2", "N3", "R"])
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from partnd._validation import InputError, check
+from partnd.data import LabelledDataset, SignalSpec, as_labelled_dataset
+from partnd.engine.checkpoint import atomic_save, atomic_write_json, load_checkpoint
+from partnd.engine.config import FinetuneConfig
+from partnd.engine.distributed import resolve_device
+from partnd.engine.session import open_session
+from partnd.engine.trainer import Trainer
+from partnd.metrics import ClassificationReport, classification_metrics
+from partnd.models import PatchClassifier, ViTEncoder, create_encoder, list_encoders
+from partnd.pretrain import load_encoder
+
+__all__ = [
+    "ClassificationTask",
+    "FinetuneResult",
+    "balanced_class_weights",
+    "evaluate",
+    "finetune",
+    "save_confusion_matrix",
+]
+
+SELECT_METRIC = "cohen_kappa"
+
+
+@dataclass
+class FinetuneResult:
+    """Outcome of :func:`finetune`.
+
+    Attributes:
+        model: The classifier on the CPU in eval mode: the best validation epoch's weights when a
+            validation set was given, else the final (EMA, when on) weights.
+        history: Logged records (``phase`` "train", "epoch" and, with validation, "val").
+        best_metrics: The selected epoch's validation report (``epoch``, ``accuracy``,
+            ``cohen_kappa``, ``macro_f1``, ``per_class_f1``, ``confusion_matrix``, ``n``); without
+            validation, ``epoch`` and the final training ``loss``.
+        run_dir: The run directory (``metrics.json`` and ``confusion_matrix.png`` are in it).
+        config: The resolved configuration.
+    """
+
+    model: PatchClassifier
+    history: list[dict[str, Any]]
+    best_metrics: dict[str, Any]
+    run_dir: Path
+    config: FinetuneConfig
+
+
+class ClassificationTask:
+    """Cross-entropy on the classifier's logits (optional class weights and label smoothing).
+
+    Args:
+        num_classes: Number of classes K (labels must lie in ``[0, K)``).
+        class_weights: ``[K]`` weights or ``None``.
+        label_smoothing: Label smoothing in ``[0, 1)``.
+    """
+
+    def __init__(
+        self, num_classes: int, class_weights: torch.Tensor | None, label_smoothing: float
+    ) -> None:
+        self.num_classes = num_classes
+        self.class_weights = class_weights
+        self.label_smoothing = label_smoothing
+
+    def compute_loss(
+        self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], generator: torch.Generator
+    ) -> torch.Tensor:
+        """Args: batch: (x [B, C, *spatial], labels [B]). Returns: mean cross-entropy."""
+        x, labels = batch
+        top = int(labels.max())
+        check(
+            top < self.num_classes,
+            "labels",
+            f"class labels in [0, num_classes={self.num_classes})",
+            f"label {top}",
+        )
+        logits = model(x)
+        weight = None
+        if self.class_weights is not None:
+            weight = self.class_weights.to(logits.device)
+        return F.cross_entropy(
+            logits.float(), labels, weight=weight, label_smoothing=self.label_smoothing
+        )
+
+
+def balanced_class_weights(dataset: LabelledDataset, num_classes: int) -> torch.Tensor:
+    """``n / (K * n_c)`` per class (scikit-learn's "balanced"); absent classes get weight 0.
+
+    Reads ``dataset.labels`` when the source dataset exposes it, else every item.
+    """
+    counts = np.bincount([dataset.label(i) for i in range(len(dataset))], minlength=num_classes)
+    check(
+        len(counts) == num_classes,
+        "train_dataset",
+        f"labels in [0, num_classes={num_classes})",
+        f"label {len(counts) - 1}",
+    )
+    weights = np.divide(
+        counts.sum(), num_classes * counts, out=np.zeros(num_classes), where=counts > 0
+    )
+    return torch.tensor(weights, dtype=torch.float32)
+
+
+def _prepare_encoder(
+    encoder: ViTEncoder | str | Path | None, config: FinetuneConfig, spec: SignalSpec
+) -> ViTEncoder:
+    if encoder is None or (isinstance(encoder, str) and encoder in list_encoders()):
+        return create_encoder(
+            encoder or config.encoder,
+            in_chans=spec.in_chans,
+            patch_size=config.patch_size,
+            ndim=spec.ndim,
+            **config.encoder_overrides,
+        )
+    if isinstance(encoder, str | Path):
+        check(
+            Path(encoder).exists(),
+            "encoder",
+            f"a ViTEncoder, None, an encoder preset {list_encoders()} or a pretrain run "
+            "directory / encoder.pt",
+            repr(encoder),
+        )
+        encoder = load_encoder(encoder)
+    check(isinstance(encoder, ViTEncoder), "encoder", "a ViTEncoder", type(encoder).__name__)
+    check(
+        encoder.in_chans == spec.in_chans and encoder.ndim == spec.ndim,
+        "train_dataset",
+        f"items [{encoder.in_chans}, *spatial] with {encoder.ndim} spatial dimension(s) "
+        "(the encoder's input)",
+        f"items of shape {spec.item_shape}",
+    )
+    return copy.deepcopy(encoder)
+
+
+def _check_fits(encoder: ViTEncoder, spec: SignalSpec, argument: str) -> None:
+    check(
+        all(n >= p for n, p in zip(spec.spatial_shape, encoder.patch_size, strict=True)),
+        argument,
+        f"items whose spatial size is at least the patch size {encoder.patch_size}",
+        f"items of shape {spec.item_shape}",
+    )
+
+
+def evaluate(
+    model: nn.Module,
+    dataset: Dataset[Any] | np.ndarray | torch.Tensor,
+    *,
+    batch_size: int = 256,
+    class_names: Sequence[str] | None = None,
+    device: str = "auto",
+    labels: Sequence[int] | None = None,
+) -> ClassificationReport:
+    """Classify ``dataset`` with ``model`` and report accuracy, Cohen's kappa and F1.
+
+    The model runs in eval mode without gradient on ``device`` and is put back on its original
+    device and mode afterwards.
+
+    Args:
+        model: Maps ``x: [B, C, *spatial]`` to logits ``[B, K]`` (e.g. a :class:`PatchClassifier`).
+        dataset: Items ``(x, label)``, or an array ``[N, C, *spatial]`` together with ``labels``.
+        batch_size: Evaluation batch size.
+        class_names: K class names for the per-class F1.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:K"``.
+        labels: Labels ``[N]`` when ``dataset`` is an array.
+
+    Returns:
+        A :class:`~partnd.metrics.ClassificationReport`.
+    """
+    check(batch_size >= 1, "batch_size", "a positive int", repr(batch_size))
+    data, _ = as_labelled_dataset(dataset, labels)
+    target = resolve_device(device)
+    first = next(iter(model.parameters()), None)
+    original = first.device if first is not None else target
+    was_training = model.training
+    model.to(target).eval()
+    truths: list[torch.Tensor] = []
+    predictions: list[torch.Tensor] = []
+    num_classes = 0
+    loader = DataLoader(data, batch_size=batch_size, shuffle=False)
+    try:
+        with torch.no_grad():
+            for index, (x, y) in enumerate(loader):
+                if not bool(torch.isfinite(x).all()):
+                    raise InputError(
+                        f"dataset: expected only finite values, got NaN/Inf in batch {index} "
+                        f"(items {index * batch_size}..{index * batch_size + len(x) - 1})"
+                    )
+                logits = model(x.to(target))
+                num_classes = int(logits.shape[-1])
+                truths.append(y)
+                predictions.append(logits.argmax(dim=-1).cpu())
+    finally:
+        model.to(original).train(was_training)
+    return classification_metrics(
+        torch.cat(truths), torch.cat(predictions), num_classes, class_names
+    )
+
+
+def save_confusion_matrix(
+    report: ClassificationReport, path: str | Path, class_names: Sequence[str] | None = None
+) -> None:
+    """Plot the row-normalised confusion matrix with counts to a PNG file (atomically)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    counts = report.confusion_matrix
+    names = list(class_names) if class_names is not None else list(report.per_class_f1)
+    rows = counts.sum(axis=1, keepdims=True)
+    normalised = np.divide(counts, rows, out=np.zeros(counts.shape), where=rows > 0)
+    size = 1.2 + 0.6 * len(names)
+    figure, axes = plt.subplots(figsize=(size + 1.5, size))
+    image = axes.imshow(normalised, cmap="Blues", vmin=0.0, vmax=1.0)
+    for (row, column), count in np.ndenumerate(counts):
+        colour = "white" if normalised[row, column] > 0.5 else "black"
+        axes.text(column, row, str(count), ha="center", va="center", color=colour, fontsize=8)
+    axes.set_xticks(range(len(names)), names, rotation=45, ha="right")
+    axes.set_yticks(range(len(names)), names)
+    axes.set_xlabel("predicted")
+    axes.set_ylabel("true")
+    axes.set_title(f"kappa {report.cohen_kappa:.3f}, accuracy {report.accuracy:.3f}")
+    figure.colorbar(image, ax=axes, label="fraction of true class")
+    figure.tight_layout()
+    atomic_save(figure, path, save=lambda fig, handle: fig.savefig(handle, format="png", dpi=120))
+    plt.close(figure)
+
+
+def _validator(
+    val_set: LabelledDataset,
+    config: FinetuneConfig,
+    class_names: Sequence[str] | None,
+    device: str,
+) -> Callable[[nn.Module, int], dict[str, float]]:
+    """Per-epoch validation returning accuracy, Cohen's kappa and macro-F1."""
+
+    def validate(model: nn.Module, epoch: int) -> dict[str, float]:
+        report = evaluate(
+            model,
+            val_set,
+            batch_size=config.eval_batch_size,
+            class_names=class_names,
+            device=device,
+        )
+        return {
+            "accuracy": report.accuracy,
+            "cohen_kappa": report.cohen_kappa,
+            "macro_f1": report.macro_f1,
+        }
+
+    return validate
+
+
+def finetune(
+    encoder: ViTEncoder | str | Path | None,
+    train_dataset: Dataset[Any] | np.ndarray | torch.Tensor,
+    *,
+    num_classes: int,
+    val_dataset: Dataset[Any] | np.ndarray | torch.Tensor | None = None,
+    out_dir: str | Path,
+    config: FinetuneConfig | None = None,
+    class_names: Sequence[str] | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    train_labels: Sequence[int] | None = None,
+    val_labels: Sequence[int] | None = None,
+    **overrides: Any,
+) -> FinetuneResult:
+    """Fine-tune ``encoder`` (or train from scratch) as an on-grid [CLS] classifier.
+
+    Args:
+        encoder: A pretrained :class:`ViTEncoder` (copied, not modified), a pretrain run
+            directory or ``encoder.pt``; ``None`` or an encoder preset name trains from scratch.
+        train_dataset: Items ``(x [C, *spatial], label)``, or an array with ``train_labels``.
+        num_classes: Number of classes K.
+        val_dataset: Optional validation set (same forms, ``val_labels`` for an array); the epoch
+            with the best Cohen's kappa on it is selected.
+        out_dir: Run directory (new or empty unless ``overwrite``/``resume``).
+        config: Configuration (default :class:`FinetuneConfig`; on resume, the stored one).
+        class_names: K names for reports and the confusion-matrix figure.
+        resume: Continue the interrupted run in ``out_dir``.
+        overwrite: Clear ``out_dir`` first.
+        train_labels: Labels when ``train_dataset`` is an array.
+        val_labels: Labels when ``val_dataset`` is an array.
+        **overrides: :class:`FinetuneConfig` field values.
+
+    Returns:
+        A :class:`FinetuneResult`; ``metrics.json`` and (with validation) ``confusion_matrix.png``
+        are written to the run directory.
+    """
+    check(
+        isinstance(num_classes, int) and num_classes >= 2,
+        "num_classes",
+        "an int >= 2",
+        repr(num_classes),
+    )
+    if class_names is not None:
+        check(
+            len(class_names) == num_classes,
+            "class_names",
+            f"{num_classes} names",
+            repr(class_names),
+        )
+    session = open_session(
+        FinetuneConfig, config, overrides, out_dir=out_dir, resume=resume, overwrite=overwrite
+    )
+    try:
+        config = session.config
+        train_set, spec = as_labelled_dataset(train_dataset, train_labels, "train_dataset")
+        val_set = None
+        if val_dataset is not None:
+            val_set, val_spec = as_labelled_dataset(val_dataset, val_labels, "val_dataset")
+            check(
+                val_spec == spec,
+                "val_dataset",
+                f"items of shape {spec.item_shape} like train_dataset",
+                f"items of shape {val_spec.item_shape}",
+            )
+        torch.manual_seed(config.seed)
+        backbone = _prepare_encoder(encoder, config, spec)
+        _check_fits(backbone, spec, "train_dataset")
+        model = PatchClassifier(
+            backbone,
+            num_classes,
+            spatial_shape=spec.spatial_shape,
+            pos_embed=config.pos_embed,
+            pos_mask_ratio=config.pos_mask_ratio,
+            copy_encoder=False,
+        )
+        weights = None
+        if config.class_weights == "balanced":
+            weights = balanced_class_weights(train_set, num_classes)
+        task = ClassificationTask(num_classes, weights, config.label_smoothing)
+        device = str(session.context.device)
+        validate = None if val_set is None else _validator(val_set, config, class_names, device)
+        trainer = Trainer(
+            model,
+            task,
+            train_set,
+            config,
+            context=session.context,
+            run_dir=session.run_dir,
+            layer_decay=config.layer_decay,
+            evaluate=validate,
+            select_metric=SELECT_METRIC if val_set is not None else None,
+            checkpoint_extra={"num_classes": num_classes},
+        )
+        session.start(
+            {
+                **trainer.resolved,
+                "num_classes": num_classes,
+                "class_names": list(class_names) if class_names is not None else None,
+                "data": {"in_chans": spec.in_chans, "spatial_shape": list(spec.spatial_shape)},
+                "num_train_items": len(train_set),
+                "num_val_items": len(val_set) if val_set is not None else 0,
+            }
+        )
+        history = trainer.fit(resume_from=session.resume_from)
+        final = cast(PatchClassifier, copy.deepcopy(trainer.eval_model))
+        best_metrics: dict[str, Any]
+        if val_set is not None:
+            best_epoch = trainer.state.best_epoch
+            if best_epoch is not None and trainer.checkpoints is not None:
+                final.load_state_dict(load_checkpoint(trainer.checkpoints.best_path)["model"])
+            report = evaluate(
+                final,
+                val_set,
+                batch_size=config.eval_batch_size,
+                class_names=class_names,
+                device=device,
+            )
+            best_metrics = {"epoch": best_epoch, **report.to_dict()}
+            if session.context.is_main:
+                save_confusion_matrix(
+                    report, session.run_dir.root / "confusion_matrix.png", class_names
+                )
+        else:
+            epochs = [record for record in history if record.get("phase") == "epoch"]
+            best_metrics = {
+                "epoch": epochs[-1]["epoch"] if epochs else None,
+                "loss": epochs[-1]["loss"] if epochs else None,
+            }
+        if session.context.is_main:
+            atomic_write_json(best_metrics, session.run_dir.root / "metrics.json")
+        session.context.barrier()
+    finally:
+        session.context.close()
+    return FinetuneResult(
+        model=final.cpu().eval(),
+        history=history,
+        best_metrics=best_metrics,
+        run_dir=session.run_dir.root,
+        config=config,
+    )

@@ -1,0 +1,303 @@
+"""``partnd.pretrain``: PART self-supervised pretraining of a ViT encoder on any N-D signal dataset.
+
+Example:
+    >>> import numpy as np, partnd
+    >>> windows = np.load("eeg_windows.npy", mmap_mode="r")  # [N, 6, 3000]
+    >>> result = partnd.pretrain(windows, out_dir="runs/part", config=partnd.PretrainConfig.preset(
+    ...     "eeg_sleep"), epochs=100)
+    >>> encoder = result.encoder  # the EMA weights when ema_decay is set
+
+The run directory holds ``config.json``, ``meta.json``, ``metrics.jsonl``/``metrics.csv``, ``tb/``,
+``checkpoints/`` and ``encoder.pt`` (reload with :func:`load_encoder`).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from partnd._validation import InputError, check
+from partnd.data import SignalSpec, as_signal_dataset
+from partnd.engine.checkpoint import atomic_save, load_checkpoint
+from partnd.engine.config import PretrainConfig
+from partnd.engine.session import open_session
+from partnd.engine.trainer import Trainer
+from partnd.models import ViTEncoder, build_head, create_encoder
+from partnd.models.part import PARTModel
+from partnd.sampling import OffGridSampler
+
+__all__ = [
+    "PARTTask",
+    "PretrainResult",
+    "build_part_model",
+    "load_encoder",
+    "pretrain",
+    "save_encoder",
+]
+
+ENCODER_FILE = "encoder.pt"
+
+
+@dataclass
+class PretrainResult:
+    """Outcome of :func:`pretrain`.
+
+    Attributes:
+        encoder: The pretrained encoder on the CPU in eval mode (EMA weights when EMA is on).
+        model: The whole :class:`PARTModel` (encoder, head, sampler) the encoder belongs to.
+        history: Logged records (``phase`` "train" per ``log_every_steps``, "epoch" per epoch),
+            each with ``loss`` and ``lr``.
+        run_dir: The run directory.
+        config: The resolved configuration.
+    """
+
+    encoder: ViTEncoder
+    model: PARTModel
+    history: list[dict[str, Any]]
+    run_dir: Path
+    config: PretrainConfig
+
+
+class PARTTask:
+    """Training objective of PART: the model's own pairwise relative-translation MSE."""
+
+    def compute_loss(
+        self, model: nn.Module, batch: torch.Tensor, generator: torch.Generator
+    ) -> torch.Tensor:
+        """Args: model: (DDP-wrapped) :class:`PARTModel`; batch: [B, C, *spatial]. Returns: loss."""
+        return model(batch, generator=generator).loss
+
+
+def _check_spec(config: PretrainConfig, spec: SignalSpec) -> tuple[int, ...]:
+    patch = config.patch_size
+    sizes = (patch,) * spec.ndim if isinstance(patch, int) else patch
+    check(
+        len(sizes) == spec.ndim,
+        "PretrainConfig.patch_size",
+        f"an int or {spec.ndim} ints (the data has {spec.ndim} spatial dimension(s))",
+        repr(patch),
+    )
+    check(
+        all(length >= size for length, size in zip(spec.spatial_shape, sizes, strict=True)),
+        "dataset",
+        f"items whose spatial size is at least the patch size {sizes} in every dimension",
+        f"items of shape {spec.item_shape}",
+    )
+    return tuple(sizes)
+
+
+def build_part_model(config: PretrainConfig, spec: SignalSpec) -> PARTModel:
+    """Build encoder, head, off-grid sampler and :class:`PARTModel` for data of shape ``spec``.
+
+    With ``config.pos_embed`` the encoder gets a slot position embedding over the on-grid slots
+    ``prod(L // P)``; each off-grid patch uses the slot containing its centre, and
+    ``pos_mask_ratio`` of them per example get the mask embedding instead.
+
+    Args:
+        config: Pretraining configuration.
+        spec: Item shape of the dataset (channels and spatial extent).
+    """
+    patch_size = _check_spec(config, spec)
+    encoder = create_encoder(
+        config.encoder,
+        in_chans=spec.in_chans,
+        patch_size=patch_size,
+        ndim=spec.ndim,
+        **config.encoder_overrides,
+    )
+    sampler = OffGridSampler(
+        spec.ndim,
+        patch_size,
+        config.num_patches,
+        scale_range=config.scale_range,
+        antialias=config.antialias,
+    )
+    num_patches = sampler.num_patches_for(spec.spatial_shape)
+    if config.pos_embed:
+        num_slots = int(
+            np.prod([n // p for n, p in zip(spec.spatial_shape, patch_size, strict=True)])
+        )
+        encoder.add_position_embedding(num_slots, config.pos_mask_ratio)
+    head = build_head(
+        config.head,
+        embed_dim=encoder.embed_dim,
+        out_dim=spec.ndim * (2 if config.scale_targets else 1),
+        num_patches=num_patches,
+    )
+    return PARTModel(
+        encoder,
+        head,
+        sampler,
+        num_pairs=config.num_pairs,
+        scale_targets=config.scale_targets,
+        shared_pairs=config.shared_pairs,
+        use_positions=config.pos_embed,
+    )
+
+
+def save_encoder(
+    encoder: ViTEncoder, path: str | Path, *, name: str, overrides: dict[str, Any]
+) -> None:
+    """Save an encoder with what is needed to rebuild it (:func:`load_encoder`), atomically.
+
+    Args:
+        encoder: The encoder.
+        path: Destination file (``encoder.pt`` in a run directory).
+        name: Encoder preset name it was created from.
+        overrides: The preset overrides it was created with.
+    """
+    payload = {
+        "format": "partnd-encoder-v1",
+        "name": name,
+        "kwargs": {
+            "in_chans": encoder.in_chans,
+            "patch_size": list(encoder.patch_size),
+            "ndim": encoder.ndim,
+            **overrides,
+        },
+        "num_positions": encoder.num_positions,
+        "pos_mask_ratio": encoder.pos_mask_ratio,
+        "state_dict": encoder.state_dict(),
+    }
+    atomic_save(payload, path)
+
+
+def load_encoder(path: str | Path) -> ViTEncoder:
+    """Rebuild an encoder saved by :func:`pretrain` (``encoder.pt`` or the run directory).
+
+    Args:
+        path: A run directory or an ``encoder.pt`` file.
+
+    Returns:
+        The encoder on the CPU in eval mode.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / ENCODER_FILE
+    payload = load_checkpoint(path)
+    check(
+        payload.get("format") == "partnd-encoder-v1",
+        "path",
+        f"an {ENCODER_FILE} written by partnd.pretrain (or its run directory)",
+        str(path),
+    )
+    encoder = create_encoder(payload["name"], **payload["kwargs"])
+    if payload["num_positions"] is not None:
+        encoder.add_position_embedding(payload["num_positions"], payload["pos_mask_ratio"])
+    encoder.load_state_dict(payload["state_dict"])
+    return encoder.eval()
+
+
+def _encoder_weights(source: str | Path) -> dict[str, torch.Tensor]:
+    """Encoder state dict from an ``encoder.pt``, a run directory, a checkpoint or a state dict."""
+    path = Path(source)
+    if path.is_dir():
+        path = path / ENCODER_FILE
+    payload = load_checkpoint(path)
+    if payload.get("format") == "partnd-encoder-v1":
+        return dict(payload["state_dict"])
+    if payload.get("format") == "partnd-train-v1":
+        model_state = payload["ema"] if payload.get("ema") is not None else payload["model"]
+        prefix = "encoder."
+        return {k[len(prefix) :]: v for k, v in model_state.items() if k.startswith(prefix)}
+    if all(isinstance(value, torch.Tensor) for value in payload.values()):
+        return dict(payload)
+    raise InputError(
+        f"init_weights: expected an encoder.pt, a run directory, a partnd checkpoint or an encoder "
+        f"state dict, got {source}"
+    )
+
+
+def _load_initial_weights(encoder: ViTEncoder, source: str | Path) -> None:
+    state = _encoder_weights(source)
+    try:
+        encoder.load_state_dict(state)
+    except RuntimeError as error:
+        raise InputError(
+            f"init_weights: expected encoder weights matching the configured encoder, got "
+            f"{source} ({error})"
+        ) from None
+
+
+def pretrain(
+    dataset: Dataset[Any] | np.ndarray | torch.Tensor,
+    *,
+    out_dir: str | Path,
+    config: PretrainConfig | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    init_weights: str | Path | None = None,
+    **overrides: Any,
+) -> PretrainResult:
+    """Pretrain a ViT encoder with PART on ``dataset``.
+
+    Works unchanged under ``torchrun`` (DDP; see ``docs/distributed.md``).
+
+    Args:
+        dataset: A torch Dataset whose items are a tensor ``[C, *spatial]`` or a tuple whose first
+            element is one (labels are ignored), or an array/tensor ``[N, C, *spatial]`` (numpy
+            memory maps work). ``ndim = len(spatial)`` and ``in_chans = C`` are inferred.
+        out_dir: Run directory; must be new or empty unless ``overwrite`` or ``resume``.
+        config: Configuration (default :class:`PretrainConfig`; on resume, the stored one).
+        resume: Continue the interrupted run in ``out_dir`` from ``checkpoints/last.pt``; the
+            result is identical to an uninterrupted run (same hardware and world size).
+        overwrite: Clear ``out_dir`` first.
+        init_weights: Start the encoder from these weights: an ``encoder.pt``, a run directory, a
+            training checkpoint or an encoder state dict.
+        **overrides: :class:`PretrainConfig` field values (e.g. ``epochs=10``).
+
+    Returns:
+        A :class:`PretrainResult`.
+
+    Raises:
+        InputError: For an empty or ragged dataset, wrong rank, items smaller than the patch,
+            unknown config fields, a refused run directory or NaN/Inf in a batch.
+        NonFiniteLossError: If the loss becomes NaN/Inf.
+    """
+    session = open_session(
+        PretrainConfig, config, overrides, out_dir=out_dir, resume=resume, overwrite=overwrite
+    )
+    try:
+        config = session.config
+        train_set, spec = as_signal_dataset(dataset)
+        torch.manual_seed(config.seed)
+        model = build_part_model(config, spec)
+        if init_weights is not None:
+            _load_initial_weights(model.encoder, init_weights)
+        data_shape = {"in_chans": spec.in_chans, "spatial_shape": list(spec.spatial_shape)}
+        trainer = Trainer(
+            model,
+            PARTTask(),
+            train_set,
+            config,
+            context=session.context,
+            run_dir=session.run_dir,
+            checkpoint_extra={"data": data_shape},
+        )
+        session.start({**trainer.resolved, "data": data_shape, "num_items": len(train_set)})
+        history = trainer.fit(resume_from=session.resume_from)
+        final_model = cast(PARTModel, copy.deepcopy(trainer.eval_model)).cpu().eval()
+        if session.context.is_main:
+            save_encoder(
+                final_model.encoder,
+                session.run_dir.root / ENCODER_FILE,
+                name=config.encoder,
+                overrides=config.encoder_overrides,
+            )
+        session.context.barrier()
+    finally:
+        session.context.close()
+    return PretrainResult(
+        encoder=final_model.encoder,
+        model=final_model,
+        history=history,
+        run_dir=session.run_dir.root,
+        config=config,
+    )

@@ -1,0 +1,156 @@
+"""Tests of the ``partnd`` command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from partnd import cli
+from partnd.engine.config import PretrainConfig
+
+
+@pytest.fixture
+def signals(tmp_path: Path) -> Path:
+    path = tmp_path / "x.npy"
+    np.save(path, np.random.default_rng(0).standard_normal((16, 2, 80)).astype(np.float32))
+    return path
+
+
+def test_pretrain_end_to_end(tmp_path: Path, signals: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "run"
+    status = cli.main(
+        [
+            "pretrain",
+            "--data", str(signals),
+            "--out", str(out),
+            "--preset", "test",
+            "--set", "epochs=1",
+            "--set", "scale_range=[0.5, 1.5]",
+            "--patch-size", "20",
+            "--num-pairs", "8",
+            "--no-progress",
+        ]
+    )  # fmt: skip
+    assert status == 0
+    assert "encoder saved" in capsys.readouterr().out
+    config = PretrainConfig.from_json(out / "config.json")
+    assert (config.epochs, config.patch_size, config.num_pairs) == (1, 20, 8)
+    assert config.scale_range == (0.5, 1.5) and config.progress is False
+    assert config.encoder == "vit_test"  # from the preset
+    assert (out / "encoder.pt").is_file()
+
+
+def test_config_file_then_options(tmp_path: Path, signals: Path) -> None:
+    config_path = tmp_path / "config.json"
+    config_path.write_text(json.dumps({"num_pairs": 5, "epochs": 3}))
+    out = tmp_path / "run"
+    argv = ["pretrain", "--data", str(signals), "--out", str(out), "--preset", "test"]
+    argv += ["--config", str(config_path), "--epochs", "1", "--patch-size", "20"]
+    assert cli.main(argv) == 0
+    config = PretrainConfig.from_json(out / "config.json")
+    assert (config.num_pairs, config.epochs, config.encoder) == (5, 1, "vit_test")
+
+
+def test_finetune_end_to_end(tmp_path: Path, signals: Path) -> None:
+    labels = tmp_path / "y.npy"
+    np.save(labels, np.arange(16) % 2)
+    out = tmp_path / "ft"
+    argv = ["finetune", "--data", str(signals), "--labels", str(labels), "--num-classes", "2"]
+    argv += ["--val-data", str(signals), "--val-labels", str(labels), "--class-names", "a,b"]
+    argv += ["--out", str(out), "--preset", "test", "--patch-size", "20", "--epochs", "1"]
+    assert cli.main(argv) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert set(metrics["per_class_f1"]) == {"a", "b"}
+
+
+def test_help_lists_every_config_field(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["pretrain", "--help"])
+    assert exited.value.code == 0
+    text = capsys.readouterr().out
+    for name in PretrainConfig.field_names():
+        assert "--" + name.replace("_", "-") in text, name
+    assert "--no-progress" in text and "eeg_sleep" in text
+
+
+def test_bad_input_exits_with_status_2(
+    tmp_path: Path, signals: Path, capsys: pytest.CaptureFixture
+) -> None:
+    argv = ["pretrain", "--data", str(signals), "--out", str(tmp_path / "r"), "--set", "nope=1"]
+    assert cli.main(argv) == 2
+    assert "unknown name(s) 'nope'" in capsys.readouterr().err
+    argv = ["pretrain", "--data", str(tmp_path / "x.csv"), "--out", str(tmp_path / "r")]
+    assert cli.main(argv) == 2
+    assert "expected a .npy file or a .zarr store" in capsys.readouterr().err
+    assert cli.main(["frobnicate"]) == 2
+
+
+def test_subcommand_registry_is_lazy(capsys: pytest.CaptureFixture) -> None:
+    calls: list[list[str]] = []
+    cli.register_subcommand("echo-test", lambda argv: calls.append(argv) or 0, "test only")
+    cli.register_subcommand("missing-test", "partnd_no_such_module:main", "not installed")
+    try:
+        assert cli.main(["echo-test", "--flag", "1"]) == 0
+        assert calls == [["--flag", "1"]]
+        assert cli.main(["missing-test"]) == 1
+        assert "needs the module 'partnd_no_such_module'" in capsys.readouterr().err
+        assert cli.main([]) == 2
+        usage = capsys.readouterr().out
+        assert "echo-test" in usage and "preprocess" in usage and "demo" in usage
+    finally:
+        del cli.SUBCOMMANDS["echo-test"], cli.SUBCOMMANDS["missing-test"]
+    assert cli.SUBCOMMANDS["preprocess"].target == "preprocessing.physionet2018:main"
+    assert cli.SUBCOMMANDS["demo"].target == "recipes.sleep_staging:main"
+
+
+@pytest.mark.slow
+def test_console_entry_point_runs(tmp_path: Path, signals: Path) -> None:
+    argv = ["pretrain", "--data", str(signals), "--out", str(tmp_path / "r"), "--preset", "test"]
+    argv += ["--set", "epochs=1", "--patch-size", "20"]
+    done = subprocess.run(
+        [sys.executable, "-m", "partnd.cli", *argv], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "r" / "encoder.pt").is_file()
+
+
+def write_sleep_store(path: Path) -> None:
+    """A tiny sleep store: 2 channels at 10 Hz (300 samples per 30 s window), chunks of 8."""
+    from partnd.datasets.store import create_store, write_record
+
+    create_store(path, sfreq=10.0, channels=["C3", "C4"], window_seconds=30.0, metadata={})
+    rng = np.random.default_rng(0)
+    for record, subject in (("tr01", "s1"), ("tr02", "s2")):
+        signal = rng.standard_normal((20, 2, 300)).astype(np.float32)
+        stage = rng.integers(0, 5, 20).astype(np.int8)
+        write_record(
+            path,
+            record,
+            signal,
+            stage,
+            np.arange(20) * 30.0,
+            attrs={"subject_id": subject, "split": "training"},
+            chunk_windows=8,
+        )
+
+
+def test_zarr_sleep_store_end_to_end(tmp_path: Path) -> None:
+    store = tmp_path / "sleep.zarr"
+    write_sleep_store(store)
+    common = ["--preset", "test", "--patch-size", "30", "--epochs", "1", "--batch-size", "8"]
+    pre = ["pretrain", "--data", str(store), "--out", str(tmp_path / "pre"), *common]
+    assert cli.main(pre) == 0
+    meta = json.loads((tmp_path / "pre" / "meta.json").read_text())
+    assert meta["resolved"]["data"] == {"in_chans": 2, "spatial_shape": [300]}
+    assert meta["resolved"]["steps_per_epoch"] == 5  # 40 windows / batch 8
+    ft = ["finetune", "--data", str(store), "--subjects", "s1", "--val-data", str(store)]
+    ft += ["--val-subjects", "s2", "--num-classes", "5", "--pretrained", str(tmp_path / "pre")]
+    ft += ["--out", str(tmp_path / "ft"), *common]
+    assert cli.main(ft) == 0
+    metrics = json.loads((tmp_path / "ft" / "metrics.json").read_text())
+    assert metrics["n"] == 20  # subject s2's windows
