@@ -5,7 +5,7 @@ this times, in fp32 and in bf16 autocast:
 
 * **bare**: encoder forward on 40 ready-cut patches ``[B, 40, 6, 100]``, a mean-square loss over its
   tokens, backward, AdamW step — the cost of the backbone alone;
-* **PART**: the whole step of :func:`partnd.pretrain` — off-grid sampling from ``[B, 6, 3000]``,
+* **PART**: the whole step of :func:`partnd.pretraining` — off-grid sampling from ``[B, 6, 3000]``,
   encoder, cross-attention head over ``num_pairs`` pairs, MSE, backward, AdamW step;
 * **sampling**: the off-grid sampler alone (no gradient), reported as a fraction of the PART step.
 
@@ -33,7 +33,7 @@ from partnd.engine.config import PretrainConfig
 from partnd.engine.distributed import resolve_device
 from partnd.engine.optim import build_optimizer
 from partnd.models import create_encoder
-from partnd.pretrain import build_part_model
+from partnd.pretraining import build_part_model
 
 CHANNELS, LENGTH, PATCH, NUM_PATCHES = 6, 3000, 100, 40
 

@@ -1,5 +1,107 @@
-"""partnd: PART (PAirwise Relative Translations) self-supervised pretraining for N-D signals."""
+"""partnd: PART (PAirwise Relative Translations) self-supervised pretraining for N-D signals.
+
+The public API lives here; names are imported on first use so that light modules (the sleep store,
+preprocessing workers) do not pay for torch.
+
+- Sampling and targets: :class:`OffGridSampler`, :class:`GridSampler`, :class:`PatchBatch`,
+  :func:`crop_and_resize`, :func:`relative_targets`, :func:`sample_pairs`, :func:`all_pairs`.
+- Models: :class:`ViTEncoder`, :func:`create_encoder`, :func:`list_encoders`, :func:`build_head`,
+  :class:`PARTModel`, :class:`PatchClassifier`.
+- Training: :func:`pretrain`, :func:`finetune`, :func:`evaluate`, :class:`PretrainConfig`,
+  :class:`FinetuneConfig`, :func:`load_encoder`.
+- Metrics: :func:`classification_metrics`, :class:`ClassificationReport`.
+- Data: :mod:`partnd.datasets` (sample cohort, sleep store, window datasets, splits).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from partnd._validation import InputError
+    from partnd.engine.config import FinetuneConfig, PretrainConfig
+    from partnd.engine.trainer import NonFiniteLossError
+    from partnd.finetuning import FinetuneResult, evaluate, finetune
+    from partnd.metrics import ClassificationReport, classification_metrics
+    from partnd.models import (
+        PARTModel,
+        PatchClassifier,
+        ViTEncoder,
+        build_head,
+        create_encoder,
+        list_encoders,
+    )
+    from partnd.pretraining import PretrainResult, load_encoder, pretrain
+    from partnd.sampling import GridSampler, OffGridSampler, PatchBatch, crop_and_resize
+    from partnd.targets import all_pairs, relative_targets, sample_pairs
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+_EXPORTS: dict[str, str] = {
+    "InputError": "partnd._validation",
+    "OffGridSampler": "partnd.sampling",
+    "GridSampler": "partnd.sampling",
+    "PatchBatch": "partnd.sampling",
+    "crop_and_resize": "partnd.sampling",
+    "relative_targets": "partnd.targets",
+    "sample_pairs": "partnd.targets",
+    "all_pairs": "partnd.targets",
+    "ViTEncoder": "partnd.models",
+    "create_encoder": "partnd.models",
+    "list_encoders": "partnd.models",
+    "build_head": "partnd.models",
+    "PARTModel": "partnd.models",
+    "PatchClassifier": "partnd.models",
+    "PretrainConfig": "partnd.engine.config",
+    "FinetuneConfig": "partnd.engine.config",
+    "NonFiniteLossError": "partnd.engine.trainer",
+    "pretrain": "partnd.pretraining",
+    "PretrainResult": "partnd.pretraining",
+    "load_encoder": "partnd.pretraining",
+    "finetune": "partnd.finetuning",
+    "FinetuneResult": "partnd.finetuning",
+    "evaluate": "partnd.finetuning",
+    "classification_metrics": "partnd.metrics",
+    "ClassificationReport": "partnd.metrics",
+}
+
+__all__ = [
+    "ClassificationReport",
+    "FinetuneConfig",
+    "FinetuneResult",
+    "GridSampler",
+    "InputError",
+    "NonFiniteLossError",
+    "OffGridSampler",
+    "PARTModel",
+    "PatchBatch",
+    "PatchClassifier",
+    "PretrainConfig",
+    "PretrainResult",
+    "ViTEncoder",
+    "__version__",
+    "all_pairs",
+    "build_head",
+    "classification_metrics",
+    "create_encoder",
+    "crop_and_resize",
+    "evaluate",
+    "finetune",
+    "list_encoders",
+    "load_encoder",
+    "pretrain",
+    "relative_targets",
+    "sample_pairs",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'partnd' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

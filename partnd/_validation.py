@@ -24,7 +24,7 @@ class InputError(ValueError):
 def describe(value: Any) -> str:
     """Return a short human description of ``value`` for error messages.
 
-    Tensors and arrays are described by shape and dtype rather than by their (possibly huge) contents.
+    Tensors and arrays are described by shape and dtype, not by their (possibly huge) contents.
     """
     shape = getattr(value, "shape", None)
     dtype = getattr(value, "dtype", None)

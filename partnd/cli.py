@@ -174,7 +174,7 @@ def _pretrain_main(argv: list[str]) -> int:
     _add_config_arguments(parser, PretrainConfig)
     args = parser.parse_args(argv)
     config, overrides = _config_from_args(args, PretrainConfig)
-    from partnd.pretrain import pretrain
+    from partnd.pretraining import pretrain
 
     result = pretrain(
         _load_signals(args.data, "--data"),
@@ -213,7 +213,7 @@ def _finetune_main(argv: list[str]) -> int:
     _add_config_arguments(parser, FinetuneConfig)
     args = parser.parse_args(argv)
     config, overrides = _config_from_args(args, FinetuneConfig)
-    from partnd.finetune import finetune
+    from partnd.finetuning import finetune
 
     train = _load_signals(
         args.data, "--data", subjects=_subjects(args.subjects), labelled_only=True

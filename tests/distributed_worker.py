@@ -1,4 +1,4 @@
-"""Worker for ``tests/test_distributed.py``: one rank of a torchrun ``partnd.pretrain`` run.
+"""Worker for ``tests/test_distributed.py``: one rank of a torchrun ``partnd.pretraining`` run.
 
 Usage::
 
@@ -20,7 +20,7 @@ import torch
 
 from partnd._validation import InputError
 from partnd.engine.config import PretrainConfig
-from partnd.pretrain import pretrain
+from partnd.pretraining import pretrain
 
 
 def main() -> None:

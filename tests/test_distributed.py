@@ -1,4 +1,4 @@
-"""A 2-process torchrun (gloo, CPU) ``partnd.pretrain`` run: ranks stay identical, rank 0 writes."""
+"""A 2-process torchrun (gloo, CPU) pretraining run: ranks stay identical, rank 0 writes."""
 
 from __future__ import annotations
 

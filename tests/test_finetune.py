@@ -1,4 +1,4 @@
-"""Tests of ``partnd.finetune`` and ``partnd.evaluate``."""
+"""Tests of ``partnd.finetuning`` and ``partnd.evaluate``."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from torch import nn
 from partnd._validation import InputError
 from partnd.data import as_labelled_dataset
 from partnd.engine.config import FinetuneConfig, PretrainConfig
-from partnd.finetune import balanced_class_weights, evaluate, finetune
+from partnd.finetuning import balanced_class_weights, evaluate, finetune
 from partnd.models import create_encoder
-from partnd.pretrain import pretrain
+from partnd.pretraining import pretrain
 
 FREQUENCIES = (2, 6, 15)  # cycles per window: the class is the frequency content
 

@@ -74,7 +74,7 @@ def test_layout_and_manifest(cohort: CohortInfo) -> None:
         f"{test_record.name}.mat",
     }
     manifest = json.loads(cohort.manifest.read_text())
-    assert manifest["parameters"] == {"generator_version": 1, **PARAMS}
+    assert manifest["parameters"] == {"generator_version": pc18_cohort.GENERATOR_VERSION, **PARAMS}
     assert set(manifest["records"]) == {p.name for p in cohort.records}
     truths = list(cohort.truth.values())
     assert len({t["subject_id"] for t in truths}) == len(truths)  # one subject per record
@@ -377,7 +377,7 @@ def test_default_sample_cohort_builds_quickly(tmp_path: Path) -> None:
 
 
 def test_saturation_never_writes_the_wfdb_invalid_marker() -> None:
-    # -32768 is WFDB format 16's "missing sample": a clipped channel must read as saturated, not NaN.
+    # -32768 is WFDB format 16's "missing sample": a clipped channel reads saturated, not NaN.
     physical = np.zeros((13, 4))
     physical[0] = [-1e6, 1e6, 0.0, 5.0]
     digital, n_clipped = physical_to_digital(physical)

@@ -1,4 +1,4 @@
-"""End-to-end tests of ``partnd.pretrain``: learning, run directory, resume, failures, bad input."""
+"""End-to-end tests of pretraining: learning, run directory, resume, failures, bad input."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from partnd._validation import InputError
 from partnd.engine.checkpoint import load_checkpoint
 from partnd.engine.config import PretrainConfig
 from partnd.engine.trainer import NonFiniteLossError
-from partnd.pretrain import load_encoder, pretrain
+from partnd.pretraining import load_encoder, pretrain
 from partnd.sampling import OffGridSampler
 from partnd.targets import relative_targets, sample_pairs
 

@@ -48,7 +48,26 @@ _EXPORTS: dict[str, str] = {
     "to_braindecode": "braindecode_interop",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "NORMALIZE_EPS",
+    "STAGE_NAMES",
+    "ChunkShuffleSampler",
+    "CohortInfo",
+    "InMemoryWindows",
+    "RecordInfo",
+    "SleepStore",
+    "SleepWindowDataset",
+    "SubjectSplit",
+    "create_store",
+    "ensure_sample_cohort",
+    "from_braindecode",
+    "instance_normalize",
+    "make_pc18_cohort",
+    "make_subject_split",
+    "records_from_store",
+    "to_braindecode",
+    "write_record",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -354,6 +354,8 @@ class PretrainConfig(TrainConfig):
             extension); ``None`` draws boxes of exactly P.
         antialias: Anti-alias when resizing crops to P.
         head: Relative-encoder head: ``"cross_attention"``, ``"pairwise_mlp"`` or ``"mlp"``.
+        head_overrides: Keyword arguments of the head (e.g. ``{"num_heads": 2}`` for the
+            cross-attention head, ``{"hidden_dim": 256}`` for the MLP heads).
         num_pairs: (reference, target) pairs predicted per example.
         shared_pairs: Draw one set of pairs per batch (as the authors) instead of per example.
         scale_targets: Also predict ``s_tgt / s_ref`` per dimension (needs ``scale_range``).
@@ -368,6 +370,7 @@ class PretrainConfig(TrainConfig):
     scale_range: tuple[float, float] | None = None
     antialias: bool = True
     head: str = "cross_attention"
+    head_overrides: dict[str, Any] = field(default_factory=dict)
     num_pairs: int = 1024
     shared_pairs: bool = True
     scale_targets: bool = False

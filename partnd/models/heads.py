@@ -126,6 +126,14 @@ class CrossAttentionHead(nn.Module):
     in-projection is folded into the pair projection and its output projection into the final
     linear layer (compositions of linear maps), so no parameter is redundant.
 
+    The computation never forms a ``[B, K, D]`` tensor for the K pairs. Because the query is a sum
+    of a reference and a target half, its attention logits are sums of per-patch logits,
+    ``q_k · key_n = (a_ref(k) · key_n) + (b_tgt(k) · key_n)``, so two ``[B, H, N, N]`` logit tables
+    are computed once and gathered per pair; and because the final linear layer follows the
+    attention directly, it is applied to the N values first (``[B, H, N, out_dim]``). The cost per
+    pair is ``O(H · N · out_dim)`` instead of ``O(D² + N · D)``, which keeps the head cheap at the
+    paper's thousands of pairs; the result equals the textbook computation (tested).
+
     Args:
         embed_dim: Token width D.
         out_dim: Target size (``ndim``, or ``2 * ndim`` with scale targets).
@@ -152,19 +160,38 @@ class CrossAttentionHead(nn.Module):
         self.out = nn.Linear(embed_dim, out_dim)
         self.apply(init_weights)
 
+    def _split_heads(self, per_patch: Tensor) -> Tensor:
+        """[B, N, D] -> [B, H, N, D / H]."""
+        batch, num_patches, dim = per_patch.shape
+        return per_patch.view(batch, num_patches, self.num_heads, dim // self.num_heads).transpose(
+            1, 2
+        )
+
+    @staticmethod
+    def _gather_rows(table: Tensor, index: Tensor) -> Tensor:
+        """Rows of a per-patch table for each pair: [B, H, N, M] -> [B, H, K, M]."""
+        if index.dim() == 1:
+            return table[:, :, index]
+        expanded = index[:, None, :, None].expand(-1, table.shape[1], -1, table.shape[-1])
+        return torch.gather(table, 2, expanded)
+
     def forward(self, tokens: Tensor, ref: Tensor, tgt: Tensor) -> Tensor:
         """Args: tokens: [B, N, D]; ref, tgt: [K] or [B, K]. Returns: [B, K, out_dim]."""
         check_pair_indices(tokens, ref, tgt, self.embed_dim)
-        batch, num_patches, dim = tokens.shape
-        head_dim = dim // self.num_heads
+        head_dim = self.embed_dim // self.num_heads
         x = self.norm(tokens)
-        query = self.query(x, ref, tgt)  # [B, K, D]
-        num_pairs = query.shape[1]
-        query = query.view(batch, num_pairs, self.num_heads, head_dim).transpose(1, 2)
-        key_value = self.key_value(x).view(batch, num_patches, 2, self.num_heads, head_dim)
-        key, value = key_value.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, H, N, D / H]
-        attended = nn.functional.scaled_dot_product_attention(query, key, value)
-        return self.out(attended.transpose(1, 2).reshape(batch, num_pairs, dim))
+        query_ref = self._split_heads(self.query.ref_proj(x))  # [B, H, N, D / H]
+        query_tgt = self._split_heads(self.query.tgt_proj(x))
+        key, value = (self._split_heads(part) for part in self.key_value(x).chunk(2, dim=-1))
+        scale = head_dim**-0.5
+        logits_ref = (query_ref @ key.transpose(-2, -1)) * scale  # [B, H, N, N]
+        logits_tgt = (query_tgt @ key.transpose(-2, -1)) * scale
+        logits = self._gather_rows(logits_ref, ref) + self._gather_rows(logits_tgt, tgt)
+        # The final linear layer, split per head and applied to the values: [B, H, N, out_dim].
+        out_weight = self.out.weight.view(self.out_dim, self.num_heads, head_dim).transpose(0, 1)
+        projected_value = value @ out_weight.transpose(-2, -1).unsqueeze(0)
+        attended = torch.softmax(logits.float(), dim=-1).to(projected_value.dtype) @ projected_value
+        return attended.sum(dim=1) + self.out.bias.to(attended.dtype)  # [B, K, out_dim]
 
 
 class PairwiseMLPHead(nn.Module):

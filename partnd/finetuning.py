@@ -1,4 +1,4 @@
-"""``partnd.finetune`` and ``partnd.evaluate``: supervised classification on top of an encoder.
+"""``partnd.finetuning`` and ``partnd.evaluate``: supervised classification on top of an encoder.
 
 Fine-tuning follows the paper (Sec. 3, "Finetuning"): the relative head is dropped, a fresh
 learnable position embedding is added, inputs are tiled on the regular grid, and a linear layer
@@ -35,7 +35,7 @@ from partnd.engine.session import open_session
 from partnd.engine.trainer import Trainer
 from partnd.metrics import ClassificationReport, classification_metrics
 from partnd.models import PatchClassifier, ViTEncoder, create_encoder, list_encoders
-from partnd.pretrain import load_encoder
+from partnd.pretraining import load_encoder
 
 __all__ = [
     "ClassificationTask",

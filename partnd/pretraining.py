@@ -1,4 +1,4 @@
-"""``partnd.pretrain``: PART self-supervised pretraining of a ViT encoder on any N-D signal dataset.
+"""``partnd.pretraining``: PART self-supervised pretraining of a ViT encoder on N-D signals.
 
 Example:
     >>> import numpy as np, partnd
@@ -130,6 +130,7 @@ def build_part_model(config: PretrainConfig, spec: SignalSpec) -> PARTModel:
         embed_dim=encoder.embed_dim,
         out_dim=spec.ndim * (2 if config.scale_targets else 1),
         num_patches=num_patches,
+        **config.head_overrides,
     )
     return PARTModel(
         encoder,
@@ -185,7 +186,7 @@ def load_encoder(path: str | Path) -> ViTEncoder:
     check(
         payload.get("format") == "partnd-encoder-v1",
         "path",
-        f"an {ENCODER_FILE} written by partnd.pretrain (or its run directory)",
+        f"an {ENCODER_FILE} written by partnd.pretraining (or its run directory)",
         str(path),
     )
     encoder = create_encoder(payload["name"], **payload["kwargs"])
