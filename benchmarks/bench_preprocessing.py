@@ -186,6 +186,7 @@ def generate_record(workdir: Path, hours: float, seed: int) -> dict[str, Any]:
         seed=seed,
         test_fraction=0.0,
         progress=False,
+        overwrite=True,
     )
     return {"record_dir": str(cohort.training_records[0])}
 
