@@ -81,7 +81,7 @@ SCALES: dict[str, dict[str, Any]] = {
             "warmup_epochs": 1.0,
             "batch_size": 64,
             "lr": 5e-4,
-            "precision": "bf16",
+            "lr_reference_batch": None,
             "class_weights": "balanced",
             "log_every_steps": 5,
         },
@@ -90,15 +90,8 @@ SCALES: dict[str, dict[str, Any]] = {
         "n_test_subjects": 200,
         "finetune_subjects": 10,
         "val_subjects": 10,
-        "pretrain": {"epochs": 1000},
-        "finetune": {
-            "epochs": 100,
-            "warmup_epochs": 5.0,
-            "batch_size": 256,
-            "lr": 5e-4,
-            "precision": "bf16",
-            "class_weights": "balanced",
-        },
+        "pretrain": {},
+        "finetune": {"class_weights": "balanced"},
     },
 }
 
@@ -164,10 +157,18 @@ class RecipeConfig:
             "eeg_sleep", seed=self.seed, device=self.device, progress=self.progress, **values
         )
 
-    def finetune_config(self) -> FinetuneConfig:
-        """The resolved fine-tuning configuration (shared by every method)."""
+    def finetune_config(self, method: str) -> FinetuneConfig:
+        """The resolved fine-tuning configuration of ``method``.
+
+        Both methods share the ``eeg_sleep`` fine-tuning preset and the scale's settings; the
+        supervised baseline trains from scratch, so it gets no layer-wise learning-rate decay.
+        """
         values = {**SCALES[self.scale]["finetune"], **self.finetune_overrides}
-        return FinetuneConfig(seed=self.seed, device=self.device, progress=self.progress, **values)
+        if method == "supervised":
+            values["layer_decay"] = None
+        return FinetuneConfig.preset(
+            "eeg_sleep", seed=self.seed, device=self.device, progress=self.progress, **values
+        )
 
 
 @dataclass
@@ -257,7 +258,7 @@ def _finetune_and_test(
         num_classes=len(class_names),
         val_dataset=val_set,
         out_dir=config.out / f"finetune_{method}",
-        config=config.finetune_config(),
+        config=config.finetune_config(method),
         class_names=class_names,
         overwrite=True,
     )

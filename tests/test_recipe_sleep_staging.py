@@ -100,3 +100,15 @@ def test_bad_settings_are_refused(tmp_path: Path) -> None:
         RecipeConfig(out=tmp_path, scale="huge")  # type: ignore[arg-type]
     with pytest.raises(InputError, match="pretrain_overrides"):
         RecipeConfig(out=tmp_path, pretrain_overrides={"no_such_field": 1})
+
+
+def test_scales_resolve_to_the_presets(tmp_path: Path) -> None:
+    paper = RecipeConfig(out=tmp_path, scale="paper")
+    pretrain_config = paper.pretrain_config()
+    assert pretrain_config.encoder == "vit_eeg_12m" and pretrain_config.epochs == 1000
+    assert (pretrain_config.patch_size, pretrain_config.num_patches) == (100, 40)
+    part, supervised = paper.finetune_config("part"), paper.finetune_config("supervised")
+    assert part.epochs == supervised.epochs == 100
+    assert part.layer_decay is not None and supervised.layer_decay is None
+    demo = RecipeConfig(out=tmp_path, finetune_overrides={"epochs": 3})
+    assert demo.finetune_config("part").epochs == 3
