@@ -14,6 +14,7 @@ __all__ = [
     "MISSING_FILE",
     "NON_FINITE",
     "NO_WINDOWS",
+    "OUT_OF_RANGE",
     "TOO_SHORT",
     "UNEXPECTED_ERROR",
     "UNREADABLE_HEADER",
@@ -33,6 +34,7 @@ FLAT_CHANNEL = "flat_channel"
 ALL_UNDEFINED = "all_undefined"
 NO_WINDOWS = "no_windows"
 TOO_SHORT = "too_short"
+OUT_OF_RANGE = "out_of_range"
 UNEXPECTED_ERROR = "error"
 
 

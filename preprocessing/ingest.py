@@ -27,7 +27,8 @@ import numpy as np
 from partnd._validation import InputError, check
 from partnd.datasets.store import RECORDS_GROUP, SIGNAL_DTYPES, SleepStore
 
-from .manifest import STATUS_DONE, Manifest
+from .errors import RecordError
+from .manifest import STATUS_DONE, STATUS_FAILED, Manifest
 from .pipeline import (
     PreprocessingConfig,
     open_or_create_store,
@@ -233,7 +234,8 @@ def ingest_raw(
 
     Raises:
         RecordError: The recording cannot be preprocessed (non-finite data, no scored sample, flat
-            channel, no window left, ...).
+            channel, no window left, ...); the store's manifest records the failure (status
+            ``"failed"``, reason, detail) before the error propagates.
         InputError: Bad arguments, or a store with other channels or configuration.
     """
     check(isinstance(raw, mne.io.BaseRaw), "raw", "an mne.io.BaseRaw", type(raw).__name__)
@@ -269,23 +271,37 @@ def ingest_raw(
         f"an id not yet in {str(store.path)!r} (or overwrite=True)",
         repr(record_id),
     )
-    windowed = preprocess_continuous(data, sfreq, sample_stages, config, channels=stored_names)
-    del data
     labelled = sample_stages is not None
-    attrs = store_windowed_record(
-        store.path,
-        record_id,
-        windowed,
-        config,
-        {
-            "subject_id": subject_id if subject_id is not None else record_id,
-            "split": split if split is not None else ("training" if labelled else "test"),
-            "source_checksum": digest.hexdigest(),
-            "source_channels": source_names,
-        },
-        dtype=dtype,
-        overwrite=overwrite,
-    )
+    record_split = split if split is not None else ("training" if labelled else "test")
+    try:
+        windowed = preprocess_continuous(data, sfreq, sample_stages, config, channels=stored_names)
+        del data
+        attrs = store_windowed_record(
+            store.path,
+            record_id,
+            windowed,
+            config,
+            {
+                "subject_id": subject_id if subject_id is not None else record_id,
+                "split": record_split,
+                "source_checksum": digest.hexdigest(),
+                "source_channels": source_names,
+            },
+            dtype=dtype,
+            overwrite=overwrite,
+        )
+    except RecordError as error:
+        Manifest(store.path).update(
+            record_id,
+            {
+                "status": STATUS_FAILED,
+                "reason": error.reason,
+                "detail": error.detail,
+                "split": record_split,
+                "source_checksum": digest.hexdigest(),
+            },
+        )
+        raise
     Manifest(store.path).update(
         record_id,
         {

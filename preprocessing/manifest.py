@@ -5,8 +5,8 @@ to it). Each write goes to a temporary file in the store directory that then rep
 ``manifest.json`` (:func:`os.replace`), so a reader or a killed run never sees a partial file.
 
 An entry looks like ``{"status": "done" | "failed", "reason": None | "<reason>", "detail": ...,
-"split": ..., "n_kept": ..., "n_dropped_by_reason": {...}, "source_checksum": ..., "source_files":
-{name: [size, mtime_ns]}, "duration_s": ..., "seconds": ...}``.
+"split": ..., "n_kept": ..., "n_dropped_by_reason": {...}, "source_checksum": ..., "source_sha256":
+{name: sha256}, "source_files": {name: [size, mtime_ns]}, "duration_s": ..., "seconds": ...}``.
 """
 
 from __future__ import annotations

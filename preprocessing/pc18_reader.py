@@ -97,14 +97,29 @@ class PC18Record:
         Raises:
             RecordError: ``"missing_file"`` when a source file does not exist.
         """
+        return self.checksums()[0]
+
+    def checksums(self) -> tuple[str, dict[str, str]]:
+        """:meth:`checksum` and the SHA-256 of each source file, from one read of the files.
+
+        Returns:
+            ``(record checksum, {file name: file SHA-256 as hex})``.
+
+        Raises:
+            RecordError: ``"missing_file"`` when a source file does not exist.
+        """
         digest = hashlib.sha256()
+        per_file = {}
         for path in self.source_files():
             _require_file(path)
             digest.update(path.name.encode() + b"\0")
+            file_digest = hashlib.sha256()
             with open(path, "rb") as handle:
                 while block := handle.read(_HASH_BLOCK):
                     digest.update(block)
-        return digest.hexdigest()
+                    file_digest.update(block)
+            per_file[path.name] = file_digest.hexdigest()
+        return digest.hexdigest(), per_file
 
     def file_stats(self) -> dict[str, list[int]]:
         """``{file name: [size in bytes, mtime in ns]}`` of the existing source files."""

@@ -16,7 +16,8 @@ already in the store is skipped when its manifest entry says ``done`` and the si
 times of its source files are unchanged. Otherwise (changed files, no manifest entry because the
 run was killed right after the record was written, or ``--verify-checksums``) the SHA-256 of the
 sources is compared with the record's ``source_checksum``: equal -> skipped, different -> processed
-again and replaced. Failed records are retried. The exit status is 1 when any record failed.
+again and replaced. Failed records are retried. The exit status is 1 when any record failed and 2
+for unusable arguments.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from partnd._validation import check
+from partnd._validation import InputError, check
 from partnd.datasets.store import SIGNAL_DTYPES, SleepStore, remove_incomplete_records
 
 from .errors import UNEXPECTED_ERROR, RecordError
@@ -133,6 +134,7 @@ def _entry_from_attrs(record: PC18Record, attrs: dict[str, Any]) -> dict[str, An
         "n_dropped": int(sum(dropped.values())),
         "n_dropped_by_reason": dropped,
         "source_checksum": attrs["source_checksum"],
+        "source_sha256": dict(attrs.get("source_sha256", {})),
         "source_files": record.file_stats(),
         "duration_s": attrs["duration_s"],
         "first_window_sample": attrs["first_window_sample"],
@@ -172,8 +174,9 @@ def _process_record(task: RecordTask) -> tuple[str, str, dict[str, Any]]:
     record = task.record
     started = time.perf_counter()
     checksum = None
+    file_checksums: dict[str, str] = {}
     try:
-        checksum = record.checksum()
+        checksum, file_checksums = record.checksums()
         if task.stored_checksum is not None and checksum == task.stored_checksum:
             attrs = SleepStore(task.store_path).record_attrs(record.record_id)
             return record.record_id, OUTCOME_SKIPPED, _entry_from_attrs(record, attrs)
@@ -189,7 +192,12 @@ def _process_record(task: RecordTask) -> tuple[str, str, dict[str, Any]]:
             record.record_id,
             windowed,
             task.config,
-            {"subject_id": record.record_id, "split": record.split, "source_checksum": checksum},
+            {
+                "subject_id": record.record_id,
+                "split": record.split,
+                "source_checksum": checksum,
+                "source_sha256": file_checksums,
+            },
             dtype=task.dtype,
             overwrite=task.stored_checksum is not None,
         )
@@ -208,6 +216,7 @@ def _process_record(task: RecordTask) -> tuple[str, str, dict[str, Any]]:
         "traceback": trace,
         "split": record.split,
         "source_checksum": checksum,
+        "source_sha256": file_checksums,
         "source_files": record.file_stats(),
         "seconds": round(time.perf_counter() - started, 3),
     }
@@ -337,20 +346,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command; returns 0 when every record is complete, 1 when any failed."""
-    args = build_parser().parse_args(argv)
-    report = preprocess_physionet2018(
-        args.src,
-        args.out,
-        n_jobs=args.n_jobs,
-        backend=args.backend,
-        dtype=args.dtype,
-        records=args.records,
-        progress=not args.no_progress,
-        overwrite=args.overwrite,
-        verify_checksums=args.verify_checksums,
-        scheduler_address=args.scheduler_address,
-    )
+    """Run the command.
+
+    Returns:
+        0 when every record is complete, 1 when any record failed, 2 for unusable arguments (no
+        record directory under ``--src``, an ``--out`` that is not a compatible store, unknown
+        ``--records``), reported on stderr without a traceback.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        report = preprocess_physionet2018(
+            args.src,
+            args.out,
+            n_jobs=args.n_jobs,
+            backend=args.backend,
+            dtype=args.dtype,
+            records=args.records,
+            progress=not args.no_progress,
+            overwrite=args.overwrite,
+            verify_checksums=args.verify_checksums,
+            scheduler_address=args.scheduler_address,
+        )
+    except (InputError, FileNotFoundError, FileExistsError) as error:
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        return 2
     print(report.summary())
     return 1 if report.failed else 0
 

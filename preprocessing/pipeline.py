@@ -25,7 +25,7 @@ import numpy as np
 from partnd._validation import check
 from partnd.datasets.store import STAGE_NAMES, SleepStore, create_store, write_record
 
-from .errors import FLAT_CHANNEL, NO_WINDOWS, NON_FINITE, RecordError
+from .errors import FLAT_CHANNEL, NO_WINDOWS, NON_FINITE, OUT_OF_RANGE, RecordError
 from .signal_processing import (
     BandpassFilter,
     bandpass_resample,
@@ -297,7 +297,18 @@ def store_windowed_record(
 
     Returns:
         The attributes written (without those :func:`write_record` adds itself).
+
+    Raises:
+        RecordError: ``"out_of_range"`` when a filtered value does not fit ``dtype`` (float16
+            holds magnitudes up to 65504 µV).
     """
+    largest = float(np.abs(record.signal).max())
+    if largest > float(np.finfo(dtype).max):
+        raise RecordError(
+            OUT_OF_RANGE,
+            f"largest filtered magnitude {largest:g} µV exceeds the {dtype} range "
+            f"(±{float(np.finfo(dtype).max):g}); store with dtype float32",
+        )
     record_attrs = {
         **attrs,
         "dropped": record.dropped,

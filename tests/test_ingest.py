@@ -10,7 +10,7 @@ import pytest
 
 from partnd._validation import InputError
 from partnd.datasets.store import SleepStore
-from preprocessing.errors import NON_FINITE, RecordError
+from preprocessing.errors import NON_FINITE, OUT_OF_RANGE, RecordError
 from preprocessing.ingest import (
     annotations_to_sample_stages,
     epochs_to_sample_stages,
@@ -172,6 +172,26 @@ def test_ingest_rejects_bad_input(tmp_path):
     ingest_raw(_raw(), None, tmp_path / "t.zarr", "once")
     with pytest.raises(InputError, match="record_id"):
         ingest_raw(_raw(), None, tmp_path / "t.zarr", "once")
+
+
+def test_failures_are_written_to_the_manifest_and_float16_overflow_is_refused(tmp_path):
+    raw = _raw()
+    raw._data[0, 100] = np.nan
+    with pytest.raises(RecordError):
+        ingest_raw(raw, None, tmp_path / "s.zarr", "bad")
+    entry = SleepStore(tmp_path / "s.zarr").manifest["bad"]
+    assert (entry["status"], entry["reason"]) == ("failed", NON_FINITE)
+    assert "EEG Fpz-Cz" in entry["detail"]
+
+    loud = _raw(seconds=100.0)
+    loud._data[:2] *= 2000.0  # 100 000 µV peaks: finite in float32, infinite in float16
+    with pytest.raises(RecordError) as error:
+        ingest_raw(loud, None, tmp_path / "half.zarr", "loud", dtype="float16")
+    assert error.value.reason == OUT_OF_RANGE
+    store = SleepStore(tmp_path / "half.zarr")
+    assert store.record_ids() == [] and store.manifest["loud"]["reason"] == OUT_OF_RANGE
+    ingest_raw(loud, None, tmp_path / "single.zarr", "loud")
+    assert np.abs(SleepStore(tmp_path / "single.zarr").read_windows("loud", 0, 3)).max() > 9e4
 
 
 def test_ingest_file_reads_fif_and_annotation_files(tmp_path):

@@ -7,12 +7,14 @@ odd-length unscored prefix, so the stored values, labels and window start times 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from partnd import cli
 from partnd._validation import InputError
 from partnd.datasets import pc18_format
 from partnd.datasets.hypnogram import hypnogram_from_string
@@ -173,6 +175,39 @@ def test_read_eeg_picks_channels_by_name_in_microvolts(tmp_path):
     np.testing.assert_array_equal(recording.data, expected)
 
 
+def _permute_signals(record_dir: Path, order: list[int]) -> None:
+    """Rewrite a record with its 13 signals (data and header lines) in file order ``order``."""
+    name = record_dir.name
+    mat = record_dir / f"{name}.mat"
+    digital = np.frombuffer(mat.read_bytes()[24:], dtype="<i2").reshape(-1, 13).T
+    pc18_format.write_signal_mat(mat, np.ascontiguousarray(digital[order]))
+    header = record_dir / f"{name}.hea"
+    lines = header.read_text().splitlines()
+    header.write_text("\n".join([lines[0], *(lines[1 + index] for index in order)]) + "\n")
+
+
+def test_command_picks_eeg_channels_by_name_whatever_their_file_order(tmp_path):
+    src = tmp_path / "pc18"
+    write_record(src, "training", "tr05-0001", seconds=150.0)
+    permuted = write_record(src, "training", "tr05-0002", seconds=150.0)
+    order = [12, 5, 3, 11, 0, 8, 1, 4, 7, 2, 6, 9, 10]  # EEG columns scattered and reversed
+    _permute_signals(permuted, order)
+    names = [line.split(" ")[-1] for line in (permuted / "tr05-0002.hea").read_text().split("\n")]
+    assert names[1:7] == ["ECG", "O2-M1", "C4-M1", "SaO2", "F3-M2", "ABD"]
+    assert _run(src, tmp_path / "pc18.zarr") == 0
+    store = SleepStore(tmp_path / "pc18.zarr")
+    assert store.channels == list(PC18_EEG_CHANNELS)
+    n_windows = store.n_windows("tr05-0001")
+    assert n_windows == store.n_windows("tr05-0002") >= 2
+    np.testing.assert_array_equal(store.stages("tr05-0002"), store.stages("tr05-0001"))
+    in_order = store.read_windows("tr05-0001", 0, n_windows)
+    np.testing.assert_array_equal(store.read_windows("tr05-0002", 0, n_windows), in_order)
+    # each stored channel is its own sinusoid: amplitudes differ, so a swap could not pass
+    np.testing.assert_allclose(
+        in_order[:, :, 1000:2000].std(axis=(0, 2)), AMPLITUDES / np.sqrt(2), rtol=0.05
+    )
+
+
 def test_read_sample_stages_decodes_one_hot_vectors(tmp_path):
     n_samples = 1000
     stages = np.repeat(np.array([-1, 0, 1, 2, 3, 4, -1, 2], dtype=np.int8), 125)
@@ -226,6 +261,13 @@ def test_command_stores_values_labels_and_alignment(cohort, tmp_path):
     assert manifest["tr01-0001"]["n_dropped_by_reason"] == attrs["dropped"]
     assert manifest["tr01-0001"]["source_checksum"] == attrs["source_checksum"]
     assert manifest["tr01-0001"]["source_checksum"] != manifest["tr01-0002"]["source_checksum"]
+    record_dir = cohort / "training" / "tr01-0001"
+    file_hashes = {
+        name: hashlib.sha256((record_dir / name).read_bytes()).hexdigest()
+        for name in ("tr01-0001.hea", "tr01-0001.mat", "tr01-0001-arousal.mat")
+    }
+    assert manifest["tr01-0001"]["source_sha256"] == attrs["source_sha256"] == file_hashes
+    assert list(manifest["te01-0001"]["source_sha256"]) == ["te01-0001.hea", "te01-0001.mat"]
 
 
 def test_broken_records_are_reported_and_the_rest_completes(tmp_path, capsys):
@@ -349,9 +391,34 @@ def test_float16_option_and_record_selection(cohort, tmp_path):
     assert half.dtype == np.float32
     np.testing.assert_allclose(half, single, rtol=1e-3, atol=1e-3)
     with pytest.raises(InputError, match="signal_dtype"):
-        _run(cohort, out16, "--dtype", "float32")
-    with pytest.raises(InputError, match="records"):
-        _run(cohort, tmp_path / "x.zarr", "--records", "tr77-0001")
+        physionet2018.preprocess_physionet2018(cohort, out16, progress=False)
+
+
+def test_unusable_arguments_exit_with_status_2_and_a_message(cohort, tmp_path, capsys):
+    out = tmp_path / "half.zarr"
+    assert _run(cohort, out, "--dtype", "float16", "--records", "te01-0001") == 0
+    capsys.readouterr()
+    assert _run(cohort, out, "--dtype", "float32") == 2
+    assert "signal_dtype" in capsys.readouterr().err
+    assert _run(cohort, tmp_path / "x.zarr", "--records", "tr77-0001") == 2
+    assert "tr77-0001" in capsys.readouterr().err
+    assert _run(tmp_path / "missing", tmp_path / "y.zarr") == 2
+    error = capsys.readouterr().err
+    assert error.startswith("python -m preprocessing.physionet2018: error: src:")
+    assert "Traceback" not in error
+    assert SleepStore(out).record_ids() == ["te01-0001"]
+
+
+def test_partnd_cli_runs_the_command(cohort, tmp_path, capsys):
+    out = tmp_path / "cli.zarr"
+    argv = ["preprocess", "--src", str(cohort), "--out", str(out), "--no-progress"]
+    assert cli.main([*argv, "--records", "te01-0001"]) == 0
+    assert "done              1" in capsys.readouterr().out
+    assert SleepStore(out).record_ids() == ["te01-0001"]
+    (cohort / "test" / "te01-0001" / "te01-0001.mat").write_bytes(b"")
+    assert cli.main(argv) == 1
+    assert SleepStore(out).manifest["te01-0001"]["reason"] == UNREADABLE_SIGNAL
+    assert SleepStore(out).record_ids() == ["te01-0001", "tr01-0001", "tr01-0002"]
 
 
 def test_generated_cohort_windows_match_the_ground_truth_hypnogram(tmp_path):

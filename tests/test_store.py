@@ -205,6 +205,22 @@ def test_float16_records_read_back_as_float32(tmp_path):
     assert not np.array_equal(block, signal)
 
 
+def test_float16_refuses_values_it_would_turn_into_infinity(tmp_path):
+    path = tmp_path / "s.zarr"
+    _create(path)
+    signal, stage, start_time = _record(2, 1)
+    attrs = {"subject_id": "s", "split": "x"}
+    signal[1, 0, 3] = 65504.0  # float16's largest finite value is stored as it is
+    write_record(path, "edge", signal, stage, start_time, attrs=attrs, dtype="float16")
+    assert SleepStore(path).read_windows("edge", 1, 2)[0, 0, 3] == 65504.0
+    signal[1, 0, 3] = -70000.0
+    with pytest.raises(InputError, match=r"^signal: .*float16.*70000"):
+        write_record(path, "loud", signal, stage, start_time, attrs=attrs, dtype="float16")
+    write_record(path, "loud", signal, stage, start_time, attrs=attrs)
+    assert SleepStore(path).read_windows("loud", 1, 2)[0, 0, 3] == -70000.0
+    assert SleepStore(path).record_ids() == ["edge", "loud"]
+
+
 def test_write_record_validates_inputs(tmp_path):
     path = tmp_path / "s.zarr"
     _create(path)

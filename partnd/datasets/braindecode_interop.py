@@ -4,7 +4,8 @@
   :class:`braindecode.datasets.BaseConcatDataset` of :class:`~braindecode.datasets.WindowsDataset`
   (one per record, on an in-memory :class:`mne.EpochsArray`), so braindecode models and training
   utilities run on our data. Item ``i`` of a record's dataset is
-  ``(x [C, T] float32, stage, [i_window_in_trial, i_start, i_stop])``.
+  ``(x [C, T] float32, stage, [i_window_in_trial, i_start, i_stop])``; the windows' metadata also
+  carries the exact ``start_time`` in seconds (see :data:`START_TIME_COLUMN`).
 * :func:`from_braindecode` writes a braindecode windows dataset (e.g. the output of
   ``create_windows_from_events`` on Sleep-EDF-like recordings) into a store with
   :func:`~partnd.datasets.store.create_store` / :func:`~partnd.datasets.store.write_record`.
@@ -36,21 +37,29 @@ from partnd._validation import InputError, check
 from partnd.datasets.sleep_windows import instance_normalize
 from partnd.datasets.store import STAGE_NAMES, UNLABELLED, SleepStore, create_store, write_record
 
-__all__ = ["from_braindecode", "to_braindecode"]
+__all__ = ["START_TIME_COLUMN", "from_braindecode", "to_braindecode"]
+
+START_TIME_COLUMN = "start_time"
+"""Window metadata column with the exact window start in seconds from the recording start.
+
+``i_start_in_trial`` is a whole sample, but a PC18 window starts half a 100 Hz sample off the grid
+when its first scored sample is odd; this column keeps the store's ``start_time`` exactly, and
+:func:`from_braindecode` prefers it to ``i_start_in_trial / sfreq``.
+"""
 
 
 def _record_windows(
     store: SleepStore, record_id: str, *, labelled_only: bool, normalize: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Return ``(signal [W, C, T] float32, stage [W], start sample [W], window index [W])``."""
+    """Return ``(signal [W, C, T] float32, stage [W], start time [W] in s, window index [W])``."""
     stages = store.stages(record_id)
     signal = store.read_windows(record_id, 0, len(stages))
-    starts = np.round(store.start_times(record_id) * store.sfreq).astype(np.int64)
+    start_times = store.start_times(record_id)
     windows = np.flatnonzero(stages >= 0) if labelled_only else np.arange(len(stages))
     signal = signal[windows]
     if normalize:
         signal = instance_normalize(torch.from_numpy(signal)).numpy()
-    return signal, stages[windows], starts[windows], windows
+    return signal, stages[windows], start_times[windows], windows
 
 
 def to_braindecode(
@@ -75,7 +84,8 @@ def to_braindecode(
         A ``BaseConcatDataset`` of one ``WindowsDataset`` per record whose ``description`` holds
         ``subject``, ``record_id`` and ``split`` and whose epochs' ``metadata`` has
         ``i_window_in_trial`` (window index in the record), ``i_start_in_trial`` /
-        ``i_stop_in_trial`` (samples from the recording start) and ``target`` (stage code).
+        ``i_stop_in_trial`` (samples from the recording start, rounded), ``target`` (stage code)
+        and ``start_time`` (the store's exact window start in seconds).
 
     Raises:
         InputError: Unknown record ids, or a selected record left without windows.
@@ -93,16 +103,18 @@ def to_braindecode(
     info = mne.create_info(list(opened.channels), opened.sfreq, ch_types="eeg")
     datasets = []
     for record_id in tqdm(selected, desc="to braindecode", unit="record", disable=not progress):
-        signal, stages, starts, windows = _record_windows(
+        signal, stages, start_times, windows = _record_windows(
             opened, record_id, labelled_only=labelled_only, normalize=normalize
         )
         check(len(stages) > 0, "records", "records with labelled windows", record_id)
+        starts = np.round(start_times * opened.sfreq).astype(np.int64)
         metadata = pd.DataFrame(
             {
                 "i_window_in_trial": windows,
                 "i_start_in_trial": starts,
                 "i_stop_in_trial": starts + opened.n_times,
                 "target": stages.astype(np.int64),
+                START_TIME_COLUMN: start_times,
             }
         )
         events = np.column_stack([starts, np.zeros_like(starts), np.ones_like(starts)])
@@ -198,7 +210,9 @@ def from_braindecode(
 ) -> SleepStore:
     """Write a braindecode windows dataset into a partnd sleep store (one record per sub-dataset).
 
-    Targets must come from the windows' metadata (``targets_from="metadata"``). The conversion
+    Targets must come from the windows' metadata (``targets_from="metadata"``). Window starts are
+    taken from a ``start_time`` metadata column (seconds) when present, as :func:`to_braindecode`
+    writes it, else from ``i_start_in_trial / sfreq``. The conversion
     resumes: when ``store_path`` already holds a store of the same configuration, records already
     written are skipped.
 
@@ -302,13 +316,17 @@ def from_braindecode(
             split = str(description[split_key])
         else:
             split = "training" if bool(np.any(stages >= 0)) else "test"
-        starts = dataset.metadata["i_start_in_trial"].to_numpy(dtype=np.float64)
+        if START_TIME_COLUMN in dataset.metadata:
+            start_times = dataset.metadata[START_TIME_COLUMN].to_numpy(dtype=np.float64)
+        else:
+            start_times = dataset.metadata["i_start_in_trial"].to_numpy(dtype=np.float64)
+            start_times = start_times / data_sfreq
         write_record(
             store.path,
             record_id,
             (windows * scale).astype(np.float32),
             stages,
-            starts / data_sfreq,
+            start_times,
             attrs={"subject_id": subject_id, "split": split, "source": "braindecode"},
             dtype=dtype,
         )

@@ -407,7 +407,8 @@ def write_record(
         attrs: JSON-serialisable record attributes; must include ``subject_id`` and ``split``.
             ``record_id``, ``sfreq``, ``n_windows`` and ``n_labelled`` are set here; ``dropped``
             defaults to ``{}``.
-        dtype: On-disk signal dtype, ``"float32"`` or ``"float16"`` (reads return float32).
+        dtype: On-disk signal dtype, ``"float32"`` or ``"float16"`` (reads return float32);
+            float16 holds magnitudes up to 65504 µV only.
         chunk_windows: Windows per chunk of the signal array.
         overwrite: Replace an existing record of the same id (otherwise raise ``FileExistsError``).
 
@@ -457,6 +458,14 @@ def write_record(
         start_time,
     )
     check(bool(np.all(np.isfinite(signal))), "signal", "only finite values", "NaN or Inf values")
+    largest = float(np.abs(signal).max())
+    limit = float(np.finfo(dtype).max)
+    check(
+        largest <= limit,
+        "signal",
+        f"values within ±{limit:g} µV to be stored as {dtype}",
+        f"a largest magnitude of {largest:g} µV (use dtype='float32')",
+    )
     for key in ("subject_id", "split"):
         check(key in attrs, "attrs", f"a mapping with key {key!r}", sorted(attrs))
     record_dir = store.path / RECORDS_GROUP / record_id
