@@ -47,9 +47,10 @@ def _dask_client(n_workers: int, scheduler_address: str | None) -> Iterator[Any]
         with Client(scheduler_address) as client:
             yield client
         return
+    # ":0" puts the dashboard on a free port, so a local cluster never clashes with another one.
     with (
         LocalCluster(
-            n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=":0"
         ) as cluster,
         Client(cluster) as client,
     ):
