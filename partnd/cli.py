@@ -270,7 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: Arguments after the program name (default ``sys.argv[1:]``).
 
     Returns:
-        The exit status: 0 on success, 2 for bad input or usage, 1 for an unavailable subcommand.
+        The exit status: 0 on success, 2 for bad input or usage, 1 for an unavailable subcommand
+        or a run stopped by a non-finite loss (the message says where and why; no traceback).
     """
     arguments = list(sys.argv[1:] if argv is None else argv)
     if not arguments or arguments[0] in ("-h", "--help"):
@@ -290,6 +291,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as error:
         print(f"partnd {name}: error: {error}", file=sys.stderr)
         return 2
+    except FloatingPointError as error:
+        from partnd.engine.trainer import NonFiniteLossError
+
+        if not isinstance(error, NonFiniteLossError):
+            raise
+        print(f"partnd {name}: error: {error}", file=sys.stderr)
+        return 1
     return int(status or 0)
 
 

@@ -120,6 +120,12 @@ def build_part_model(config: PretrainConfig, spec: SignalSpec) -> PARTModel:
         antialias=config.antialias,
     )
     num_patches = sampler.num_patches_for(spec.spatial_shape)
+    check(
+        num_patches >= 2,
+        "PretrainConfig.num_patches",
+        "at least 2 patches per example (PART predicts relations between pairs)",
+        f"{num_patches} for items of shape {spec.item_shape} and patch size {patch_size}",
+    )
     if config.pos_embed:
         num_slots = int(
             np.prod([n // p for n, p in zip(spec.spatial_shape, patch_size, strict=True)])
@@ -201,6 +207,12 @@ def _encoder_weights(source: str | Path) -> dict[str, torch.Tensor]:
     path = Path(source)
     if path.is_dir():
         path = path / ENCODER_FILE
+    check(
+        path.is_file(),
+        "init_weights",
+        f"an {ENCODER_FILE}, a run directory holding one, a partnd checkpoint or a state dict file",
+        f"{source} (no such file)",
+    )
     payload = load_checkpoint(path)
     if payload.get("format") == "partnd-encoder-v1":
         return dict(payload["state_dict"])

@@ -3,12 +3,15 @@
 Usage::
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 \\
-        tests/distributed_worker.py OUT RESULTS [nan]
+        tests/distributed_worker.py OUT RESULTS [nan | heads]
 
 Every rank trains on the same generated data and writes its final weights to
 ``RESULTS/rank{RANK}.pt``, so the test can check that the ranks ended identical. With ``nan``, one
 item holds a NaN: every rank must stop with an ``InputError`` (none may hang in a collective), and
-writes the message to ``RESULTS/rank{RANK}.error``.
+writes the message to ``RESULTS/rank{RANK}.error``. With ``heads``, the worker joins the process
+group itself (``pretrain`` reuses it) and pretrains once per ablation head, with scale targets and
+a position-mask ratio so small that ``round(ratio * N)`` is 0; it writes
+``RESULTS/{head}_rank{RANK}.pt``.
 """
 
 import os
@@ -17,16 +20,50 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from partnd._validation import InputError
 from partnd.engine.config import PretrainConfig
 from partnd.pretraining import pretrain
+
+ABLATION_HEADS = ("pairwise_mlp", "mlp")
+
+
+def run_heads(data: np.ndarray, out_dir: Path, results: Path, rank: int) -> None:
+    """Pretrain with every ablation head in one process group (DDP without unused parameters)."""
+    dist.init_process_group(backend="gloo")
+    try:
+        for head in ABLATION_HEADS:
+            config = PretrainConfig.preset(
+                "test",
+                head=head,
+                patch_size=20,
+                num_patches=3,
+                num_pairs=6,
+                scale_range=(0.5, 2.0),
+                scale_targets=True,
+                epochs=1,
+                batch_size=4,
+                pos_embed=True,
+                pos_mask_ratio=0.1,
+            )
+            result = pretrain(data, out_dir=out_dir / head, config=config)
+            torch.save(
+                {"model": result.model.state_dict(), "history": result.history},
+                results / f"{head}_rank{rank}.pt",
+            )
+    finally:
+        dist.destroy_process_group()
 
 
 def main() -> None:
     out_dir, results = Path(sys.argv[1]), Path(sys.argv[2])
     rank = int(os.environ["RANK"])
     data = np.random.default_rng(0).standard_normal((32, 2, 80)).astype(np.float32)
+    results.mkdir(parents=True, exist_ok=True)
+    if sys.argv[3:] == ["heads"]:
+        run_heads(data, out_dir, results, rank)
+        return
     if sys.argv[3:] == ["nan"]:
         data[7, 0, 3] = np.nan
     config = PretrainConfig.preset(
@@ -43,7 +80,6 @@ def main() -> None:
         log_every_steps=2,
         progress=True,
     )
-    results.mkdir(parents=True, exist_ok=True)
     try:
         result = pretrain(data, out_dir=out_dir, config=config)
     except InputError as error:

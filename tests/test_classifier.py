@@ -81,6 +81,22 @@ def test_pretrained_position_embedding_is_replaced_or_removed() -> None:
     assert without_pos(torch.randn(2, 1, T)).shape == (2, 2)
 
 
+def test_a_pretrained_position_embedding_of_the_same_size_is_still_fresh() -> None:
+    """The paper adds a *randomly initialised* embedding, even where a pretrained one would fit."""
+    encoder = encoder_1d(num_positions=SLOTS, pos_mask_ratio=0.25)
+    assert encoder.pos_embed is not None
+    with torch.no_grad():
+        encoder.pos_embed.fill_(3.0)
+    model = PatchClassifier(encoder, 2, spatial_shape=(T,))
+    fresh = model.encoder.pos_embed.detach() if model.encoder.pos_embed is not None else None
+    assert fresh is not None and model.encoder.pos_embed is not encoder.pos_embed
+    assert fresh.shape == (SLOTS, 32)
+    assert float(fresh.abs().max()) < 0.2  # normal(0, 0.02), not the pretrained 3.0
+    assert float(fresh.std()) > 0.005
+    assert model.encoder.pos_mask_token is None  # pos_mask_ratio=0.0 for fine-tuning
+    assert torch.equal(encoder.pos_embed, torch.full((SLOTS, 32), 3.0))  # the source is untouched
+
+
 def test_learns_a_positional_task_only_with_position_embedding() -> None:
     torch.manual_seed(0)
     accuracy = train(PatchClassifier(encoder_1d(), 2, spatial_shape=(T,)), 60, torch.Generator())

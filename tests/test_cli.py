@@ -90,6 +90,18 @@ def test_bad_input_exits_with_status_2(
     assert cli.main(["frobnicate"]) == 2
 
 
+def test_non_finite_loss_exits_with_status_1_and_a_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    huge = tmp_path / "huge.npy"  # finite input whose activations overflow
+    np.save(huge, np.full((8, 2, 80), 1e30, dtype=np.float32))
+    argv = ["pretrain", "--data", str(huge), "--out", str(tmp_path / "r"), "--preset", "test"]
+    assert cli.main([*argv, "--patch-size", "20", "--batch-size", "4"]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("partnd pretrain: error: training stopped: non-finite loss")
+    assert "Traceback" not in error
+
+
 def test_subcommand_registry_is_lazy(capsys: pytest.CaptureFixture) -> None:
     calls: list[list[str]] = []
     cli.register_subcommand("echo-test", lambda argv: calls.append(argv) or 0, "test only")

@@ -85,3 +85,23 @@ def test_nan_batch_stops_every_rank(tmp_path: Path) -> None:
     assert all("NaN/Inf in batch" in message for message in messages)
     assert sum("dataset item(s) [7]" in message for message in messages) == 1
     assert sum("on another rank" in message for message in messages) == 1
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_two_process_pretrain_with_every_ablation_head(tmp_path: Path) -> None:
+    """DDP without find_unused_parameters aborts if any parameter misses a gradient in a step:
+    the pairwise-MLP and MLP heads (scale targets) and a mask ratio with round(ratio * N) = 0
+    (the mask embedding must still be used) all train, and the ranks stay identical."""
+    results = tmp_path / "ranks"
+    done = run_torchrun(tmp_path / "runs", results, "heads")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for head in ("pairwise_mlp", "mlp"):
+        rank0 = torch.load(results / f"{head}_rank0.pt", weights_only=False)
+        rank1 = torch.load(results / f"{head}_rank1.pt", weights_only=False)
+        assert "encoder.pos_mask_token" in rank0["model"], head
+        assert any(name.startswith("head.") for name in rank0["model"]), head
+        for name, value in rank0["model"].items():
+            assert torch.equal(value, rank1["model"][name]), (head, name)
+        steps = [r["step"] for r in rank0["history"] if r["phase"] == "train"]
+        assert steps == [1, 2, 3, 4], head  # 32 items / (2 ranks x batch 4)

@@ -112,6 +112,19 @@ def test_every_parameter_gets_a_gradient(head: str, positions: bool) -> None:
     assert model.encoder.cls_token.grad is not None
 
 
+@pytest.mark.parametrize(("num_patches", "ratio"), [(2, 0.25), (3, 0.1)])
+def test_a_small_mask_ratio_still_trains_the_mask_embedding(num_patches: int, ratio: float) -> None:
+    """``round(ratio * N)`` is 0 here; one token is masked anyway, so DDP sees the mask token."""
+    model = make_model(
+        num_patches=num_patches, num_pairs=2, num_positions=8, pos_mask_ratio=ratio
+    ).train()
+    out = model(torch.randn(3, 2, 40), generator=torch.Generator().manual_seed(0))
+    out.loss.backward()
+    mask_token = model.encoder.pos_mask_token
+    assert mask_token is not None and mask_token.grad is not None
+    assert bool(mask_token.grad.abs().sum() > 0)
+
+
 def test_loss_is_float32_under_autocast() -> None:
     model = make_model()
     with torch.autocast("cpu", dtype=torch.bfloat16):

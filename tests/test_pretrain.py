@@ -249,6 +249,11 @@ def test_init_weights_from_run_directory(tmp_path: Path) -> None:
             config=tiny_config(epochs=1, encoder="vit_test_wide"),
             init_weights=tmp_path / "a",
         )
+    with pytest.raises(InputError, match=r"^init_weights: expected .*no such file"):
+        pretrain(
+            data, out_dir=tmp_path / "d", config=tiny_config(epochs=1), init_weights=tmp_path / "x"
+        )
+    assert not (tmp_path / "d").exists()
 
 
 def test_ema_weights_are_returned(tmp_path: Path) -> None:
@@ -288,12 +293,29 @@ def test_nan_in_data_names_the_batch_and_item(tmp_path: Path) -> None:
         (np.zeros((8, 2, 400), np.float32), {"epochz": 1}, "unknown name.*'epochz'"),
         (np.zeros((8, 2, 400), np.float32), {"patch_size": (20, 20)}, "1 spatial dimension"),
         (np.zeros((3, 2, 400), np.float32), {}, "at least batch_size x world_size = 4"),
+        (np.zeros((8, 2, 400), np.float32), {"num_patches": 1}, r"num_patches: .*got 1 for"),
+        (
+            np.zeros((8, 2, 30), np.float32),
+            {"num_patches": None},
+            r"^PretrainConfig\.num_patches: expected at least 2 patches.*got 1 for items",
+        ),
     ],
-    ids=["empty", "rank", "too_short", "num_pairs", "unknown_field", "patch_rank", "too_few"],
+    ids=[
+        "empty",
+        "rank",
+        "too_short",
+        "num_pairs",
+        "unknown_field",
+        "patch_rank",
+        "too_few",
+        "one_patch",
+        "one_grid_tile",
+    ],
 )
 def test_bad_input(tmp_path: Path, data: np.ndarray, overrides: dict, message: str) -> None:
     with pytest.raises(InputError, match=message):
         pretrain(data, out_dir=tmp_path / "run", config=tiny_config(), **overrides)
+    assert not (tmp_path / "run").exists()  # refused before the run directory is created
 
 
 def test_inconsistent_item_shapes_name_the_item(tmp_path: Path) -> None:

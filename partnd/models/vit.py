@@ -149,10 +149,12 @@ class ViTEncoder(nn.Module):
     (``positions: [B, N]``, e.g. ``PatchBatch.grid_index`` of an on-grid sampler); the [CLS] token
     gets none. The paper's EEG recipe says "we randomly mask out 20% of the position embeddings". We
     implement this as DropPos-style masking: with ``pos_mask_ratio = r > 0``, in training mode each
-    example independently has ``round(r * N)`` of its patch tokens, chosen uniformly at random,
-    receive one shared learnable mask embedding ``pos_mask_token: [D]`` instead of their slot
-    embedding (the token content is kept, only its position is hidden); if ``round(r * N)`` is 0
-    nothing is masked. In eval mode every token gets its own slot embedding.
+    example independently has ``max(1, round(r * N))`` of its patch tokens, chosen uniformly at
+    random, receive one shared learnable mask embedding ``pos_mask_token: [D]`` instead of their
+    slot embedding (the token content is kept, only its position is hidden). At least one token is
+    masked, so the mask embedding takes part in every training step (DDP without
+    ``find_unused_parameters`` needs every parameter in the graph). In eval mode every token gets
+    its own slot embedding.
 
     Args:
         in_chans: Channels C of each patch.
@@ -278,7 +280,8 @@ class ViTEncoder(nn.Module):
         self.head = head.to(self.cls_token.device)
 
     def embed_positions(self, positions: Tensor) -> Tensor:
-        """Look up slot embeddings, masking ``round(pos_mask_ratio * N)`` per example in training.
+        """Look up slot embeddings, masking ``max(1, round(pos_mask_ratio * N))`` per example in
+        training.
 
         Args:
             positions: [B, N] integer slot indices in ``[0, num_positions)``.
@@ -309,8 +312,8 @@ class ViTEncoder(nn.Module):
                 f"indices in [{low}, {high}]",
             )
         embedded = pos_embed[positions]
-        num_masked = round(self.pos_mask_ratio * positions.shape[1])
-        if self.training and self.pos_mask_token is not None and num_masked > 0:
+        num_masked = max(1, round(self.pos_mask_ratio * positions.shape[1]))
+        if self.training and self.pos_mask_token is not None and positions.shape[1] > 0:
             noise = torch.rand(positions.shape, device=positions.device)
             chosen = noise.argsort(dim=1)[:, :num_masked]
             masked = torch.zeros_like(noise, dtype=torch.bool).scatter_(1, chosen, True)
