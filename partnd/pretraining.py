@@ -40,6 +40,7 @@ __all__ = [
     "load_encoder",
     "pretrain",
     "save_encoder",
+    "uses_position_embedding",
 ]
 
 ENCODER_FILE = "encoder.pt"
@@ -93,11 +94,17 @@ def _check_spec(config: PretrainConfig, spec: SignalSpec) -> tuple[int, ...]:
     return tuple(sizes)
 
 
+def uses_position_embedding(config: PretrainConfig, spec: SignalSpec) -> bool:
+    """Resolve ``config.pos_embed``: ``None`` means on for 1D signals, off for images/volumes."""
+    return config.pos_embed if config.pos_embed is not None else spec.ndim == 1
+
+
 def build_part_model(config: PretrainConfig, spec: SignalSpec) -> PARTModel:
     """Build encoder, head, off-grid sampler and :class:`PARTModel` for data of shape ``spec``.
 
-    With ``config.pos_embed`` the encoder gets a slot position embedding over the on-grid slots
-    ``prod(L // P)``; each off-grid patch uses the slot containing its centre, and
+    With a position embedding (``config.pos_embed``; for ``None`` see
+    :func:`uses_position_embedding`) the encoder gets a slot position embedding over the on-grid
+    slots ``prod(L // P)``; each off-grid patch uses the slot containing its centre, and
     ``pos_mask_ratio`` of them per example get the mask embedding instead.
 
     Args:
@@ -126,7 +133,8 @@ def build_part_model(config: PretrainConfig, spec: SignalSpec) -> PARTModel:
         "at least 2 patches per example (PART predicts relations between pairs)",
         f"{num_patches} for items of shape {spec.item_shape} and patch size {patch_size}",
     )
-    if config.pos_embed:
+    use_positions = uses_position_embedding(config, spec)
+    if use_positions:
         num_slots = int(
             np.prod([n // p for n, p in zip(spec.spatial_shape, patch_size, strict=True)])
         )
@@ -145,7 +153,7 @@ def build_part_model(config: PretrainConfig, spec: SignalSpec) -> PARTModel:
         num_pairs=config.num_pairs,
         scale_targets=config.scale_targets,
         shared_pairs=config.shared_pairs,
-        use_positions=config.pos_embed,
+        use_positions=use_positions,
     )
 
 
@@ -294,7 +302,14 @@ def pretrain(
             run_dir=session.run_dir,
             checkpoint_extra={"data": data_shape},
         )
-        session.start({**trainer.resolved, "data": data_shape, "num_items": len(train_set)})
+        session.start(
+            {
+                **trainer.resolved,
+                "data": data_shape,
+                "num_items": len(train_set),
+                "pos_embed": model.use_positions,
+            }
+        )
         history = trainer.fit(resume_from=session.resume_from)
         final_model = cast(PARTModel, copy.deepcopy(trainer.eval_model)).cpu().eval()
         if session.context.is_main:

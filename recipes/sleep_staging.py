@@ -97,6 +97,9 @@ SCALES: dict[str, dict[str, Any]] = {
 
 METHODS = ("part", "supervised")
 
+#: What a recipe run writes first; ``--overwrite`` clears only directories holding one of them.
+RUN_MARKERS = ("recipe.json", "split.json", "store.zarr", "pretrain", "results.md")
+
 
 @dataclass(frozen=True)
 class RecipeConfig:
@@ -390,9 +393,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the recipe from the command line; returns the exit status."""
     args = build_parser().parse_args(argv)
-    if args.overwrite and args.out.exists():
+    if args.overwrite and args.out.is_dir() and any(args.out.iterdir()):
         keep = args.store is not None and args.store.resolve().is_relative_to(args.out.resolve())
         check(not keep, "--store", "a store outside --out when --overwrite is given", args.store)
+        check(
+            any((args.out / name).exists() for name in RUN_MARKERS),
+            "--out",
+            f"a recipe run directory to overwrite (holding one of {list(RUN_MARKERS)}); "
+            "--overwrite never deletes other folders",
+            f"the non-empty directory {args.out}",
+        )
         shutil.rmtree(args.out)
     config = RecipeConfig(
         out=args.out,

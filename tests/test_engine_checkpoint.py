@@ -78,6 +78,10 @@ def test_run_dir_rules(tmp_path: Path) -> None:
         RunDir.check(root, resume=True, overwrite=True)
     with pytest.raises(InputError, match="a directory path"):
         RunDir.check(root / "file.txt", resume=False, overwrite=False)
+    with pytest.raises(InputError, match="never deletes other folders"):
+        RunDir.check(root, resume=False, overwrite=True)  # not a run: overwrite refuses
+    assert (root / "file.txt").is_file()
+    (root / "config.json").write_text("{}")
     run_dir = RunDir.check(root, resume=False, overwrite=True)
     (root / "nested").mkdir()
     run_dir.create(clear=True)

@@ -338,3 +338,19 @@ def test_worker_processes_give_the_same_run(tmp_path: Path) -> None:
     workers = pretrain(data, out_dir=tmp_path / "b", config=tiny_config(epochs=1, num_workers=2))
     for name, value in inline.model.state_dict().items():
         assert torch.equal(value, workers.model.state_dict()[name]), name
+
+
+def test_position_embedding_defaults_to_on_for_1d_and_off_for_images() -> None:
+    from partnd.data import as_signal_dataset
+    from partnd.pretraining import build_part_model
+
+    assert PretrainConfig().pos_embed is None  # the library default decides from the data
+    config = tiny_config(pos_embed=None, pos_mask_ratio=0.2)
+    _, spec_1d = as_signal_dataset(torch.randn(4, 2, 400))
+    _, spec_2d = as_signal_dataset(torch.randn(4, 1, 16, 16))
+    model_1d = build_part_model(config.replace(patch_size=20, num_patches=10), spec_1d)
+    model_2d = build_part_model(config.replace(patch_size=4, num_patches=None), spec_2d)
+    assert model_1d.use_positions and model_1d.encoder.pos_embed is not None
+    assert not model_2d.use_positions and model_2d.encoder.pos_embed is None
+    forced = build_part_model(config.replace(patch_size=4, pos_embed=True), spec_2d)
+    assert forced.use_positions and forced.encoder.pos_embed is not None

@@ -112,3 +112,12 @@ def test_scales_resolve_to_the_presets(tmp_path: Path) -> None:
     assert part.layer_decay is not None and supervised.layer_decay is None
     demo = RecipeConfig(out=tmp_path, finetune_overrides={"epochs": 3})
     assert demo.finetune_config("part").epochs == 3
+
+
+def test_overwrite_never_deletes_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
+    precious = tmp_path / "thesis"
+    precious.mkdir()
+    (precious / "chapter1.tex").write_text("keep me")
+    with pytest.raises(InputError, match="never deletes other folders"):
+        main(["--out", str(precious), "--overwrite", "--no-progress"])
+    assert (precious / "chapter1.tex").read_text() == "keep me"

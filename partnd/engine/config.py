@@ -359,8 +359,11 @@ class PretrainConfig(TrainConfig):
         num_pairs: (reference, target) pairs predicted per example.
         shared_pairs: Draw one set of pairs per batch (as the authors) instead of per example.
         scale_targets: Also predict ``s_tgt / s_ref`` per dimension (needs ``scale_range``).
-        pos_embed: Give the encoder a slot position embedding during pretraining.
-        pos_mask_ratio: Fraction of slot embeddings replaced by a mask token in training.
+        pos_embed: Give the encoder a slot position embedding during pretraining. ``None``
+            decides from the data: on for 1D signals (the paper's EEG setup), off for images and
+            volumes (the paper's image PART has none).
+        pos_mask_ratio: Fraction of slot embeddings replaced by a mask token in training (used
+            only when the position embedding is on).
     """
 
     encoder: str = "vit_eeg_12m"
@@ -374,7 +377,7 @@ class PretrainConfig(TrainConfig):
     num_pairs: int = 1024
     shared_pairs: bool = True
     scale_targets: bool = False
-    pos_embed: bool = True
+    pos_embed: bool | None = None
     pos_mask_ratio: float = 0.2
 
     HEADS: ClassVar[tuple[str, ...]] = ("cross_attention", "pairwise_mlp", "mlp")
@@ -412,7 +415,7 @@ class PretrainConfig(TrainConfig):
             repr(self.pos_mask_ratio),
         )
         check(
-            self.pos_embed or self.pos_mask_ratio == 0.0,
+            self.pos_embed is not False or self.pos_mask_ratio == 0.0,
             self._arg("pos_mask_ratio"),
             "0.0 when pos_embed is False",
             repr(self.pos_mask_ratio),

@@ -25,10 +25,14 @@ from typing import Any
 
 import torch
 
-from partnd._validation import InputError, check
+from partnd._validation import check
 from partnd.engine.checkpoint import CheckpointManager, atomic_write_json
 
-__all__ = ["RunDir", "git_revision", "run_metadata"]
+__all__ = ["RUN_MARKERS", "RunDir", "git_revision", "run_metadata"]
+
+
+#: Entries a run directory gets first; ``overwrite`` clears only directories holding one of them.
+RUN_MARKERS = ("config.json", "meta.json", "checkpoints", "tb")
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,9 @@ class RunDir:
         """Validate the resume/overwrite rules without touching the disk.
 
         Rules: ``resume`` and ``overwrite`` exclude each other; ``resume`` needs
-        ``checkpoints/last.pt``; without either flag the directory must be new or empty.
+        ``checkpoints/last.pt``; without either flag the directory must be new or empty; with
+        ``overwrite`` a non-empty directory must hold one of :data:`RUN_MARKERS` (a folder that
+        is not a partnd run is never cleared).
 
         Raises:
             InputError: If a rule is broken.
@@ -98,12 +104,26 @@ class RunDir:
                 "a run directory holding checkpoints/last.pt when resume=True",
                 f"{root} without it",
             )
-        elif not overwrite and root.is_dir() and any(root.iterdir()):
-            raise InputError(
-                f"out_dir: expected a new or empty directory (pass overwrite=True to clear it, or "
-                f"resume=True to continue the run in it), got the non-empty directory {root}"
+        elif root.is_dir() and any(root.iterdir()):
+            check(
+                overwrite,
+                "out_dir",
+                "a new or empty directory (pass overwrite=True to clear it, or resume=True to "
+                "continue the run in it)",
+                f"the non-empty directory {root}",
+            )
+            check(
+                run_dir.looks_like_a_run(),
+                "out_dir",
+                "a partnd run directory when overwrite=True (overwrite only clears earlier runs; "
+                f"it never deletes other folders: one of {list(RUN_MARKERS)} must be present)",
+                f"the non-empty directory {root} without any of them",
             )
         return run_dir
+
+    def looks_like_a_run(self) -> bool:
+        """Whether the directory holds anything a partnd run writes (it may be incomplete)."""
+        return any((self.root / name).exists() for name in RUN_MARKERS)
 
     def create(self, *, clear: bool) -> None:
         """Create the folders (after deleting the directory's contents when ``clear``)."""
