@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -32,7 +33,7 @@ from partnd.data import SignalSpec
 from partnd.engine.config import PretrainConfig
 from partnd.engine.distributed import resolve_device
 from partnd.engine.optim import build_optimizer
-from partnd.models import create_encoder
+from partnd.models import PARTModel, ViTEncoder, create_encoder
 from partnd.pretraining import build_part_model
 
 CHANNELS, LENGTH, PATCH, NUM_PATCHES = 6, 3000, 100, 40
@@ -70,6 +71,46 @@ def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContex
     return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
+def _bare_loss(encoder: ViTEncoder, patches: torch.Tensor) -> torch.Tensor:
+    """Stand-in loss of a bare encoder step: mean square of all output tokens."""
+    return encoder.forward_features(patches).float().pow(2).mean()
+
+
+def _part_loss(model: PARTModel, signals: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """The full PART loss: sampling, encoder, head and MSE."""
+    return model(signals, generator=generator).loss
+
+
+def _sample(
+    model: PARTModel,
+    signals: torch.Tensor,
+    generator: torch.Generator,
+    device: torch.device,
+    precision: str,
+) -> None:
+    """Patch sampling alone, as done inside a PART step."""
+    with _autocast(device, precision):
+        model.sample(signals, generator)
+
+
+def _training_step(
+    compute_loss: Callable[[], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+    precision: str,
+) -> Callable[[], None]:
+    """One optimiser step (forward under autocast, backward, update) as a zero-argument call."""
+
+    def step() -> None:
+        with _autocast(device, precision):
+            loss = compute_loss()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
 def run(
     batch_size: int,
     steps: int,
@@ -91,35 +132,22 @@ def run(
         encoder.to(device).train()
         bare_optimizer = build_optimizer(encoder, lr=1e-4, weight_decay=0.05, betas=(0.9, 0.95))
 
-        def bare_step(
-            encoder: torch.nn.Module = encoder,
-            optimizer: torch.optim.Optimizer = bare_optimizer,
-            precision: str = precision,
-        ) -> None:
-            with _autocast(device, precision):
-                loss = encoder.forward_features(patches).float().pow(2).mean()
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-
+        bare_step = _training_step(
+            functools.partial(_bare_loss, encoder, patches),
+            bare_optimizer,
+            device,
+            precision,
+        )
         model = build_part_model(config, SignalSpec(CHANNELS, (LENGTH,))).to(device).train()
         part_optimizer = build_optimizer(model, lr=1e-4, weight_decay=0.05, betas=(0.9, 0.95))
+        part_step = _training_step(
+            functools.partial(_part_loss, model, signals, generator),
+            part_optimizer,
+            device,
+            precision,
+        )
 
-        def part_step(
-            model: torch.nn.Module = model,
-            optimizer: torch.optim.Optimizer = part_optimizer,
-            precision: str = precision,
-        ) -> None:
-            with _autocast(device, precision):
-                loss = model(signals, generator=generator).loss
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-
-        def sample_step(model: torch.nn.Module = model, precision: str = precision) -> None:
-            with _autocast(device, precision):
-                model.sample(signals, generator)
-
+        sample_step = functools.partial(_sample, model, signals, generator, device, precision)
         seconds = _interleaved_times(
             {"bare": bare_step, "part": part_step, "sampling": sample_step}, steps, warmup, device
         )

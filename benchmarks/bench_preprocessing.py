@@ -39,6 +39,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,7 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / MEGABYTE
 
 
-def _partnd_once(record_dir: Path, out: Path) -> float:
+def _partnd_once(record_dir: Path, out: Path) -> tuple[float, None]:
     from preprocessing.pc18_reader import PC18_EEG_CHANNELS, PC18Record
     from preprocessing.physionet2018 import PC18_SOURCE_SFREQ, RecordTask, process_record
     from preprocessing.pipeline import PreprocessingConfig, open_or_create_store
@@ -74,7 +75,36 @@ def _partnd_once(record_dir: Path, out: Path) -> float:
     seconds = time.perf_counter() - started
     if outcome != "done":
         raise RuntimeError(f"partnd pipeline failed: {entry}")
-    return seconds
+    return seconds, None
+
+
+def _measure(
+    run_once: Callable[[], tuple[float, Any]], repeats: int
+) -> tuple[dict[str, float], Any]:
+    """Time one cold and ``repeats`` warm runs, then peak RSS and traced Python allocations.
+
+    Returns:
+        The timing/memory fields of a result row, and what the last warm (or cold) run returned.
+    """
+    baseline_mb = _peak_mb()
+    cold, result = run_once()
+    warm = cold
+    for repeat in range(repeats):
+        seconds, result = run_once()
+        warm = seconds if repeat == 0 else min(warm, seconds)
+    peak_mb = _peak_mb()
+    tracemalloc.start()
+    run_once()
+    traced_mb = tracemalloc.get_traced_memory()[1] / MEGABYTE**2
+    tracemalloc.stop()
+    row = {
+        "cold_seconds": cold,
+        "seconds": warm,
+        "peak_mb": peak_mb,
+        "traced_mb": traced_mb,
+        "import_peak_mb": baseline_mb,
+    }
+    return row, result
 
 
 def run_partnd(record_dir: Path, out: Path, repeats: int) -> dict[str, Any]:
@@ -83,22 +113,11 @@ def run_partnd(record_dir: Path, out: Path, repeats: int) -> dict[str, Any]:
     from preprocessing.physionet2018 import process_record
 
     del process_record
-    baseline_mb = _peak_mb()
-    cold = _partnd_once(record_dir, out)
-    warm = min(_partnd_once(record_dir, out) for _ in range(repeats))
-    peak_mb = _peak_mb()
-    tracemalloc.start()
-    _partnd_once(record_dir, out)
-    traced_mb = tracemalloc.get_traced_memory()[1] / MEGABYTE**2
-    tracemalloc.stop()
+    row, _ = _measure(lambda: _partnd_once(record_dir, out), repeats)
     reader = SleepStore(out)
     start_times = reader.start_times(record_dir.name)
     return {
-        "cold_seconds": cold,
-        "seconds": warm,
-        "peak_mb": peak_mb,
-        "traced_mb": traced_mb,
-        "import_peak_mb": baseline_mb,
+        **row,
         "stages": reader.stages(record_dir.name).tolist(),
         "start_samples_200hz": np.rint(start_times * 200).astype(int).tolist(),
     }
@@ -152,27 +171,9 @@ def run_braindecode(record_dir: Path, out: Path, repeats: int) -> dict[str, Any]
 
     del braindecode.preprocessing
     mne.set_log_level("ERROR")
-    baseline_mb = _peak_mb()
-    cold, _ = _braindecode_once(record_dir)
-    warm = float("inf")
-    for _ in range(repeats):
-        seconds, (data, labels, starts) = _braindecode_once(record_dir)
-        warm = min(warm, seconds)
-    peak_mb = _peak_mb()
-    tracemalloc.start()
-    _braindecode_once(record_dir)
-    traced_mb = tracemalloc.get_traced_memory()[1] / MEGABYTE**2
-    tracemalloc.stop()
+    row, (data, labels, starts) = _measure(lambda: _braindecode_once(record_dir), repeats)
     np.savez(out, data=data, labels=labels, starts=starts)
-    return {
-        "cold_seconds": cold,
-        "seconds": warm,
-        "peak_mb": peak_mb,
-        "traced_mb": traced_mb,
-        "import_peak_mb": baseline_mb,
-        "stages": labels.tolist(),
-        "start_samples": starts.tolist(),
-    }
+    return {**row, "stages": labels.tolist(), "start_samples": starts.tolist()}
 
 
 def generate_record(workdir: Path, hours: float, seed: int) -> dict[str, Any]:
