@@ -1,15 +1,29 @@
 """Relative heads: map patch embeddings and (reference, target) index pairs to relative targets.
 
 Every head has the contract ``forward(tokens: [B, N, D], ref, tgt) -> [B, K, out_dim]`` where
-``tokens`` are the encoder's patch tokens (no [CLS]) and ``ref``/``tgt`` are patch indices in
+``tokens`` are the encoder's patch tokens X' (no [CLS]) and ``ref``/``tgt`` are patch indices in
 ``[0, N)``, either ``[K]`` (pairs shared by all examples) or ``[B, K]`` (pairs per example).
 
 The heads are the three relative encoders of the PART paper (Ayoughi et al., "How PARTs assemble
-into wholes", Sec. 3 and the relative-encoder ablation): the cross-attention head (the method), the
-pairwise MLP and the all-patches MLP. Pair inputs ``[x_ref; x_tgt]`` are never materialised: a
-``Linear(2D -> F)`` on a concatenation equals ``W_ref x_ref + W_tgt x_tgt + b``, so both halves are
-computed once per *patch* (``[B, N, F]``) and gathered per pair, which costs ``O(N·D·F + K·F)``
-instead of ``O(K·D·F)`` for ``K`` pairs (``K`` is 2048-4802 in the paper, ``N`` 40-196).
+into wholes", Sec. 3 "Relative encoder architecture" and the relative-encoder ablation), exactly as
+the paper defines them:
+
+* ``cross_attention`` (the method): ``X^ = Linear(2D -> D)([x_ref; x_tgt])`` is the query of a
+  cross-attention whose keys and values are X' itself, ``softmax(X^ X'^T / sqrt(D)) X'``, followed
+  by ``Linear(D -> out_dim)``. With ``num_heads > 1`` it becomes the *projected* variant (per-head
+  key projections), see :class:`CrossAttentionHead`.
+* ``pairwise_mlp``: one ``Linear(2D -> out_dim)`` on the two embeddings of a pair (the paper's
+  "2·d·2 parameters"); it sees nothing but the pair.
+* ``mlp``: one ``Linear(N·D -> N²·out_dim)`` on all N embeddings flattened, predicting every ordered
+  pair at once (the paper's "N·d·N²·2 parameters"); needs a fixed N and is order-dependent.
+
+Pair inputs ``[x_ref; x_tgt]`` are never materialised: a ``Linear(2D -> F)`` on a concatenation
+equals ``W_ref x_ref + W_tgt x_tgt + b``, so both halves are computed once per *patch*
+(``[B, N, F]``) and gathered per pair, which costs ``O(N·D·F + K·F)`` instead of ``O(K·D·F)`` for
+``K`` pairs (``K`` is 1024-4802 in the paper, ``N`` 40-196).
+
+The heads check shapes (free) but not index values (that would cost a host synchronisation per
+step); out-of-range indices fail inside torch's gather.
 """
 
 from __future__ import annotations
@@ -28,18 +42,18 @@ __all__ = [
     "PairProjection",
     "PairwiseMLPHead",
     "build_head",
-    "check_pair_indices",
+    "check_pair_shapes",
     "gather_patches",
     "list_heads",
 ]
 
 
-def check_pair_indices(tokens: Tensor, ref: Tensor, tgt: Tensor, embed_dim: int) -> None:
-    """Validate a head's inputs.
+def check_pair_shapes(tokens: Tensor, ref: Tensor, tgt: Tensor, embed_dim: int) -> None:
+    """Validate the shapes and dtypes of a head's inputs (no host synchronisation).
 
     Args:
         tokens: [B, N, D] patch tokens with D = ``embed_dim``.
-        ref: [K] or [B, K] integer reference indices in [0, N).
+        ref: [K] or [B, K] integer reference indices.
         tgt: Target indices, same shape as ``ref``.
         embed_dim: Expected token width D.
 
@@ -52,7 +66,7 @@ def check_pair_indices(tokens: Tensor, ref: Tensor, tgt: Tensor, embed_dim: int)
         f"a tensor [B, N, {embed_dim}] of patch tokens",
         tokens,
     )
-    batch_size, num_patches = tokens.shape[0], tokens.shape[1]
+    batch_size = tokens.shape[0]
     for name, index in (("ref", ref), ("tgt", tgt)):
         check(
             not index.is_floating_point()
@@ -62,20 +76,7 @@ def check_pair_indices(tokens: Tensor, ref: Tensor, tgt: Tensor, embed_dim: int)
             f"an integer tensor [K] or [{batch_size}, K] of patch indices",
             index,
         )
-        if index.numel() > 0:
-            low, high = int(index.min()), int(index.max())
-            check(
-                low >= 0 and high < num_patches,
-                name,
-                f"patch indices in [0, {num_patches})",
-                f"indices in [{low}, {high}]",
-            )
-    check(
-        ref.shape == tgt.shape,
-        "tgt",
-        f"the same shape as ref {tuple(ref.shape)}",
-        tgt,
-    )
+    check(ref.shape == tgt.shape, "tgt", f"the same shape as ref {tuple(ref.shape)}", tgt)
 
 
 def gather_patches(per_patch: Tensor, index: Tensor) -> Tensor:
@@ -119,34 +120,38 @@ class PairProjection(nn.Module):
 class CrossAttentionHead(nn.Module):
     """The paper's relative encoder: a pair query cross-attends over all patch embeddings.
 
-    For each pair the query is ``Linear(2D -> D)([x_ref; x_tgt])`` (factorised per patch, see
-    :class:`PairProjection`); keys and values are linear projections of all patch tokens X' (no
-    [CLS]); single-head scaled-dot-product attention by default (as in the authors' code); a final
-    ``Linear(D -> out_dim)`` maps the attended value to the relative target. The attention's query
-    in-projection is folded into the pair projection and its output projection into the final
-    linear layer (compositions of linear maps), so no parameter is redundant.
+    **Paper form** (``num_heads=1``, the default): the query of pair ``(i, j)`` is
+    ``q = Linear(2D -> D)([x_i; x_j])``; keys and values are the patch tokens X' themselves (K = V =
+    X', no projections), ``a = softmax(q X'^T / sqrt(D)) X'``; ``Linear(D -> out_dim)`` maps ``a``
+    to the target. A key or value projection would add nothing here: a key projection ``W_k`` is
+    absorbed by the query projection (``q^T W_k x = (W_k^T q)^T x``), a key bias shifts all logits
+    of a query equally (softmax ignores it, so it gets exactly zero gradient), and a value
+    projection followed by the output layer is one linear map.
 
-    The computation never forms a ``[B, K, D]`` tensor for the K pairs. Because the query is a sum
-    of a reference and a target half, its attention logits are sums of per-patch logits,
-    ``q_k · key_n = (a_ref(k) · key_n) + (b_tgt(k) · key_n)``, so two ``[B, H, N, N]`` logit tables
-    are computed once and gathered per pair; and because the final linear layer follows the
-    attention directly, it is applied to the N values first (``[B, H, N, out_dim]``). The cost per
-    pair is ``O(H · N · out_dim)`` instead of ``O(D² + N · D)``, which keeps the head cheap at the
-    paper's thousands of pairs; the result equals the textbook computation (tested).
+    **Projected variant** (``num_heads = H > 1``): multi-head attention where head ``h`` compares
+    its slice ``q_h`` (``D / H`` wide) with keys ``X' W_h^T`` (a bias-free ``Linear(D -> D / H)``
+    per head, which selects what the head looks at, so it is not redundant) and reads the values
+    through its own ``Linear(D -> out_dim)`` (the value projection and the output layer folded into
+    one map per head); the heads' outputs are summed and one shared bias added. Every parameter of
+    either form receives a gradient.
+
+    The computation never forms a ``[B, K, D]`` tensor for the K pairs: the query is a sum of a
+    reference and a target half, so the logits are sums of two per-patch ``[B, H, N, N]`` tables
+    gathered per pair, and the output layer is applied to the N values first (``[B, H, N,
+    out_dim]``). The cost per pair is ``O(H·N·out_dim)`` instead of ``O(D² + N·D)``; the result
+    equals the textbook computation (tested).
 
     Args:
         embed_dim: Token width D.
         out_dim: Target size (``ndim``, or ``2 * ndim`` with scale targets).
-        num_heads: Attention heads (must divide ``embed_dim``).
-        input_norm: Apply a LayerNorm to the tokens first.
+        num_heads: 1 for the paper's form; H > 1 (dividing ``embed_dim``) for the projected
+            variant.
     """
 
-    def __init__(
-        self, embed_dim: int, out_dim: int, num_heads: int = 1, input_norm: bool = False
-    ) -> None:
+    def __init__(self, embed_dim: int, out_dim: int, num_heads: int = 1) -> None:
         super().__init__()
         check(
-            num_heads >= 1 and embed_dim % num_heads == 0,
+            isinstance(num_heads, int) and num_heads >= 1 and embed_dim % num_heads == 0,
             "num_heads",
             f"a positive divisor of embed_dim={embed_dim}",
             repr(num_heads),
@@ -154,18 +159,21 @@ class CrossAttentionHead(nn.Module):
         self.embed_dim = embed_dim
         self.out_dim = out_dim
         self.num_heads = num_heads
-        self.norm: nn.Module = nn.LayerNorm(embed_dim) if input_norm else nn.Identity()
+        self.head_dim = embed_dim // num_heads
         self.query = PairProjection(embed_dim, embed_dim)
-        self.key_value = nn.Linear(embed_dim, 2 * embed_dim)
-        self.out = nn.Linear(embed_dim, out_dim)
+        self.key: nn.Linear | None = (
+            nn.Linear(embed_dim, embed_dim, bias=False) if num_heads > 1 else None
+        )
+        # Per head: Linear(D -> out_dim) applied to the attended tokens (value map + output layer).
+        self.value_out = nn.Parameter(torch.empty(num_heads, out_dim, embed_dim))
+        self.out_bias = nn.Parameter(torch.zeros(out_dim))
         self.apply(init_weights)
+        nn.init.trunc_normal_(self.value_out, std=0.02)
 
     def _split_heads(self, per_patch: Tensor) -> Tensor:
         """[B, N, D] -> [B, H, N, D / H]."""
-        batch, num_patches, dim = per_patch.shape
-        return per_patch.view(batch, num_patches, self.num_heads, dim // self.num_heads).transpose(
-            1, 2
-        )
+        batch, num_patches, _ = per_patch.shape
+        return per_patch.view(batch, num_patches, self.num_heads, self.head_dim).transpose(1, 2)
 
     @staticmethod
     def _gather_rows(table: Tensor, index: Tensor) -> Tensor:
@@ -177,77 +185,68 @@ class CrossAttentionHead(nn.Module):
 
     def forward(self, tokens: Tensor, ref: Tensor, tgt: Tensor) -> Tensor:
         """Args: tokens: [B, N, D]; ref, tgt: [K] or [B, K]. Returns: [B, K, out_dim]."""
-        check_pair_indices(tokens, ref, tgt, self.embed_dim)
-        head_dim = self.embed_dim // self.num_heads
-        x = self.norm(tokens)
-        query_ref = self._split_heads(self.query.ref_proj(x))  # [B, H, N, D / H]
-        query_tgt = self._split_heads(self.query.tgt_proj(x))
-        key, value = (self._split_heads(part) for part in self.key_value(x).chunk(2, dim=-1))
-        scale = head_dim**-0.5
-        logits_ref = (query_ref @ key.transpose(-2, -1)) * scale  # [B, H, N, N]
-        logits_tgt = (query_tgt @ key.transpose(-2, -1)) * scale
+        check_pair_shapes(tokens, ref, tgt, self.embed_dim)
+        keys = self._split_heads(tokens if self.key is None else self.key(tokens))  # [B,H,N,D/H]
+        query_ref = self._split_heads(self.query.ref_proj(tokens))
+        query_tgt = self._split_heads(self.query.tgt_proj(tokens))
+        scale = self.head_dim**-0.5
+        logits_ref = (query_ref @ keys.transpose(-2, -1)) * scale  # [B, H, N, N]
+        logits_tgt = (query_tgt @ keys.transpose(-2, -1)) * scale
         logits = self._gather_rows(logits_ref, ref) + self._gather_rows(logits_tgt, tgt)
-        # The final linear layer, split per head and applied to the values: [B, H, N, out_dim].
-        out_weight = self.out.weight.view(self.out_dim, self.num_heads, head_dim).transpose(0, 1)
-        projected_value = value @ out_weight.transpose(-2, -1).unsqueeze(0)
-        attended = torch.softmax(logits.float(), dim=-1).to(projected_value.dtype) @ projected_value
-        return attended.sum(dim=1) + self.out.bias.to(attended.dtype)  # [B, K, out_dim]
+        values = torch.einsum("bnd,hod->bhno", tokens, self.value_out.to(tokens.dtype))
+        attention = torch.softmax(logits.float(), dim=-1).to(values.dtype)  # [B, H, K, N]
+        return (attention @ values).sum(dim=1) + self.out_bias.to(values.dtype)
 
 
 class PairwiseMLPHead(nn.Module):
-    """Ablation head: an MLP that sees only the two embeddings of a pair.
+    """Ablation head (paper): one ``Linear(2D -> out_dim)`` on the pair's two embeddings.
 
-    ``Linear(2D -> H)([x_ref; x_tgt])`` (factorised per patch) -> GELU -> ``Linear(H -> out_dim)``.
+    It sees only the two patches of a pair, so it must read their relative position from their
+    content alone.
 
     Args:
         embed_dim: Token width D.
         out_dim: Target size.
-        hidden_dim: Hidden width H (defaults to ``embed_dim``).
     """
 
-    def __init__(self, embed_dim: int, out_dim: int, hidden_dim: int | None = None) -> None:
+    def __init__(self, embed_dim: int, out_dim: int) -> None:
         super().__init__()
-        hidden = embed_dim if hidden_dim is None else hidden_dim
-        check(hidden >= 1, "hidden_dim", "a positive int or None", repr(hidden_dim))
         self.embed_dim = embed_dim
         self.out_dim = out_dim
-        self.fc1 = PairProjection(embed_dim, hidden)
-        self.act = nn.GELU()
-        self.fc2 = nn.Linear(hidden, out_dim)
+        self.linear = PairProjection(embed_dim, out_dim)
         self.apply(init_weights)
 
     def forward(self, tokens: Tensor, ref: Tensor, tgt: Tensor) -> Tensor:
         """Args: tokens: [B, N, D]; ref, tgt: [K] or [B, K]. Returns: [B, K, out_dim]."""
-        check_pair_indices(tokens, ref, tgt, self.embed_dim)
-        return self.fc2(self.act(self.fc1(tokens, ref, tgt)))
+        check_pair_shapes(tokens, ref, tgt, self.embed_dim)
+        return self.linear(tokens, ref, tgt)
 
 
 class MLPHead(nn.Module):
-    """Ablation head: one MLP from all N embeddings (flattened) to the targets of all N x N pairs.
+    """Ablation head (paper): one ``Linear(N·D -> N²·out_dim)`` from all embeddings to all pairs.
 
-    ``Linear(N·D -> H)`` -> GELU -> ``Linear(H -> N·N·out_dim)``; output ``(i, j)`` is the
-    prediction for reference ``i`` and target ``j``, and the requested pairs are gathered from it.
-    Needs a fixed number of patches N, and token order matters (no weight sharing).
+    Output ``(i, j)`` is the prediction for reference ``i`` and target ``j``; the requested pairs
+    are gathered from it. Needs a fixed number of patches N, and token order matters (no weight
+    sharing). It is large: ``N·D·N²·out_dim`` weights (65 M for the EEG preset's N = 40, D = 512).
 
     Args:
         embed_dim: Token width D.
         out_dim: Target size.
         num_patches: The fixed N.
-        hidden_dim: Hidden width H.
     """
 
-    def __init__(
-        self, embed_dim: int, out_dim: int, num_patches: int, hidden_dim: int = 512
-    ) -> None:
+    def __init__(self, embed_dim: int, out_dim: int, num_patches: int) -> None:
         super().__init__()
-        check(num_patches >= 2, "num_patches", "an int >= 2", repr(num_patches))
-        check(hidden_dim >= 1, "hidden_dim", "a positive int", repr(hidden_dim))
+        check(
+            isinstance(num_patches, int) and num_patches >= 2,
+            "num_patches",
+            "an int >= 2",
+            repr(num_patches),
+        )
         self.embed_dim = embed_dim
         self.out_dim = out_dim
         self.num_patches = num_patches
-        self.fc1 = nn.Linear(num_patches * embed_dim, hidden_dim)
-        self.act = nn.GELU()
-        self.fc2 = nn.Linear(hidden_dim, num_patches * num_patches * out_dim)
+        self.linear = nn.Linear(num_patches * embed_dim, num_patches * num_patches * out_dim)
         self.apply(init_weights)
 
     def forward(self, tokens: Tensor, ref: Tensor, tgt: Tensor) -> Tensor:
@@ -256,7 +255,7 @@ class MLPHead(nn.Module):
         Returns:
             [B, K, out_dim].
         """
-        check_pair_indices(tokens, ref, tgt, self.embed_dim)
+        check_pair_shapes(tokens, ref, tgt, self.embed_dim)
         batch, num_patches = tokens.shape[:2]
         check(
             num_patches == self.num_patches,
@@ -264,7 +263,7 @@ class MLPHead(nn.Module):
             f"{self.num_patches} patch tokens (MLPHead has a fixed number of patches)",
             tokens,
         )
-        every_pair = self.fc2(self.act(self.fc1(tokens.flatten(1))))
+        every_pair = self.linear(tokens.flatten(1))
         every_pair = every_pair.view(batch, num_patches, num_patches, self.out_dim)
         if ref.dim() == 1:
             return every_pair[:, ref, tgt]
@@ -294,7 +293,7 @@ def build_head(
         embed_dim: Token width D of the encoder.
         out_dim: Target size (``ndim``, or ``2 * ndim`` with scale targets).
         num_patches: Fixed patch count N; required by ``"mlp"``, ignored by the others.
-        **kwargs: Extra keywords of the head class (``num_heads``, ``input_norm``, ``hidden_dim``).
+        **kwargs: Extra keywords of the head class (``num_heads`` of the cross-attention head).
 
     Returns:
         The head module.
@@ -304,4 +303,7 @@ def build_head(
     if name == "mlp":
         check(num_patches is not None, "num_patches", "an int for the 'mlp' head", "None")
         kwargs["num_patches"] = num_patches
-    return _HEADS[name](embed_dim=embed_dim, out_dim=out_dim, **kwargs)
+    try:
+        return _HEADS[name](embed_dim=embed_dim, out_dim=out_dim, **kwargs)
+    except TypeError as error:
+        raise InputError(f"head_overrides: not accepted by the {name!r} head ({error})") from None
