@@ -154,7 +154,13 @@ def _grid_slot(centers: Tensor, grid_shape: Sequence[int], patch_shape: Sequence
 
 
 def _resampling_taps(
-    starts: Tensor, sizes: Tensor, out_size: int, length: int, antialias: bool, dtype: torch.dtype
+    starts: Tensor,
+    sizes: Tensor,
+    out_size: int,
+    length: int,
+    antialias: bool,
+    dtype: torch.dtype,
+    max_size: float | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Filter taps of one dimension for every box.
 
@@ -170,6 +176,8 @@ def _resampling_taps(
         length: Input length ``L`` (taps are clamped to ``[0, L - 1]``, i.e. edge replication).
         antialias: Widen the triangle filter to ``size / P`` when downsampling.
         dtype: Dtype of the returned weights.
+        max_size: A known upper bound of ``sizes`` (sizes the tap count without reading the
+            tensor back, i.e. without a host synchronisation); ``None`` reads ``sizes.max()``.
 
     Returns:
         ``index: [K, B, N, P]`` long input indices (clamped, non-decreasing along ``K`` and
@@ -179,7 +187,13 @@ def _resampling_taps(
     positions = torch.arange(out_size, device=starts.device, dtype=starts.dtype) + 0.5
     centres = torch.addcmul(starts[..., None], positions, step[..., None])
     support = (step.clamp(min=1.0) if antialias else torch.ones_like(step))[..., None]
-    num_taps = max(1, math.ceil(2 * float(support.max())))
+    if not antialias:
+        widest = 1.0
+    elif max_size is not None:
+        widest = max(1.0, max_size / out_size)
+    else:
+        widest = float(support.max())
+    num_taps = max(1, math.ceil(2 * widest))
     first = torch.floor(centres - support - 0.5).add_(1)
     offsets = torch.arange(num_taps, device=starts.device, dtype=starts.dtype).view(-1, 1, 1, 1)
     distance = ((first - centres) + (offsets + 0.5)).abs_()
@@ -197,9 +211,17 @@ def _along(values: Tensor, axis: int, rank: int) -> Tensor:
 
 
 def _crop_and_resize(
-    x: Tensor, starts: Tensor, sizes: Tensor, patch_shape: tuple[int, ...], antialias: bool
+    x: Tensor,
+    starts: Tensor,
+    sizes: Tensor,
+    patch_shape: tuple[int, ...],
+    antialias: bool,
+    max_sizes: Sequence[float] | None = None,
 ) -> Tensor:
     """Unvalidated core of :func:`crop_and_resize` (same arguments and result).
+
+    ``max_sizes`` (one known upper bound of ``sizes`` per dimension) sizes the filters and windows
+    without reading ``sizes`` back, so the call needs no host synchronisation.
 
     Separable: dimension ``d`` is resampled by ``K`` gathers (one per filter tap, shared by all
     channels) summed with the filter weights. The first step reads ``x`` through flat indices and
@@ -217,7 +239,13 @@ def _crop_and_resize(
     sizes = sizes.to(device)
     taps = [
         _resampling_taps(
-            starts[..., d], sizes[..., d], patch_shape[d], lengths[d], antialias, compute_dtype
+            starts[..., d],
+            sizes[..., d],
+            patch_shape[d],
+            lengths[d],
+            antialias,
+            compute_dtype,
+            None if max_sizes is None else max_sizes[d],
         )
         for d in range(ndim)
     ]
@@ -225,7 +253,11 @@ def _crop_and_resize(
     window_lengths: list[int] = []
     for d, (index, _) in enumerate(taps):
         first, last = index[0, :, :, 0], index[-1, :, :, -1]
-        span = int((last - first).max()) + 1
+        if max_sizes is None:
+            span = int((last - first).max()) + 1
+        else:  # first taps of outputs 0 and P - 1 lie at most (P - 1) * step + 1 apart
+            step = max_sizes[d] / patch_shape[d]
+            span = min(lengths[d], math.ceil((patch_shape[d] - 1) * step) + len(index) + 1)
         window_starts.append(first.clamp(max=lengths[d] - span))
         window_lengths.append(span)
 
@@ -262,6 +294,30 @@ def _crop_and_resize(
         assert result is not None
         source = result
     return source.to(x.dtype)
+
+
+def _slice_boxes(x: Tensor, starts: Tensor, patch_shape: tuple[int, ...]) -> Tensor:
+    """Exact slices ``x[b, :, s_0:s_0 + P_0, ...]`` at integer ``starts: [B, N, ndim]``.
+
+    One gather for the whole batch (what :func:`_crop_and_resize` returns for integer starts and
+    extent ``P``, without its interpolation taps).
+
+    Returns:
+        [B, N, C, *P].
+    """
+    batch, channels = int(x.shape[0]), int(x.shape[1])
+    lengths = [int(length) for length in x.shape[2:]]
+    ndim = len(lengths)
+    num_boxes = int(starts.shape[1])
+    flat = torch.zeros((batch, num_boxes, *[1] * ndim), dtype=torch.long, device=x.device)
+    corner = starts.to(x.device).long()
+    for d in range(ndim):
+        stride = math.prod(lengths[d + 1 :])
+        offsets = _along(torch.arange(patch_shape[d], device=x.device), d + 2, ndim + 2)
+        flat = flat + (corner[..., d].view(batch, num_boxes, *[1] * ndim) + offsets) * stride
+    index = flat.view(batch, num_boxes, 1, -1).expand(-1, -1, channels, -1)
+    source = x.reshape(batch, 1, channels, -1).expand(-1, num_boxes, -1, -1)
+    return source.gather(3, index).view(batch, num_boxes, channels, *patch_shape)
 
 
 def crop_and_resize(
@@ -350,6 +406,14 @@ class OffGridSampler:
     Boxes may overlap and leave parts of the input uncovered (PART's masking). Every box is
     resampled to the patch size with :func:`crop_and_resize`. Runs without autograd.
 
+    **Integer boxes (default).** With ``integer_boxes=True`` starts (and, with ``scale_range``,
+    extents) are whole samples, drawn uniformly among the integers of the same ranges, as the
+    authors' integer pixel boxes. A fixed-size box is then an exact slice ``x[..., s:s + P]``, the
+    very input a fine-tuning tile gives the patch embedding (a fractional start would interpolate
+    linearly and low-pass the patch: a 30 Hz sine at 100 Hz keeps 0.59 of its amplitude at a
+    half-sample offset). Targets stay floats either way. ``integer_boxes=False`` draws continuous
+    starts and extents.
+
     Args:
         ndim: Number of spatial dimensions (1 for EEG, 2 for images, 3 for volumes).
         patch_size: Patch extent ``P``: an int, or one int per dimension.
@@ -359,6 +423,7 @@ class OffGridSampler:
             paper's scale/aspect extension uses ``(0.5, 2.0)``), or ``None`` for fixed extents.
         antialias: Anti-aliased downsampling of boxes larger than ``P`` (see
             :func:`crop_and_resize`).
+        integer_boxes: Draw whole-sample starts and extents (default) instead of continuous ones.
         max_patches: Upper bound on ``N`` (guards memory when the default count would be huge).
 
     Example:
@@ -376,6 +441,7 @@ class OffGridSampler:
         *,
         scale_range: tuple[float, float] | None = None,
         antialias: bool = True,
+        integer_boxes: bool = True,
         max_patches: int = 16384,
     ) -> None:
         _check_ndim(ndim)
@@ -410,6 +476,7 @@ class OffGridSampler:
         self.num_patches = num_patches
         self.scale_range = scale_range
         self.antialias = antialias
+        self.integer_boxes = integer_boxes
         self.max_patches = max_patches
 
     def num_patches_for(self, spatial_shape: Sequence[int]) -> int:
@@ -435,19 +502,26 @@ class OffGridSampler:
         )
         return count
 
-    def __call__(self, x: Tensor, generator: torch.Generator | None = None) -> PatchBatch:
+    def __call__(
+        self, x: Tensor, generator: torch.Generator | None = None, *, validate: bool = True
+    ) -> PatchBatch:
         """Draw boxes and cut the patches.
 
         Args:
             x: ``[B, C, *spatial]`` floating point input, every ``L_d >= P_d``.
             generator: Source of randomness (same seed, same boxes); may live on another device than
                 ``x``: draws happen on its device and are moved.
+            validate: Check ``x`` (shape, dtype, finite values). Training loops that validated
+                their data once pass ``False`` (the finite check costs a host synchronisation).
 
         Returns:
             A :class:`PatchBatch` with ``patches: [B, N, C, *P]``, float32 ``centers``/``sizes:
             [B, N, ndim]`` and ``grid_index: [B, N]``.
         """
-        spatial = _check_input(x, self.patch_size)
+        if validate:
+            spatial = _check_input(x, self.patch_size)
+        else:
+            spatial = tuple(int(length) for length in x.shape[2:])
         num_boxes = self._resolve_num_patches(spatial, "x")
         batch = int(x.shape[0])
         shape = (batch, num_boxes, self.ndim)
@@ -458,10 +532,29 @@ class OffGridSampler:
         else:
             low = torch.minimum(patch * self.scale_range[0], lengths)
             high = torch.minimum(patch * self.scale_range[1], lengths)
-            sizes = low + _draw_uniform(shape, generator, x.device) * (high - low)
-        starts = _draw_uniform(shape, generator, x.device) * (lengths - sizes)
+            draw = _draw_uniform(shape, generator, x.device)
+            if self.integer_boxes:
+                low, high = low.ceil().clamp(min=1.0), high.floor()
+                sizes = (low + draw * (high - low + 1)).floor_().clamp_(max=high)
+            else:
+                sizes = low + draw * (high - low)
+        free = lengths - sizes
+        draw = _draw_uniform(shape, generator, x.device)
+        if self.integer_boxes:
+            starts = (draw * (free + 1)).floor_().clamp_(max=free)
+        else:
+            starts = draw * free
         with torch.no_grad():
-            patches = _crop_and_resize(x, starts, sizes, self.patch_size, self.antialias)
+            if self.scale_range is None and self.integer_boxes:
+                patches = _slice_boxes(x, starts, self.patch_size)
+            else:
+                largest = [
+                    min(float(length), p * (self.scale_range or (1.0, 1.0))[1])
+                    for length, p in zip(spatial, self.patch_size, strict=True)
+                ]
+                patches = _crop_and_resize(
+                    x, starts, sizes, self.patch_size, self.antialias, max_sizes=largest
+                )
         centers = starts + sizes / 2
         grid_index = _grid_slot(centers, _grid_shape(spatial, self.patch_size), self.patch_size)
         return PatchBatch(patches=patches, centers=centers, sizes=sizes, grid_index=grid_index)
@@ -470,7 +563,8 @@ class OffGridSampler:
         return (
             f"{type(self).__name__}(ndim={self.ndim}, patch_size={self.patch_size}, "
             f"num_patches={self.num_patches}, scale_range={self.scale_range}, "
-            f"antialias={self.antialias}, max_patches={self.max_patches})"
+            f"antialias={self.antialias}, integer_boxes={self.integer_boxes}, "
+            f"max_patches={self.max_patches})"
         )
 
 
@@ -506,18 +600,24 @@ class GridSampler:
         )
         return math.prod(_grid_shape(spatial_shape, self.patch_size))
 
-    def __call__(self, x: Tensor, generator: torch.Generator | None = None) -> PatchBatch:
+    def __call__(
+        self, x: Tensor, generator: torch.Generator | None = None, *, validate: bool = True
+    ) -> PatchBatch:
         """Tile ``x``.
 
         Args:
             x: ``[B, C, *spatial]`` floating point input, every ``L_d >= P_d``.
             generator: Ignored (tiling is deterministic); accepted for a sampler-agnostic call.
+            validate: Check ``x`` (shape, dtype, finite values); ``False`` skips the checks.
 
         Returns:
             A :class:`PatchBatch` with ``patches: [B, N, C, *P]``, tile centres ``(g + 0.5) * P``,
             sizes ``P`` and ``grid_index = arange(N)``.
         """
-        spatial = _check_input(x, self.patch_size)
+        if validate:
+            spatial = _check_input(x, self.patch_size)
+        else:
+            spatial = tuple(int(length) for length in x.shape[2:])
         grid = _grid_shape(spatial, self.patch_size)
         batch, channels = int(x.shape[0]), int(x.shape[1])
         ndim = self.ndim

@@ -55,7 +55,13 @@ def _select(values: Tensor, index: Tensor) -> Tensor:
 
 
 def relative_targets(
-    centers: Tensor, sizes: Tensor, ref: Tensor, tgt: Tensor, *, scale: bool = False
+    centers: Tensor,
+    sizes: Tensor,
+    ref: Tensor,
+    tgt: Tensor,
+    *,
+    scale: bool = False,
+    validate: bool = True,
 ) -> Tensor:
     """Relative translation (and optionally scale) of target boxes with respect to reference boxes.
 
@@ -65,6 +71,9 @@ def relative_targets(
         ref: Reference patch indices, ``[K]`` (shared by the batch) or ``[B, K]``, in ``[0, N)``.
         tgt: Target patch indices, same shape as ``ref``.
         scale: Also return the extent ratios ``s_tgt / s_ref`` (scale/aspect extension).
+        validate: Check shapes, finiteness, positive extents and index ranges (host
+            synchronisations); training loops that drew the boxes and pairs themselves pass
+            ``False``.
 
     Returns:
         ``[B, K, ndim]`` translations ``(c_tgt - c_ref) / s_ref`` per dimension, or with ``scale``
@@ -81,6 +90,18 @@ def relative_targets(
         >>> relative_targets(centers, sizes, torch.tensor([0]), torch.tensor([1]))
         tensor([[[ 2.0000, -0.5000]]])
     """
+    if validate:
+        _check_boxes_and_pairs(centers, sizes, ref, tgt)
+    ref = ref.to(centers.device)
+    tgt = tgt.to(centers.device)
+    ref_sizes = _select(sizes, ref)
+    translation = (_select(centers, tgt) - _select(centers, ref)) / ref_sizes
+    if not scale:
+        return translation
+    return torch.cat([translation, _select(sizes, tgt) / ref_sizes], dim=-1)
+
+
+def _check_boxes_and_pairs(centers: Tensor, sizes: Tensor, ref: Tensor, tgt: Tensor) -> None:
     check(
         isinstance(centers, Tensor) and centers.is_floating_point() and centers.dim() == 3,
         "centers",
@@ -106,13 +127,6 @@ def relative_targets(
     _check_pair_index(ref, "ref", batch, num_patches)
     _check_pair_index(tgt, "tgt", batch, num_patches)
     check(tgt.shape == ref.shape, "tgt", f"the shape of ref {tuple(ref.shape)}", tgt)
-    ref = ref.to(centers.device)
-    tgt = tgt.to(centers.device)
-    ref_sizes = _select(sizes, ref)
-    translation = (_select(centers, tgt) - _select(centers, ref)) / ref_sizes
-    if not scale:
-        return translation
-    return torch.cat([translation, _select(sizes, tgt) / ref_sizes], dim=-1)
 
 
 def _split_off_diagonal(flat: Tensor, num_patches: int) -> tuple[Tensor, Tensor]:

@@ -91,11 +91,75 @@ def test_extents_within_the_scale_range_and_clamped_to_the_input() -> None:
     assert float(sizes_1d.min()) >= 8.0 - 1e-5
 
 
-def test_positions_are_continuous_and_cover_the_input() -> None:
-    batch = OffGridSampler(1, 10, num_patches=100)(torch.randn(8, 1, 110), _generator(3))
+def test_integer_boxes_by_default_continuous_on_request() -> None:
+    x = torch.randn(8, 1, 110)
+    batch = OffGridSampler(1, 10, num_patches=100)(x, _generator(3))
     starts = batch.starts.flatten()
-    assert float(starts.min()) < 2.0 and float(starts.max()) > 98.0
-    assert float((starts - starts.round()).abs().max()) > 0.1  # not integer pixels
+    torch.testing.assert_close(starts, starts.round())  # whole samples, as the authors' boxes
+    assert float(starts.min()) == 0.0 and float(starts.max()) == 100.0  # both ends reachable
+    # every integer start in [0, L - P] is drawn about equally often
+    many = OffGridSampler(1, 10, num_patches=2000)(torch.randn(8, 1, 20), _generator(5)).starts
+    counts = torch.bincount(many.flatten().long(), minlength=11).float()
+    assert counts.shape == (11,) and float(counts.min() / counts.max()) > 0.85
+    continuous = OffGridSampler(1, 10, num_patches=100, integer_boxes=False)(x, _generator(3))
+    fractional = continuous.starts.flatten()
+    assert float(fractional.min()) < 2.0 and float(fractional.max()) > 98.0
+    assert float((fractional - fractional.round()).abs().max()) > 0.1
+
+
+def test_integer_scaled_boxes_have_whole_extents_in_the_range() -> None:
+    sampler = OffGridSampler(2, 4, num_patches=500, scale_range=(0.5, 2.0))
+    batch = sampler(torch.randn(4, 1, 32, 32), _generator(6))
+    torch.testing.assert_close(batch.sizes, batch.sizes.round())
+    torch.testing.assert_close(batch.starts, batch.starts.round())
+    assert set(batch.sizes.unique().tolist()) == {2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0}
+
+
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+def test_offgrid_patches_are_exact_slices_and_an_on_grid_box_equals_its_tile(ndim: int) -> None:
+    """The pretraining crop is the fine-tuning tile: same values, no interpolation."""
+    spatial = (24, 20, 16)[:ndim]
+    patch = (4, 5, 4)[:ndim]
+    x = torch.randn(3, 2, *spatial)
+    batch = OffGridSampler(ndim, patch, num_patches=40)(x, _generator(7))
+    tiles = GridSampler(ndim, patch)(x)
+    grid_shape = [length // p for length, p in zip(spatial, patch, strict=True)]
+    matched = 0
+    for b in range(3):
+        for n in range(40):
+            start = [int(v) for v in batch.starts[b, n]]
+            region = x[b]
+            for d in range(ndim):
+                region = region.narrow(1 + d, start[d], patch[d])
+            torch.testing.assert_close(batch.patches[b, n], region, rtol=0, atol=0)
+            if all(s % p == 0 for s, p in zip(start, patch, strict=True)):
+                slot = 0
+                for d in range(ndim):
+                    slot = slot * grid_shape[d] + start[d] // patch[d]
+                torch.testing.assert_close(
+                    batch.patches[b, n], tiles.patches[b, slot], rtol=0, atol=0
+                )
+                matched += 1
+    assert matched > 0
+    # and a box placed on the grid by hand gives the tile exactly
+    starts = tiles.starts[:, :5].contiguous()
+    sliced = crop_and_resize(x, starts, tiles.sizes[:, :5].contiguous(), patch)
+    torch.testing.assert_close(sliced, tiles.patches[:, :5], rtol=0, atol=0)
+
+
+def test_sampling_needs_no_host_synchronisation(host_syncs) -> None:
+    x = torch.randn(2, 3, 30, 26)
+    generator = _generator(8)
+    samplers = [
+        OffGridSampler(2, (5, 4), num_patches=9),
+        OffGridSampler(2, (5, 4), num_patches=9, scale_range=(0.5, 2.0)),
+        OffGridSampler(2, (5, 4), num_patches=9, integer_boxes=False),
+        GridSampler(2, (5, 4)),
+    ]
+    with host_syncs:
+        for sampler in samplers:
+            sampler(x, generator, validate=False)
+    assert host_syncs.calls == []
 
 
 def test_sampler_patches_are_crop_and_resize_of_its_boxes() -> None:
