@@ -33,8 +33,8 @@ from partnd.data import SignalSpec
 from partnd.engine.config import PretrainConfig
 from partnd.engine.distributed import resolve_device
 from partnd.engine.optim import build_optimizer
-from partnd.models import PARTModel, ViTEncoder, create_encoder
-from partnd.pretraining import build_part_model
+from partnd.models import ViTEncoder, create_encoder
+from partnd.objectives import PARTModel, build_objective
 
 CHANNELS, LENGTH, PATCH, NUM_PATCHES = 6, 3000, 100, 40
 
@@ -138,7 +138,7 @@ def run(
             device,
             precision,
         )
-        model = build_part_model(config, SignalSpec(CHANNELS, (LENGTH,))).to(device).train()
+        model = build_objective(config, SignalSpec(CHANNELS, (LENGTH,))).to(device).train()
         part_optimizer = build_optimizer(model, lr=1e-4, weight_decay=0.05, betas=(0.9, 0.95))
         part_step = _training_step(
             functools.partial(_part_loss, model, signals, generator),

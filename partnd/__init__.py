@@ -6,9 +6,12 @@ preprocessing workers) do not pay for torch.
 - Sampling and targets: :class:`OffGridSampler`, :class:`GridSampler`, :class:`PatchBatch`,
   :func:`crop_and_resize`, :func:`relative_targets`, :func:`sample_pairs`, :func:`all_pairs`.
 - Models: :class:`ViTEncoder`, :func:`create_encoder`, :func:`list_encoders`, :func:`build_head`,
-  :class:`PARTModel`, :class:`PatchClassifier`.
+  :class:`PatchClassifier`.
+- Objectives: :class:`PARTModel`, :func:`list_objectives` (``pretrain(method=...)``).
 - Training: :func:`pretrain`, :func:`finetune`, :func:`evaluate`, :class:`PretrainConfig`,
   :class:`FinetuneConfig`, :func:`load_encoder`.
+- Frozen-feature evaluation: :func:`linear_probe`, :func:`knn_eval`, :class:`KNNMonitor`,
+  :func:`extract_features`.
 - Metrics: :func:`classification_metrics`, :class:`ClassificationReport`.
 - Data: :mod:`partnd.datasets` (sample cohort, sleep store, window datasets, splits).
 """
@@ -22,16 +25,17 @@ if TYPE_CHECKING:
     from partnd._validation import InputError
     from partnd.engine.config import FinetuneConfig, PretrainConfig
     from partnd.engine.trainer import NonFiniteLossError
+    from partnd.evaluation import KNNMonitor, extract_features, knn_eval, linear_probe
     from partnd.finetuning import FinetuneResult, evaluate, finetune
     from partnd.metrics import ClassificationReport, classification_metrics
     from partnd.models import (
-        PARTModel,
         PatchClassifier,
         ViTEncoder,
         build_head,
         create_encoder,
         list_encoders,
     )
+    from partnd.objectives import PARTModel, list_objectives
     from partnd.pretraining import PretrainResult, load_encoder, pretrain
     from partnd.sampling import GridSampler, OffGridSampler, PatchBatch, crop_and_resize
     from partnd.targets import all_pairs, relative_targets, sample_pairs
@@ -51,7 +55,12 @@ _EXPORTS: dict[str, str] = {
     "create_encoder": "partnd.models",
     "list_encoders": "partnd.models",
     "build_head": "partnd.models",
-    "PARTModel": "partnd.models",
+    "PARTModel": "partnd.objectives",
+    "list_objectives": "partnd.objectives",
+    "linear_probe": "partnd.evaluation",
+    "knn_eval": "partnd.evaluation",
+    "KNNMonitor": "partnd.evaluation",
+    "extract_features": "partnd.evaluation",
     "PatchClassifier": "partnd.models",
     "PretrainConfig": "partnd.engine.config",
     "FinetuneConfig": "partnd.engine.config",
@@ -72,6 +81,7 @@ __all__ = [
     "FinetuneResult",
     "GridSampler",
     "InputError",
+    "KNNMonitor",
     "NonFiniteLossError",
     "OffGridSampler",
     "PARTModel",
@@ -87,8 +97,12 @@ __all__ = [
     "create_encoder",
     "crop_and_resize",
     "evaluate",
+    "extract_features",
     "finetune",
+    "knn_eval",
+    "linear_probe",
     "list_encoders",
+    "list_objectives",
     "load_encoder",
     "pretrain",
     "relative_targets",

@@ -4,7 +4,8 @@
 accept a torch ``Dataset`` whose items are a tensor/array ``[C, *spatial]`` or a tuple whose first
 element is one (and whose second is the label), or a whole array/tensor ``[N, C, *spatial]``
 (numpy arrays may be memory-mapped: items are copied one at a time). Every item is checked against
-the first one, so a ragged dataset fails naming the offending index.
+the first one (shape, and finite values), so a ragged or corrupt dataset fails naming the
+offending index when the item is read; training loops need no further checks on the hot path.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from partnd._validation import InputError, check, describe
+from partnd._validation import InputError, check, check_finite, describe
 
 __all__ = [
     "ArrayDataset",
@@ -128,10 +129,21 @@ def _inspect(dataset: Dataset[Any], argument: str) -> SignalSpec:
     return SignalSpec(in_chans=first.shape[0], spatial_shape=tuple(first.shape[1:]))
 
 
-def _wrap(data: Any, labels: Sequence[int] | None, argument: str) -> Dataset[Any]:
+def _wrap(
+    data: Any, labels: Sequence[int] | None, argument: str, labels_argument: str = "labels"
+) -> Dataset[Any]:
     if isinstance(data, np.ndarray | torch.Tensor):
+        if labels is not None:
+            check(
+                len(labels) == len(data),
+                labels_argument,
+                f"{len(data)} labels (one per item of {argument})",
+                f"{len(labels)} labels",
+            )
         return ArrayDataset(data, labels)
-    check(labels is None, "labels", "None when the dataset already yields (x, label)", labels)
+    check(
+        labels is None, labels_argument, "None when the dataset already yields (x, label)", labels
+    )
     check(
         hasattr(data, "__getitem__") and hasattr(data, "__len__"),
         argument,
@@ -182,6 +194,7 @@ class SignalDataset(Dataset[torch.Tensor]):
             f"a signal of shape {self.spec.item_shape} like {self.argument}[0]",
             signal,
         )
+        check_finite(signal, where)
         return signal
 
     def __getitem__(self, index: int) -> torch.Tensor:
@@ -200,12 +213,21 @@ class LabelledDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         dataset: Source dataset whose items are ``(signal, label, ...)`` tuples.
         spec: Expected signal shape.
         argument: Name used in error messages.
+        labels_argument: Name of the caller's label argument when the labels came separately
+            (``train_labels``...); default ``<argument>.labels``.
     """
 
-    def __init__(self, dataset: Dataset[Any], spec: SignalSpec, argument: str = "dataset"):
+    def __init__(
+        self,
+        dataset: Dataset[Any],
+        spec: SignalSpec,
+        argument: str = "dataset",
+        labels_argument: str | None = None,
+    ):
         self.signals = SignalDataset(dataset, spec, argument)
         self.dataset = dataset
         self.argument = argument
+        self.labels_argument = labels_argument or f"{argument}.labels"
 
     def __len__(self) -> int:
         return len(self.signals)
@@ -214,7 +236,7 @@ class LabelledDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         """Label of item ``index`` (reads the item unless the source exposes ``labels``)."""
         labels = getattr(self.dataset, "labels", None)
         if labels is not None:
-            return int(_to_label(labels[index], f"{self.argument}.labels[{index}]"))
+            return int(_to_label(labels[index], f"{self.labels_argument}[{index}]"))
         return int(self[index][1])
 
     @property
@@ -264,6 +286,7 @@ def as_labelled_dataset(
     data: Dataset[Any] | np.ndarray | torch.Tensor,
     labels: Sequence[int] | None = None,
     argument: str = "dataset",
+    labels_argument: str = "labels",
 ) -> tuple[LabelledDataset, SignalSpec]:
     """Adapt ``data`` for supervised training or evaluation.
 
@@ -272,12 +295,14 @@ def as_labelled_dataset(
             ``[N, C, *spatial]`` together with ``labels``.
         labels: Labels ``[N]`` when ``data`` is an array.
         argument: Name used in error messages.
+        labels_argument: The caller's name for ``labels`` in error messages.
 
     Returns:
         The adapted dataset and the item shape inferred from item 0.
     """
     if isinstance(data, np.ndarray | torch.Tensor):
-        check(labels is not None, "labels", f"labels [N] for the array {argument}", "None")
-    dataset = _wrap(data, labels, argument)
+        check(labels is not None, labels_argument, f"labels [N] for the array {argument}", "None")
+    dataset = _wrap(data, labels, argument, labels_argument)
     spec = _inspect(dataset, argument)
-    return LabelledDataset(dataset, spec, argument), spec
+    named = labels_argument if labels is not None else None
+    return LabelledDataset(dataset, spec, argument, named), spec

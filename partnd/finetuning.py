@@ -26,7 +26,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from partnd._validation import InputError, check
+from partnd._validation import check
+from partnd.augment import Augmentation, build_augmentation
 from partnd.data import LabelledDataset, SignalSpec, as_labelled_dataset
 from partnd.engine.checkpoint import atomic_save, atomic_write_json, load_checkpoint
 from partnd.engine.config import FinetuneConfig
@@ -35,12 +36,14 @@ from partnd.engine.session import open_session
 from partnd.engine.trainer import Trainer
 from partnd.metrics import ClassificationReport, classification_metrics
 from partnd.models import PatchClassifier, ViTEncoder, create_encoder, list_encoders
+from partnd.objectives.diagnostics import classification_diagnostics
 from partnd.pretraining import load_encoder
 
 __all__ = [
     "ClassificationTask",
     "FinetuneResult",
     "balanced_class_weights",
+    "check_labels",
     "evaluate",
     "finetune",
     "save_confusion_matrix",
@@ -72,54 +75,82 @@ class FinetuneResult:
 
 
 class ClassificationTask:
-    """Cross-entropy on the classifier's logits (optional class weights and label smoothing).
+    """Cross-entropy on the classifier's logits (optional class weights, label smoothing and
+    batch augmentation).
+
+    Labels are checked against ``[0, num_classes)`` before training (:func:`finetune`), not here:
+    the step stays free of host synchronisations.
 
     Args:
-        num_classes: Number of classes K (labels must lie in ``[0, K)``).
+        num_classes: Number of classes K.
         class_weights: ``[K]`` weights or ``None``.
         label_smoothing: Label smoothing in ``[0, 1)``.
+        augment: Batch augmentation (see :mod:`partnd.augment`) or ``None``.
     """
 
     def __init__(
-        self, num_classes: int, class_weights: torch.Tensor | None, label_smoothing: float
+        self,
+        num_classes: int,
+        class_weights: torch.Tensor | None,
+        label_smoothing: float,
+        augment: Augmentation | None = None,
     ) -> None:
         self.num_classes = num_classes
         self.class_weights = class_weights
         self.label_smoothing = label_smoothing
+        self.augment = augment
 
     def compute_loss(
         self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], generator: torch.Generator
-    ) -> torch.Tensor:
-        """Args: batch: (x [B, C, *spatial], labels [B]). Returns: mean cross-entropy."""
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Args: batch: (x [B, C, *spatial], labels [B]). Returns: cross-entropy, train accuracy."""
         x, labels = batch
-        top = int(labels.max())
-        check(
-            top < self.num_classes,
-            "labels",
-            f"class labels in [0, num_classes={self.num_classes})",
-            f"label {top}",
-        )
+        if self.augment is not None:
+            x = self.augment(x, generator)
         logits = model(x)
         weight = None
         if self.class_weights is not None:
             weight = self.class_weights.to(logits.device)
-        return F.cross_entropy(
+        loss = F.cross_entropy(
             logits.float(), labels, weight=weight, label_smoothing=self.label_smoothing
         )
+        return loss, classification_diagnostics(logits, labels, self.num_classes)
 
 
-def balanced_class_weights(dataset: LabelledDataset, num_classes: int) -> torch.Tensor:
+def check_labels(dataset: LabelledDataset, num_classes: int, argument: str) -> np.ndarray:
+    """Every label of ``dataset`` as an array, refusing any outside ``[0, num_classes)``.
+
+    Reads ``dataset.labels`` when the source exposes it, else every item.
+
+    Args:
+        dataset: The adapted dataset.
+        num_classes: Number of classes K.
+        argument: Name of the caller's argument for the message (``train_labels``...).
+
+    Returns:
+        [N] int64 labels.
+    """
+    labels = np.asarray([dataset.label(i) for i in range(len(dataset))], dtype=np.int64)
+    if labels.size:
+        low, high = int(labels.min()), int(labels.max())
+        check(
+            low >= 0 and high < num_classes,
+            argument,
+            f"class labels in [0, num_classes={num_classes}) (raise num_classes if the data have "
+            "more classes)",
+            f"labels in [{low}, {high}]",
+        )
+    return labels
+
+
+def balanced_class_weights(labels: np.ndarray, num_classes: int) -> torch.Tensor:
     """``n / (K * n_c)`` per class (scikit-learn's "balanced"); absent classes get weight 0.
 
-    Reads ``dataset.labels`` when the source dataset exposes it, else every item.
+    Args:
+        labels: [N] labels in ``[0, num_classes)``.
+        num_classes: Number of classes K.
     """
-    counts = np.bincount([dataset.label(i) for i in range(len(dataset))], minlength=num_classes)
-    check(
-        len(counts) == num_classes,
-        "train_dataset",
-        f"labels in [0, num_classes={num_classes})",
-        f"label {len(counts) - 1}",
-    )
+    counts = np.bincount(labels, minlength=num_classes)
     weights = np.divide(
         counts.sum(), num_classes * counts, out=np.zeros(num_classes), where=counts > 0
     )
@@ -204,12 +235,7 @@ def evaluate(
     loader = DataLoader(data, batch_size=batch_size, shuffle=False)
     try:
         with torch.no_grad():
-            for index, (x, y) in enumerate(loader):
-                if not bool(torch.isfinite(x).all()):
-                    raise InputError(
-                        f"dataset: expected only finite values, got NaN/Inf in batch {index} "
-                        f"(items {index * batch_size}..{index * batch_size + len(x) - 1})"
-                    )
+            for x, y in loader:  # items are checked (shape, finite values) as they are read
                 logits = model(x.to(target))
                 num_classes = int(logits.shape[-1])
                 truths.append(y)
@@ -331,15 +357,26 @@ def finetune(
     )
     try:
         config = session.config
-        train_set, spec = as_labelled_dataset(train_dataset, train_labels, "train_dataset")
+        train_set, spec = as_labelled_dataset(
+            train_dataset, train_labels, "train_dataset", "train_labels"
+        )
         val_set = None
         if val_dataset is not None:
-            val_set, val_spec = as_labelled_dataset(val_dataset, val_labels, "val_dataset")
+            val_set, val_spec = as_labelled_dataset(
+                val_dataset, val_labels, "val_dataset", "val_labels"
+            )
             check(
                 val_spec == spec,
                 "val_dataset",
                 f"items of shape {spec.item_shape} like train_dataset",
                 f"items of shape {val_spec.item_shape}",
+            )
+        train_label_array = check_labels(
+            train_set, num_classes, "train_labels" if train_labels is not None else "train_dataset"
+        )
+        if val_set is not None:
+            check_labels(
+                val_set, num_classes, "val_labels" if val_labels is not None else "val_dataset"
             )
         torch.manual_seed(config.seed)
         backbone = _prepare_encoder(encoder, config, spec)
@@ -354,8 +391,9 @@ def finetune(
         )
         weights = None
         if config.class_weights == "balanced":
-            weights = balanced_class_weights(train_set, num_classes)
-        task = ClassificationTask(num_classes, weights, config.label_smoothing)
+            weights = balanced_class_weights(train_label_array, num_classes)
+        augment = build_augmentation(config.augmentations or (), spec.ndim)
+        task = ClassificationTask(num_classes, weights, config.label_smoothing, augment)
         device = str(session.context.device)
         validate = None if val_set is None else _validator(val_set, config, class_names, device)
         trainer = Trainer(

@@ -108,7 +108,11 @@ def confusion_matrix(y_true: Any, y_pred: Any, num_classes: int) -> np.ndarray:
 
 
 def cohen_kappa(confusion: np.ndarray) -> float:
-    """Cohen's kappa of a [K, K] confusion matrix (0.0 when chance agreement is 1).
+    """Cohen's kappa of a [K, K] confusion matrix.
+
+    Equals scikit-learn's ``cohen_kappa_score`` (also when a class is very rare); 0.0 where
+    scikit-learn returns NaN, i.e. when chance agreement is exactly 1 (a single class in both the
+    labels and the predictions).
 
     Args:
         confusion: [K, K] counts with at least one example.
@@ -121,7 +125,7 @@ def cohen_kappa(confusion: np.ndarray) -> float:
     check(total > 0, "confusion", "a confusion matrix with at least one example", "an empty one")
     observed = np.trace(counts) / total
     expected = float(counts.sum(axis=1) @ counts.sum(axis=0)) / total**2
-    if np.isclose(expected, 1.0):
+    if expected >= 1.0:  # one single class in both labels and predictions: kappa is undefined
         return 0.0
     return float((observed - expected) / (1.0 - expected))
 

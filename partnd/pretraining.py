@@ -1,4 +1,7 @@
-"""``partnd.pretraining``: PART self-supervised pretraining of a ViT encoder on N-D signals.
+"""``partnd.pretraining``: self-supervised pretraining of a ViT encoder on N-D signals.
+
+PART by default; every objective of :mod:`partnd.objectives` (``method=...``) runs through the
+same function and engine.
 
 Example:
     >>> import numpy as np, partnd
@@ -6,8 +9,10 @@ Example:
     >>> result = partnd.pretrain(windows, out_dir="runs/part", config=partnd.PretrainConfig.preset(
     ...     "eeg_sleep"), epochs=100)
     >>> encoder = result.encoder  # the EMA weights when ema_decay is set
+    >>> result.history[-1]["nmse"]  # loss over the error of a content-free predictor (1 = none)
 
-The run directory holds ``config.json``, ``meta.json``, ``metrics.jsonl``/``metrics.csv``, ``tb/``,
+The run directory holds ``config.json``, ``meta.json``, ``metrics.jsonl``/``metrics.csv``
+(loss, pretext diagnostics next to their content-free floors, optional kNN monitor), ``tb/``,
 ``checkpoints/`` and ``encoder.pt`` (reload with :func:`load_encoder`).
 """
 
@@ -24,23 +29,20 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from partnd._validation import InputError, check
-from partnd.data import SignalSpec, as_signal_dataset
+from partnd.data import as_signal_dataset
 from partnd.engine.checkpoint import atomic_save, load_checkpoint
 from partnd.engine.config import PretrainConfig
 from partnd.engine.session import open_session
-from partnd.engine.trainer import Trainer
-from partnd.models import ViTEncoder, build_head, create_encoder
-from partnd.models.part import PARTModel
-from partnd.sampling import OffGridSampler
+from partnd.engine.trainer import EpochEvaluator, Trainer
+from partnd.models import ViTEncoder, create_encoder
+from partnd.objectives import Objective, build_objective
 
 __all__ = [
-    "PARTTask",
+    "ObjectiveTask",
     "PretrainResult",
-    "build_part_model",
     "load_encoder",
     "pretrain",
     "save_encoder",
-    "uses_position_embedding",
 ]
 
 ENCODER_FILE = "encoder.pt"
@@ -52,109 +54,31 @@ class PretrainResult:
 
     Attributes:
         encoder: The pretrained encoder on the CPU in eval mode (EMA weights when EMA is on).
-        model: The whole :class:`PARTModel` (encoder, head, sampler) the encoder belongs to.
-        history: Logged records (``phase`` "train" per ``log_every_steps``, "epoch" per epoch),
-            each with ``loss`` and ``lr``.
+        model: The whole objective module (encoder plus head/decoder/sampler) it belongs to.
+        history: Logged records (``phase`` "train" per ``log_every_steps``, "epoch" per epoch,
+            "val" for the kNN monitor), each with ``loss``, ``lr`` and the objective's
+            diagnostics (for PART ``nmse``, ``r2_<dim>``, ``mse_<dim>``/``mse_floor_<dim>``,
+            ``euclid``/``euclid_floor``).
         run_dir: The run directory.
         config: The resolved configuration.
     """
 
     encoder: ViTEncoder
-    model: PARTModel
+    model: Objective
     history: list[dict[str, Any]]
     run_dir: Path
     config: PretrainConfig
 
 
-class PARTTask:
-    """Training objective of PART: the model's own pairwise relative-translation MSE."""
+class ObjectiveTask:
+    """Training task of every pretraining objective: its own loss and diagnostics."""
 
     def compute_loss(
         self, model: nn.Module, batch: torch.Tensor, generator: torch.Generator
-    ) -> torch.Tensor:
-        """Args: model: (DDP-wrapped) :class:`PARTModel`; batch: [B, C, *spatial]. Returns: loss."""
-        return model(batch, generator=generator).loss
-
-
-def _check_spec(config: PretrainConfig, spec: SignalSpec) -> tuple[int, ...]:
-    patch = config.patch_size
-    sizes = (patch,) * spec.ndim if isinstance(patch, int) else patch
-    check(
-        len(sizes) == spec.ndim,
-        "PretrainConfig.patch_size",
-        f"an int or {spec.ndim} ints (the data has {spec.ndim} spatial dimension(s))",
-        repr(patch),
-    )
-    check(
-        all(length >= size for length, size in zip(spec.spatial_shape, sizes, strict=True)),
-        "dataset",
-        f"items whose spatial size is at least the patch size {sizes} in every dimension",
-        f"items of shape {spec.item_shape}",
-    )
-    return tuple(sizes)
-
-
-def uses_position_embedding(config: PretrainConfig, spec: SignalSpec) -> bool:
-    """Resolve ``config.pos_embed``: ``None`` means on for 1D signals, off for images/volumes."""
-    return config.pos_embed if config.pos_embed is not None else spec.ndim == 1
-
-
-def build_part_model(config: PretrainConfig, spec: SignalSpec) -> PARTModel:
-    """Build encoder, head, off-grid sampler and :class:`PARTModel` for data of shape ``spec``.
-
-    With a position embedding (``config.pos_embed``; for ``None`` see
-    :func:`uses_position_embedding`) the encoder gets a slot position embedding over the on-grid
-    slots ``prod(L // P)``; each off-grid patch uses the slot containing its centre, and
-    ``pos_mask_ratio`` of them per example get the mask embedding instead.
-
-    Args:
-        config: Pretraining configuration.
-        spec: Item shape of the dataset (channels and spatial extent).
-    """
-    patch_size = _check_spec(config, spec)
-    encoder = create_encoder(
-        config.encoder,
-        in_chans=spec.in_chans,
-        patch_size=patch_size,
-        ndim=spec.ndim,
-        **config.encoder_overrides,
-    )
-    sampler = OffGridSampler(
-        spec.ndim,
-        patch_size,
-        config.num_patches,
-        scale_range=config.scale_range,
-        antialias=config.antialias,
-    )
-    num_patches = sampler.num_patches_for(spec.spatial_shape)
-    check(
-        num_patches >= 2,
-        "PretrainConfig.num_patches",
-        "at least 2 patches per example (PART predicts relations between pairs)",
-        f"{num_patches} for items of shape {spec.item_shape} and patch size {patch_size}",
-    )
-    use_positions = uses_position_embedding(config, spec)
-    if use_positions:
-        num_slots = int(
-            np.prod([n // p for n, p in zip(spec.spatial_shape, patch_size, strict=True)])
-        )
-        encoder.add_position_embedding(num_slots, config.pos_mask_ratio)
-    head = build_head(
-        config.head,
-        embed_dim=encoder.embed_dim,
-        out_dim=spec.ndim * (2 if config.scale_targets else 1),
-        num_patches=num_patches,
-        **config.head_overrides,
-    )
-    return PARTModel(
-        encoder,
-        head,
-        sampler,
-        num_pairs=config.num_pairs,
-        scale_targets=config.scale_targets,
-        shared_pairs=config.shared_pairs,
-        use_positions=use_positions,
-    )
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Args: model: (DDP-wrapped) objective; batch: [B, C, *spatial]. Returns: loss, metrics."""
+        output = model(batch, generator=generator)
+        return output.loss, output.metrics
 
 
 def save_encoder(
@@ -225,7 +149,8 @@ def _encoder_weights(source: str | Path) -> dict[str, torch.Tensor]:
     if payload.get("format") == "partnd-encoder-v1":
         return dict(payload["state_dict"])
     if payload.get("format") == "partnd-train-v1":
-        model_state = payload["ema"] if payload.get("ema") is not None else payload["model"]
+        ema = payload.get("ema")
+        model_state = ema["module"] if ema is not None else payload["model"]
         prefix = "encoder."
         return {k[len(prefix) :]: v for k, v in model_state.items() if k.startswith(prefix)}
     if all(isinstance(value, torch.Tensor) for value in payload.values()):
@@ -255,16 +180,19 @@ def pretrain(
     resume: bool = False,
     overwrite: bool = False,
     init_weights: str | Path | None = None,
+    monitor: EpochEvaluator | None = None,
     **overrides: Any,
 ) -> PretrainResult:
-    """Pretrain a ViT encoder with PART on ``dataset``.
+    """Pretrain a ViT encoder with PART (or another objective, ``method=...``) on ``dataset``.
 
     Works unchanged under ``torchrun`` (DDP; see ``docs/distributed.md``).
 
     Args:
         dataset: A torch Dataset whose items are a tensor ``[C, *spatial]`` or a tuple whose first
             element is one (labels are ignored), or an array/tensor ``[N, C, *spatial]`` (numpy
-            memory maps work). ``ndim = len(spatial)`` and ``in_chans = C`` are inferred.
+            memory maps work). ``ndim = len(spatial)`` and ``in_chans = C`` are inferred. Values
+            are used as given (normalise them first; the sleep store's datasets instance-normalise
+            by default).
         out_dir: Run directory; must be new or empty unless ``overwrite`` or ``resume``.
         config: Configuration (default :class:`PretrainConfig`; on resume, the stored one).
         resume: Continue the interrupted run in ``out_dir`` from ``checkpoints/last.pt``; the
@@ -272,14 +200,16 @@ def pretrain(
         overwrite: Clear ``out_dir`` first.
         init_weights: Start the encoder from these weights: an ``encoder.pt``, a run directory, a
             training checkpoint or an encoder state dict.
-        **overrides: :class:`PretrainConfig` field values (e.g. ``epochs=10``).
+        monitor: Called after every epoch with the objective (EMA weights when on) and the epoch;
+            its metrics are logged as ``phase="val"`` (e.g. :class:`partnd.evaluation.KNNMonitor`).
+        **overrides: :class:`PretrainConfig` field values (e.g. ``epochs=10``, ``method="part"``).
 
     Returns:
         A :class:`PretrainResult`.
 
     Raises:
-        InputError: For an empty or ragged dataset, wrong rank, items smaller than the patch,
-            unknown config fields, a refused run directory or NaN/Inf in a batch.
+        InputError: For an empty or ragged dataset, wrong rank, NaN/Inf values, items smaller than
+            the patch, unknown config fields or a refused run directory.
         NonFiniteLossError: If the loss becomes NaN/Inf.
     """
     session = open_session(
@@ -289,29 +219,23 @@ def pretrain(
         config = session.config
         train_set, spec = as_signal_dataset(dataset)
         torch.manual_seed(config.seed)
-        model = build_part_model(config, spec)
+        model = build_objective(config, spec)
         if init_weights is not None:
             _load_initial_weights(model.encoder, init_weights)
         data_shape = {"in_chans": spec.in_chans, "spatial_shape": list(spec.spatial_shape)}
         trainer = Trainer(
             model,
-            PARTTask(),
+            ObjectiveTask(),
             train_set,
             config,
             context=session.context,
             run_dir=session.run_dir,
+            evaluate=monitor,
             checkpoint_extra={"data": data_shape},
         )
-        session.start(
-            {
-                **trainer.resolved,
-                "data": data_shape,
-                "num_items": len(train_set),
-                "pos_embed": model.use_positions,
-            }
-        )
+        session.start({**trainer.resolved, "data": data_shape, "num_items": len(train_set)})
         history = trainer.fit(resume_from=session.resume_from)
-        final_model = cast(PARTModel, copy.deepcopy(trainer.eval_model)).cpu().eval()
+        final_model = cast(Objective, copy.deepcopy(trainer.eval_model)).cpu().eval()
         if session.context.is_main:
             save_encoder(
                 final_model.encoder,

@@ -9,9 +9,8 @@ Every rank trains on the same generated data and writes its final weights to
 ``RESULTS/rank{RANK}.pt``, so the test can check that the ranks ended identical. With ``nan``, one
 item holds a NaN: every rank must stop with an ``InputError`` (none may hang in a collective), and
 writes the message to ``RESULTS/rank{RANK}.error``. With ``heads``, the worker joins the process
-group itself (``pretrain`` reuses it) and pretrains once per ablation head, with scale targets and
-a position-mask ratio so small that ``round(ratio * N)`` is 0; it writes
-``RESULTS/{head}_rank{RANK}.pt``.
+group itself (``pretrain`` reuses it) and pretrains once per ablation head, with scale targets; it
+writes ``RESULTS/{head}_rank{RANK}.pt``.
 """
 
 import os
@@ -44,8 +43,6 @@ def run_heads(data: np.ndarray, out_dir: Path, results: Path, rank: int) -> None
                 scale_targets=True,
                 epochs=1,
                 batch_size=4,
-                pos_embed=True,
-                pos_mask_ratio=0.1,
             )
             result = pretrain(data, out_dir=out_dir / head, config=config)
             torch.save(
@@ -73,8 +70,6 @@ def main() -> None:
         num_pairs=12,
         epochs=2,
         batch_size=4,
-        pos_embed=True,
-        pos_mask_ratio=0.25,
         ema_decay=0.9,
         checkpoint_every_steps=3,
         log_every_steps=2,

@@ -15,7 +15,8 @@ def test_eeg_sleep_preset_matches_the_paper() -> None:
     config = PretrainConfig.preset("eeg_sleep")
     assert (config.encoder, config.patch_size, config.num_patches) == ("vit_eeg_12m", 100, 40)
     assert config.head == "cross_attention"
-    assert config.pos_embed and config.pos_mask_ratio == 0.2
+    assert config.method == "part" and "pos_embed" not in config.to_dict()  # no leak by default
+    assert config.integer_boxes
     assert (config.lr, config.lr_reference_batch, config.weight_decay) == (5e-4, 512, 0.05)
     assert config.precision == "bf16" and config.ema_decay is not None
     assert config.warmup_epochs > 0 and config.scale_range is None
@@ -29,10 +30,11 @@ def test_image_presets() -> None:
         64,
         2048,
     )
-    assert cifar.scale_range == (0.5, 2.0) and cifar.scale_targets and not cifar.pos_embed
+    # the paper's main setting: fixed-size boxes (the scale/aspect extension is an option)
+    assert cifar.scale_range is None and not cifar.scale_targets
     imagenet = PretrainConfig.preset("images_imagenet")
     assert (imagenet.encoder, imagenet.patch_size, imagenet.num_patches) == ("vit_base", 16, 196)
-    assert imagenet.num_pairs == 4802 and not imagenet.pos_embed
+    assert imagenet.num_pairs == 4802 and imagenet.scale_range is None
     test = PretrainConfig.preset("test")
     assert test.encoder == "vit_test" and test.precision == "fp32" and not test.progress
     assert set(PretrainConfig.list_presets()) == {
@@ -69,8 +71,7 @@ def test_preset_overrides_and_unknown_names() -> None:
         ({"head": "transformer"}, "head: expected one of"),
         ({"scale_targets": True}, "scale_targets: expected False unless scale_range"),
         ({"scale_range": (2.0, 1.0)}, "scale_range"),
-        ({"pos_mask_ratio": 1.0}, "pos_mask_ratio"),
-        ({"pos_embed": False, "pos_mask_ratio": 0.2}, "pos_mask_ratio: expected 0.0 when"),
+        ({"min_steps": 0}, "min_steps"),
         ({"patch_size": 0}, "patch_size"),
         ({"warmup_epochs": -1.0}, "warmup_epochs"),
         ({"max_steps": 0}, "max_steps"),
@@ -92,7 +93,12 @@ def test_finetune_fields_are_validated() -> None:
 
 
 def test_dict_and_json_round_trip(tmp_path: Path) -> None:
-    config = PretrainConfig.preset("images_cifar", encoder_overrides={"drop_path_rate": 0.1})
+    config = PretrainConfig.preset(
+        "images_cifar",
+        encoder_overrides={"drop_path_rate": 0.1},
+        scale_range=(0.5, 2.0),
+        scale_targets=True,
+    )
     as_dict = config.to_dict()
     assert as_dict["scale_range"] == [0.5, 2.0]  # JSON form
     assert PretrainConfig.from_dict(as_dict) == config

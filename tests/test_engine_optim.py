@@ -123,23 +123,45 @@ def test_schedule_without_warmup_is_pure_cosine() -> None:
     assert [schedule.lr_at(k) for k in range(5)] == pytest.approx(expected)
 
 
-def test_ema_update_formula() -> None:
+@pytest.mark.parametrize("warmup", [False, True])
+def test_ema_update_formula(warmup: bool) -> None:
     model = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2))
-    ema = ModelEMA(model, decay=0.9)
-    before = {k: v.clone() for k, v in ema.module.state_dict().items()}
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn_like(param))
-    model.train()(torch.randn(4, 3))  # moves the BatchNorm running stats and counter
-    ema.update(model)
-    current = model.state_dict()
-    for name, averaged in ema.module.state_dict().items():
-        if averaged.is_floating_point():
-            expected = 0.9 * before[name] + 0.1 * current[name]
-            assert torch.allclose(averaged, expected, atol=1e-7), name
-        else:
-            assert torch.equal(averaged, current[name]), name
+    ema = ModelEMA(model, decay=0.9, warmup=warmup)
+    for update in (1, 2):
+        before = {k: v.clone() for k, v in ema.module.state_dict().items()}
+        with torch.no_grad():
+            for param in model.parameters():
+                param.add_(torch.randn_like(param))
+        model.train()(torch.randn(4, 3))  # moves the BatchNorm running stats and counter
+        ema.update(model)
+        decay = min(0.9, (1 + update) / (10 + update)) if warmup else 0.9
+        assert ema.decay_at(update) == pytest.approx(decay)
+        current = model.state_dict()
+        for name, averaged in ema.module.state_dict().items():
+            if averaged.is_floating_point():
+                expected = decay * before[name] + (1 - decay) * current[name]
+                assert torch.allclose(averaged, expected, atol=1e-6), name
+            else:
+                assert torch.equal(averaged, current[name]), name
     assert not any(p.requires_grad for p in ema.module.parameters())
     assert not ema.module.training
     with pytest.raises(ValueError, match="decay"):
         ModelEMA(model, decay=1.0)
+
+
+def test_ema_warmup_follows_the_weights_early_and_reaches_the_full_decay() -> None:
+    """With decay 0.9999 and no warm-up, 840 steps leave the average 92% at its start."""
+    param = nn.Parameter(torch.zeros(1))
+    plain = ModelEMA(nn.ParameterList([param]), decay=0.9999, warmup=False)
+    warm = ModelEMA(nn.ParameterList([param]), decay=0.9999)
+    with torch.no_grad():
+        param.fill_(1.0)  # the trained weights jump to 1 and stay there
+    for _ in range(840):
+        plain.update(nn.ParameterList([param]))
+        warm.update(nn.ParameterList([param]))
+    assert float(plain.module[0]) == pytest.approx(1 - 0.9999**840, rel=1e-3)  # ~0.08
+    assert float(warm.module[0]) > 0.99
+    assert warm.decay_at(10**6) == 0.9999
+    restored = ModelEMA(nn.ParameterList([param]), decay=0.9999)
+    restored.load_state_dict(warm.state_dict())
+    assert restored.updates == 840

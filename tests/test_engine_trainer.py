@@ -37,13 +37,14 @@ class RegressionTask:
 
     def compute_loss(
         self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], generator: torch.Generator
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         x, y = batch
         prediction = model(x)
         self.output_dtypes.append(prediction.dtype)
         self.calls += 1
         loss = (prediction.float() - y).pow(2).mean()
-        return loss * float("nan") if self.calls == self.nan_at else loss
+        metrics = {"abs_error": (prediction.float() - y).abs().mean().detach()}
+        return (loss * float("nan") if self.calls == self.nan_at else loss), metrics
 
 
 def make_trainer(tmp_path: Path | None, task: RegressionTask, **overrides: object) -> Trainer:
@@ -84,6 +85,41 @@ def test_generic_task_learns_and_logs() -> None:
     train = [r for r in history if r["phase"] == "train"]
     assert [r["step"] for r in train] == list(range(1, 81))
     assert train[0]["lr"] == pytest.approx(trainer.scheduler.lr_at(0))
+
+
+def test_diagnostics_are_averaged_per_interval_and_epoch(tmp_path: Path) -> None:
+    trainer = make_trainer(tmp_path, RegressionTask(), epochs=2, log_every_steps=2)
+    history = trainer.fit()
+    train = [r for r in history if r["phase"] == "train"]
+    epochs = [r for r in history if r["phase"] == "epoch"]
+    assert [r["step"] for r in train] == [2, 4, 6, 8]
+    assert all("abs_error" in r for r in train + epochs)
+    # an epoch's value is the mean of its two intervals' means
+    assert epochs[0]["abs_error"] == pytest.approx(
+        (train[0]["abs_error"] + train[1]["abs_error"]) / 2, rel=1e-6
+    )
+    logged = (tmp_path / "metrics.csv").read_text().splitlines()[0]
+    assert "abs_error" in logged
+
+
+def test_one_host_synchronisation_per_step(host_syncs) -> None:
+    """Only the rank-averaged loss is read back each step; diagnostics wait for the record."""
+    trainer = make_trainer(None, RegressionTask(), epochs=1, log_every_steps=100)
+    batch = next(iter(trainer.loader))
+    with host_syncs:
+        for index in range(3):
+            trainer._train_step(batch, 0, index)
+    assert host_syncs.calls == ["tolist"] * 3
+
+
+def test_min_steps_lengthens_a_short_run_and_a_long_warmup_warns() -> None:
+    trainer = make_trainer(None, RegressionTask(), epochs=2, min_steps=21)
+    assert trainer.num_epochs == 6 and trainer.total_steps == 24  # 4 steps an epoch
+    trainer.fit()
+    assert trainer.state.step == 24
+    assert make_trainer(None, RegressionTask(), epochs=7, min_steps=4).num_epochs == 7
+    with pytest.warns(UserWarning, match="warm-up"):
+        make_trainer(None, RegressionTask(), epochs=2, warmup_epochs=3.0)
 
 
 def test_resolved_quantities_and_lr_scaling() -> None:

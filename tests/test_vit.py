@@ -187,7 +187,7 @@ def test_validation_names_the_argument() -> None:
     x = patches_for(positioned)
     with pytest.raises(InputError, match="positions"):
         positioned(x, torch.arange(6).expand(3, -1))
-    with pytest.raises(InputError, match=r"positions.*\[0, 7\)"):
+    with pytest.raises(IndexError):  # index values are left to torch (no host sync)
         positioned(x, torch.full((3, 7), 7))
     with pytest.raises(InputError, match="positions"):
         positioned(x, torch.zeros(3, 7))

@@ -130,6 +130,9 @@ class TrainConfig:
         progress: Show a tqdm progress bar (rank 0 only).
         max_steps: Stop after this many optimiser steps in total; the schedule still spans
             ``epochs``, so a stopped run resumes onto the same trajectory.
+        min_steps: Train for at least this many optimiser steps: the run is lengthened to
+            ``ceil(min_steps / steps_per_epoch)`` epochs when ``epochs`` would give fewer (a
+            labelled set of 200 examples gives 4 steps an epoch at batch 64). ``None``: no minimum.
     """
 
     epochs: int = 100
@@ -153,6 +156,7 @@ class TrainConfig:
     keep_checkpoints: int = 3
     progress: bool = True
     max_steps: int | None = None
+    min_steps: int | None = None
 
     #: Fields that may differ between an interrupted run and its resumption.
     RESUMABLE_CHANGES: ClassVar[frozenset[str]] = frozenset(
@@ -195,7 +199,13 @@ class TrainConfig:
             self._positive(name)
         for name in ("keep_checkpoints",):
             self._positive(name)
-        for name in ("lr_reference_batch", "warmup_steps", "checkpoint_every_steps", "max_steps"):
+        for name in (
+            "lr_reference_batch",
+            "warmup_steps",
+            "checkpoint_every_steps",
+            "max_steps",
+            "min_steps",
+        ):
             self._positive(name, allow_none=True)
         self._positive("grad_clip", allow_none=True)
         for name in ("min_lr", "weight_decay", "warmup_epochs", "num_workers", "seed"):
@@ -338,47 +348,48 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class PretrainConfig(TrainConfig):
-    """PART pretraining configuration.
+    """Self-supervised pretraining configuration (PART by default).
 
     The model fields default to the paper's EEG setup (12.9 M 1D ViT, 40 patches of 100 samples,
-    cross-attention head, slot position embedding with 20% masked); :meth:`preset` gives full
-    recipes (``eeg_sleep``, ``images_cifar``, ``images_imagenet``, ``test``).
+    cross-attention head); :meth:`preset` gives full recipes (``eeg_sleep``, ``images_cifar``,
+    ``images_small``, ``images_imagenet``, ``test``). No objective gives PART a position embedding:
+    off-grid patches carry their position only in their content (see ``docs/part.md``).
 
     Attributes:
+        method: Pretraining objective (see :func:`partnd.objectives.list_objectives`):
+            ``"part"`` (off-grid PART) or ``"part_grid"`` (PART on the on-grid tiles).
         encoder: Encoder preset name for :func:`partnd.models.create_encoder`.
         encoder_overrides: Keyword overrides of the encoder preset, e.g.
             ``{"drop_path_rate": 0.1}``.
         patch_size: ViT patch extent P (one int for all dimensions or one per dimension).
         num_patches: Patches drawn per example; ``None`` means ``prod(spatial / P)``.
         scale_range: If set, each box side is drawn in ``[lo * P, hi * P]`` (the scale/aspect
-            extension); ``None`` draws boxes of exactly P.
+            extension); ``None`` draws boxes of exactly P (the paper's main setting).
+        integer_boxes: Boxes start (and, with ``scale_range``, extend) at whole samples, as the
+            authors' integer pixel boxes, so a fixed-size crop is an exact slice like a
+            fine-tuning tile; ``False`` draws continuous positions (interpolated crops).
         antialias: Anti-alias when resizing crops to P.
         head: Relative-encoder head: ``"cross_attention"``, ``"pairwise_mlp"`` or ``"mlp"``.
         head_overrides: Keyword arguments of the head (e.g. ``{"num_heads": 2}`` for the
-            cross-attention head, ``{"hidden_dim": 256}`` for the MLP heads).
+            projected multi-head cross-attention).
         num_pairs: (reference, target) pairs predicted per example.
         shared_pairs: Draw one set of pairs per batch (as the authors) instead of per example.
         scale_targets: Also predict ``s_tgt / s_ref`` per dimension (needs ``scale_range``).
-        pos_embed: Give the encoder a slot position embedding during pretraining. ``None``
-            decides from the data: on for 1D signals (the paper's EEG setup), off for images and
-            volumes (the paper's image PART has none).
-        pos_mask_ratio: Fraction of slot embeddings replaced by a mask token in training (used
-            only when the position embedding is on).
     """
 
+    method: str = "part"
     encoder: str = "vit_eeg_12m"
     encoder_overrides: dict[str, Any] = field(default_factory=dict)
     patch_size: int | tuple[int, ...] = 100
     num_patches: int | None = 40
     scale_range: tuple[float, float] | None = None
+    integer_boxes: bool = True
     antialias: bool = True
     head: str = "cross_attention"
     head_overrides: dict[str, Any] = field(default_factory=dict)
     num_pairs: int = 1024
     shared_pairs: bool = True
     scale_targets: bool = False
-    pos_embed: bool | None = None
-    pos_mask_ratio: float = 0.2
 
     HEADS: ClassVar[tuple[str, ...]] = ("cross_attention", "pairwise_mlp", "mlp")
 
@@ -408,18 +419,6 @@ class PretrainConfig(TrainConfig):
             "False unless scale_range is set (all boxes have size P otherwise)",
             repr(self.scale_targets),
         )
-        check(
-            0.0 <= self.pos_mask_ratio < 1.0,
-            self._arg("pos_mask_ratio"),
-            "a ratio in [0, 1)",
-            repr(self.pos_mask_ratio),
-        )
-        check(
-            self.pos_embed is not False or self.pos_mask_ratio == 0.0,
-            self._arg("pos_mask_ratio"),
-            "0.0 when pos_embed is False",
-            repr(self.pos_mask_ratio),
-        )
 
 
 @dataclass(frozen=True)
@@ -439,6 +438,9 @@ class FinetuneConfig(TrainConfig):
             ``lr * layer_decay ** (L + 1 - (i + 1))``, the patch embedding
             ``lr * layer_decay ** (L + 1)``.
         eval_batch_size: Batch size of the per-epoch validation.
+        augmentations: Batch augmentations applied in training, in order (see
+            :mod:`partnd.augment`): ``random_resized_crop``, ``hflip`` (images), ``time_shift``,
+            ``amplitude_scale``, ``channel_dropout`` (signals); ``None`` (the paper) for none.
     """
 
     encoder: str = "vit_eeg_12m"
@@ -450,6 +452,7 @@ class FinetuneConfig(TrainConfig):
     class_weights: Literal["balanced"] | None = None
     layer_decay: float | None = None
     eval_batch_size: int = 256
+    augmentations: tuple[str, ...] | None = None
 
     def _validate(self) -> None:
         super()._validate()
@@ -509,28 +512,32 @@ PretrainConfig._PRESETS = {
         "num_patches": 40,
         "head": "cross_attention",
         "num_pairs": 1024,
-        "pos_embed": True,
-        "pos_mask_ratio": 0.2,
         **_PAPER_PRETRAINING,
     },
     "images_cifar": {
         "encoder": "vit_small",
         "patch_size": 4,
         "num_patches": 64,
-        "scale_range": (0.5, 2.0),
-        "scale_targets": True,
         "num_pairs": 2048,
-        "pos_embed": False,
-        "pos_mask_ratio": 0.0,
         **_PAPER_PRETRAINING,
+    },
+    "images_small": {
+        "encoder": "vit_mini",
+        "patch_size": 4,
+        "num_patches": None,
+        "num_pairs": 1024,
+        "epochs": 10,
+        "warmup_epochs": 1.0,
+        "batch_size": 128,
+        "lr": 1e-3,
+        "precision": "fp32",
+        "log_every_steps": 10,
     },
     "images_imagenet": {
         "encoder": "vit_base",
         "patch_size": 16,
         "num_patches": 196,
         "num_pairs": 4802,
-        "pos_embed": False,
-        "pos_mask_ratio": 0.0,
         "epochs": 200,
         "warmup_epochs": 20.0,
         "batch_size": 128,
@@ -544,8 +551,6 @@ PretrainConfig._PRESETS = {
         "patch_size": 4,
         "num_patches": None,
         "num_pairs": 32,
-        "pos_embed": False,
-        "pos_mask_ratio": 0.0,
     },
 }
 
@@ -575,6 +580,20 @@ FinetuneConfig._PRESETS = {
         "pos_embed": True,
         "epochs": 400,
         **_PAPER_FINETUNING,
+    },
+    "images_small": {
+        "encoder": "vit_mini",
+        "patch_size": 4,
+        "pos_embed": True,
+        "epochs": 30,
+        "min_steps": 300,
+        "warmup_epochs": 2.0,
+        "batch_size": 32,
+        "lr": 5e-4,
+        "layer_decay": 0.75,
+        "label_smoothing": 0.1,
+        "precision": "fp32",
+        "log_every_steps": 10,
     },
     "test": {**_SHARED_TEST, "patch_size": 4, "pos_embed": True, "eval_batch_size": 64},
 }

@@ -208,37 +208,57 @@ class WarmupCosineSchedule:
 
 
 class ModelEMA:
-    """Exponential moving average of a module's weights.
+    """Exponential moving average of a module's weights, with a warm-up of the decay.
 
-    After every optimiser step, each floating point parameter and buffer ``e`` of the copy becomes
-    ``decay * e + (1 - decay) * w`` (buffers that are not floating point are copied).
+    After optimiser step ``t`` (1-based), each floating point parameter and buffer ``e`` of the
+    copy becomes ``d_t * e + (1 - d_t) * w`` with ``d_t = min(decay, (1 + t) / (10 + t))`` (the
+    warm-up of TensorFlow's ``ExponentialMovingAverage(num_updates=...)``); buffers that are not
+    floating point are copied. Without the warm-up a decay of 0.9999 leaves the average 92% at its
+    initialisation after 840 steps; with it the average follows the recent weights from the start
+    and reaches the full decay after ``~10 / (1 - decay)`` steps.
 
     Args:
         model: The module being trained (the average starts as an exact copy of it).
-        decay: Averaging decay in (0, 1).
+        decay: Final averaging decay in (0, 1).
+        warmup: Use the warm-up above (default); ``False`` uses ``decay`` from the first step.
     """
 
-    def __init__(self, model: nn.Module, decay: float) -> None:
+    def __init__(self, model: nn.Module, decay: float, warmup: bool = True) -> None:
         check(0.0 < decay < 1.0, "decay", "a number in (0, 1)", repr(decay))
         self.decay = decay
+        self.warmup = warmup
+        self.updates = 0
         self.module = copy.deepcopy(model).eval()
         self.module.requires_grad_(False)
+
+    def decay_at(self, update: int) -> float:
+        """Decay used by the ``update``-th update (1-based)."""
+        if not self.warmup:
+            return self.decay
+        return min(self.decay, (1.0 + update) / (10.0 + update))
 
     @torch.no_grad()
     def update(self, model: nn.Module) -> None:
         """Move the average one step towards ``model``'s current weights."""
-        current = dict(model.state_dict(keep_vars=True))
+        self.updates += 1
+        weight = 1.0 - self.decay_at(self.updates)
+        current = model.state_dict(keep_vars=True)
+        averaged_float, current_float = [], []
         for name, averaged in self.module.state_dict(keep_vars=True).items():
             value = current[name].detach()
             if averaged.is_floating_point():
-                averaged.lerp_(value.to(averaged.dtype), 1.0 - self.decay)
+                averaged_float.append(averaged)
+                current_float.append(value.to(averaged.dtype))
             else:
                 averaged.copy_(value)
+        if averaged_float:
+            torch._foreach_lerp_(averaged_float, current_float, weight)
 
     def state_dict(self) -> dict[str, Any]:
-        """The averaged weights."""
-        return self.module.state_dict()
+        """The averaged weights and the number of updates."""
+        return {"module": self.module.state_dict(), "updates": self.updates}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore averaged weights saved by :meth:`state_dict`."""
-        self.module.load_state_dict(state)
+        """Restore what :meth:`state_dict` returned."""
+        self.module.load_state_dict(state["module"])
+        self.updates = int(state["updates"])

@@ -10,9 +10,15 @@ trustworthy:
   python and the per-rank sampling generator) and the position in the epoch. Resuming skips the
   consumed batches and continues bit-identically to an uninterrupted run on the same hardware and
   world size.
-* **Failure.** NaN/Inf in a batch raises :class:`~partnd._validation.InputError` naming the batch
-  and the dataset items; a non-finite loss raises :class:`NonFiniteLossError` with the step, epoch
-  and learning rate. Neither writes anything, so the checkpoints on disk stay the last good ones.
+* **Failure.** The data are validated where they enter (:mod:`partnd.data` checks every item); the
+  loop itself synchronises with the host once per step, to read the rank-averaged loss. A
+  non-finite loss stops the run before the optimiser step: with :class:`~partnd._validation.
+  InputError` naming the batch and the dataset items if the batch holds NaN/Inf, else with
+  :class:`NonFiniteLossError` giving the step, epoch and learning rate. Neither writes anything,
+  so the checkpoints on disk stay the last good ones.
+* **Diagnostics.** A task returns its loss and a dict of detached scalar diagnostics; both are
+  averaged over each logging interval (and over the epoch) on the device and only moved to the
+  host when a record is written.
 * **Distributed.** Under torchrun the model is wrapped in DDP (no ``find_unused_parameters``), each
   rank sees its shard of every epoch, and only rank 0 writes logs, checkpoints and progress.
 """
@@ -62,12 +68,12 @@ EpochEvaluator = Callable[[nn.Module, int], dict[str, float]]
 
 
 class TrainTask(Protocol):
-    """A training objective: how to turn a batch into a scalar loss."""
+    """A training objective: how to turn a batch into a scalar loss and diagnostics."""
 
     def compute_loss(
         self, model: nn.Module, batch: Any, generator: torch.Generator
-    ) -> torch.Tensor:
-        """Return the scalar loss of ``batch``.
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Return the scalar loss of ``batch`` and detached scalar diagnostics (may be empty).
 
         Args:
             model: The (possibly DDP-wrapped) model; call it, do not call its submodules directly,
@@ -99,27 +105,29 @@ def move_to(batch: Any, device: torch.device) -> Any:
     return batch
 
 
-def _float_tensors(batch: Any) -> Iterator[torch.Tensor]:
-    if isinstance(batch, torch.Tensor):
-        if batch.is_floating_point():
-            yield batch
-    elif isinstance(batch, tuple | list):
-        for item in batch:
-            yield from _float_tensors(item)
-    elif isinstance(batch, dict):
-        for value in batch.values():
-            yield from _float_tensors(value)
+def _read(loader: DataLoader[Any]) -> Iterator[tuple[Any, InputError | None]]:
+    """``(batch, None)`` for every batch, or ``(None, error)`` for one whose items failed their
+    checks (the iteration stops after it: the step raises on every rank)."""
+    iterator = iter(loader)
+    while True:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return
+        except InputError as error:
+            yield None, error
+            return
+        yield batch, None
 
 
-def _finite_items(batch: Any) -> torch.Tensor:
-    """``[B]`` bool: whether every floating value of item ``b`` (first dimension) is finite."""
-    flags: torch.Tensor | None = None
-    for tensor in _float_tensors(batch):
-        item_flags = torch.isfinite(tensor.reshape(tensor.shape[0], -1)).all(dim=1)
-        flags = item_flags if flags is None else flags & item_flags
-    if flags is None:
-        raise InputError("batch: expected at least one floating point tensor, got none")
-    return flags
+def _progress_fields(record: dict[str, Any]) -> dict[str, str]:
+    """Loss, a normalised diagnostic when there is one, and the learning rate, for the bar."""
+    fields = {"loss": f"{record['loss']:.4g}"}
+    for name in ("nmse", "accuracy", "recon_nmse"):
+        if name in record:
+            fields[name] = f"{record[name]:.3g}"
+    fields["lr"] = f"{record['lr']:.3g}"
+    return fields
 
 
 @dataclass
@@ -131,6 +139,7 @@ class TrainState:
         batch_in_epoch: Batches of ``epoch`` already consumed.
         step: Optimiser steps done.
         epoch_loss_sum: Sum of the per-step losses of ``epoch`` so far (rank mean).
+        epoch_metric_sums: Sums of the per-step diagnostics of ``epoch`` so far (this rank's).
         best_value: Best value of the selection metric so far.
         best_epoch: Epoch of ``best_value``.
         best_metrics: All evaluation metrics of the best epoch.
@@ -140,6 +149,7 @@ class TrainState:
     batch_in_epoch: int = 0
     step: int = 0
     epoch_loss_sum: float = 0.0
+    epoch_metric_sums: dict[str, float] = field(default_factory=dict)
     best_value: float | None = None
     best_epoch: int | None = None
     best_metrics: dict[str, float] = field(default_factory=dict)
@@ -231,7 +241,10 @@ class Trainer:
             generator=torch.Generator().manual_seed(config.seed),
         )
         self.steps_per_epoch = self.batch_sampler.batches_per_epoch
-        self.total_steps = config.epochs * self.steps_per_epoch
+        self.num_epochs = config.epochs
+        if config.min_steps is not None:
+            self.num_epochs = max(config.epochs, math.ceil(config.min_steps / self.steps_per_epoch))
+        self.total_steps = self.num_epochs * self.steps_per_epoch
         self.global_batch_size = config.batch_size * context.world_size
         self.peak_lr = config.lr
         if config.lr_reference_batch is not None:
@@ -240,6 +253,14 @@ class Trainer:
             self.warmup_steps = config.warmup_steps
         else:
             self.warmup_steps = round(config.warmup_epochs * self.steps_per_epoch)
+        if self.warmup_steps >= self.total_steps and context.is_main:
+            warnings.warn(
+                f"the warm-up ({self.warmup_steps} steps) is not shorter than the whole run "
+                f"({self.total_steps} steps of {self.steps_per_epoch} per epoch): the learning "
+                "rate never reaches its peak and never decays; lower warmup_epochs/warmup_steps or "
+                "train longer",
+                stacklevel=3,
+            )
 
         self.model = model.to(self.device)
         self.optimizer = build_optimizer(
@@ -264,6 +285,7 @@ class Trainer:
             self.train_model = DistributedDataParallel(self.model, device_ids=device_ids)
         self.generator = torch.Generator(device=self.device)
         self.state = TrainState()
+        self._epoch_metrics: dict[str, torch.Tensor] = {}
         self._saved_step: int | None = None
         self.checkpoints = (
             CheckpointManager(run_dir.checkpoints_dir, config.keep_checkpoints)
@@ -282,6 +304,7 @@ class Trainer:
         """Derived quantities worth recording in ``meta.json``."""
         return {
             "steps_per_epoch": self.steps_per_epoch,
+            "epochs": self.num_epochs,
             "total_steps": self.total_steps,
             "warmup_steps": self.warmup_steps,
             "global_batch_size": self.global_batch_size,
@@ -304,6 +327,9 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=dtype)
 
     def _checkpoint_state(self) -> dict[str, Any]:
+        self.state.epoch_metric_sums = {
+            name: float(value) for name, value in self._epoch_metrics.items()
+        }
         rng = self.context.gather_objects(_rng_state(self.generator))
         return {
             "format": "partnd-train-v1",
@@ -370,21 +396,16 @@ class Trainer:
                 derive_seed(self.config.seed, self.context.rank, self.state.step, 3)
             )
 
-    def _bad_batch(self, batch: Any, epoch: int, batch_index: int) -> InputError:
-        flags = _finite_items(batch).cpu()
-        indices = self.batch_sampler.epoch_batches(epoch)[batch_index]
-        bad = [indices[i] for i in torch.nonzero(~flags).flatten().tolist()]
-        where = f"batch {batch_index} of epoch {epoch}"
-        if not bad:
-            return InputError(
-                f"dataset: expected only finite values, got NaN/Inf in {where} on another rank "
-                f"(this is rank {self.context.rank}; the other rank's error names the items)"
-            )
-        if self.context.is_distributed:
-            where += f" on rank {self.context.rank}"
+    def _unreadable_batch(
+        self, error: InputError | None, epoch: int, batch_index: int
+    ) -> InputError:
+        """The error every rank raises when some rank could not read its batch."""
+        if error is not None:
+            return error
         return InputError(
-            f"dataset: expected only finite values, got NaN/Inf in {where} "
-            f"(dataset item(s) {bad[:10]}{' ...' if len(bad) > 10 else ''})"
+            f"dataset: expected readable, finite items, got a bad item in batch {batch_index} of "
+            f"epoch {epoch} on another rank (this is rank {self.context.rank}; the other rank's "
+            "error names the item)"
         )
 
     def _non_finite_loss(self, loss: float, epoch: int, batch_index: int) -> NonFiniteLossError:
@@ -398,14 +419,28 @@ class Trainer:
             f"Last good checkpoint: {last}. Lower lr, enable grad_clip or use precision='fp32'."
         )
 
-    def _train_step(self, batch: Any, epoch: int, batch_index: int) -> float:
-        """One optimiser step; returns the loss averaged over ranks."""
-        batch_ok = _finite_items(batch).all().float().reshape(1)
-        if float(self.context.all_reduce_min(batch_ok)) < 1.0:  # every rank stops together
-            raise self._bad_batch(batch, epoch, batch_index)
-        with self._autocast():
-            loss = self.task.compute_loss(self.train_model, batch, self.generator).float()
-        loss_mean = float(self.context.all_reduce_mean(loss.detach()))
+    def _train_step(
+        self, batch: Any, epoch: int, batch_index: int, read_error: InputError | None = None
+    ) -> tuple[float, dict[str, torch.Tensor]]:
+        """One optimiser step; returns the loss averaged over ranks and this rank's detached
+        diagnostics.
+
+        The rank-averaged loss and a count of ranks that could not read their batch travel in one
+        all-reduce and are read back once: the step's only host synchronisation. Every rank then
+        stops together (none is left waiting in a collective) when a batch was unreadable or the
+        loss is not finite, before any gradient is applied.
+        """
+        metrics: dict[str, torch.Tensor] = {}
+        if read_error is None:
+            with self._autocast():
+                loss, metrics = self.task.compute_loss(self.train_model, batch, self.generator)
+            loss = loss.float()
+            status = torch.stack([loss.detach(), torch.zeros_like(loss)])
+        else:
+            status = torch.tensor([0.0, 1.0], device=self.device)
+        loss_mean, unreadable = self.context.all_reduce_mean(status).tolist()
+        if unreadable > 0:
+            raise self._unreadable_batch(read_error, epoch, batch_index)
         if not math.isfinite(loss_mean):
             raise self._non_finite_loss(loss_mean, epoch, batch_index)
         self.optimizer.zero_grad(set_to_none=True)
@@ -418,7 +453,16 @@ class Trainer:
         self.scheduler.step()
         if self.ema is not None:
             self.ema.update(self.model)
-        return float(loss_mean)
+        return loss_mean, metrics
+
+    def _reduce_metrics(self, sums: dict[str, torch.Tensor], count: int) -> dict[str, float]:
+        """Average diagnostic sums over ``count`` steps and over ranks, on the host."""
+        if not sums or count == 0:
+            return {}
+        names = sorted(sums)
+        stacked = torch.stack([sums[name].float() for name in names]) / count
+        values = self.context.all_reduce_mean(stacked).tolist()
+        return dict(zip(names, values, strict=True))
 
     def _end_epoch(self, epoch: int, logger: MetricLogger, seconds: float) -> None:
         record: dict[str, Any] = {
@@ -426,6 +470,7 @@ class Trainer:
             "epoch": epoch,
             "step": self.state.step,
             "loss": self.state.epoch_loss_sum / self.steps_per_epoch,
+            **self._reduce_metrics(self._epoch_metrics, self.steps_per_epoch),
             "lr": self.scheduler.lr_at(self.state.step - 1),
             "seconds": seconds,
         }
@@ -433,6 +478,8 @@ class Trainer:
         self.state.epoch = epoch + 1
         self.state.batch_in_epoch = 0
         self.state.epoch_loss_sum = 0.0
+        self.state.epoch_metric_sums = {}
+        self._epoch_metrics = {}
         if self.evaluate is not None:
             metrics = self.evaluate(self.eval_model, epoch)
             logger.log({"phase": "val", "epoch": epoch, "step": self.state.step, **metrics})
@@ -448,7 +495,7 @@ class Trainer:
                         {"model": self.eval_model.state_dict(), "epoch": epoch, "metrics": metrics}
                     )
         every = self.config.checkpoint_every_epochs
-        if (epoch + 1) % every == 0 or epoch + 1 == self.config.epochs:
+        if (epoch + 1) % every == 0 or epoch + 1 == self.num_epochs:
             self._save(epoch_end=True)
 
     def fit(self, resume_from: str | Path | None = None) -> list[dict[str, Any]]:
@@ -471,12 +518,12 @@ class Trainer:
         )
         show = config.progress and self.context.is_main
         try:
-            while self.state.epoch < config.epochs:
+            while self.state.epoch < self.num_epochs:
                 if config.max_steps is not None and self.state.step >= config.max_steps:
                     break
                 if not self._run_epoch(logger, show):
                     break
-            if self.state.epoch < config.epochs and self._saved_step != self.state.step:
+            if self.state.epoch < self.num_epochs and self._saved_step != self.state.step:
                 self._save(epoch_end=False)  # stopped by max_steps: keep a resumable state
         finally:
             logger.close()
@@ -490,21 +537,32 @@ class Trainer:
         self.model.train()
         started = time.perf_counter()
         window_loss, window_steps, window_start = 0.0, 0, started
+        window_metrics: dict[str, torch.Tensor] = {}
+        self._epoch_metrics = {
+            name: torch.tensor(value, device=self.device)
+            for name, value in self.state.epoch_metric_sums.items()
+        }
         bar = tqdm(
             total=self.steps_per_epoch,
             initial=start,
-            desc=f"epoch {epoch + 1}/{config.epochs}",
+            desc=f"epoch {epoch + 1}/{self.num_epochs}",
             disable=not show,
             dynamic_ncols=True,
             leave=False,
         )
         try:
-            for batch_index, batch in enumerate(self.loader, start=start):
-                loss = self._train_step(move_to(batch, self.device), epoch, batch_index)
+            for batch_index, (batch, read_error) in enumerate(_read(self.loader), start=start):
+                if read_error is None:
+                    batch = move_to(batch, self.device)
+                loss, metrics = self._train_step(batch, epoch, batch_index, read_error)
                 self.state.step += 1
                 self.state.batch_in_epoch = batch_index + 1
                 self.state.epoch_loss_sum += loss
                 window_loss, window_steps = window_loss + loss, window_steps + 1
+                for name, value in metrics.items():
+                    value = value.detach().float()
+                    window_metrics[name] = window_metrics.get(name, 0.0) + value
+                    self._epoch_metrics[name] = self._epoch_metrics.get(name, 0.0) + value
                 bar.update(1)
                 if self.state.step % config.log_every_steps == 0:
                     now = time.perf_counter()
@@ -513,14 +571,16 @@ class Trainer:
                         "epoch": epoch,
                         "step": self.state.step,
                         "loss": window_loss / window_steps,
+                        **self._reduce_metrics(window_metrics, window_steps),
                         "lr": self.scheduler.lr_at(self.state.step - 1),
                         "samples_per_s": window_steps
                         * self.global_batch_size
                         / (now - window_start),
                     }
                     logger.log(record)
-                    bar.set_postfix(loss=f"{record['loss']:.4g}", lr=f"{record['lr']:.3g}")
+                    bar.set_postfix(_progress_fields(record))
                     window_loss, window_steps, window_start = 0.0, 0, now
+                    window_metrics = {}
                 if batch_index + 1 == self.steps_per_epoch:
                     break
                 every = config.checkpoint_every_steps

@@ -1,4 +1,7 @@
-"""Neural network modules: the ViT encoder, relative heads, the PART model and the classifier."""
+"""Neural network modules: the ViT encoder, relative heads and the classifier.
+
+The pretraining objectives that combine them (PART, ...) live in :mod:`partnd.objectives`.
+"""
 
 from partnd.models.classifier import PatchClassifier
 from partnd.models.heads import (
@@ -9,19 +12,15 @@ from partnd.models.heads import (
     build_head,
     list_heads,
 )
-from partnd.models.part import PARTModel, PARTOutput, PatchSampler
 from partnd.models.registry import create_encoder, list_encoders
 from partnd.models.vit import ViTEncoder
 
 __all__ = [
     "CrossAttentionHead",
     "MLPHead",
-    "PARTModel",
-    "PARTOutput",
     "PairProjection",
     "PairwiseMLPHead",
     "PatchClassifier",
-    "PatchSampler",
     "ViTEncoder",
     "build_head",
     "create_encoder",

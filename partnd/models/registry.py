@@ -3,7 +3,8 @@
 ``vit_eeg_12m`` is the paper's 1D EEG backbone: with ``in_chans=6``, ``patch_size=100``, ``ndim=1``
 and ``num_positions=30`` it has about 12.93 M parameters (the paper reports 12.9 M). ``vit_tiny``,
 ``vit_small`` and ``vit_base`` are the usual ViT-Ti/S/B widths (ViT-S is the paper's CIFAR-100
-backbone, ViT-B its ImageNet one); ``vit_test`` and ``vit_test_wide`` are tiny variants for tests.
+backbone, ViT-B its ImageNet one); ``vit_mini`` (128 wide, 6 deep, 1.2 M parameters) is sized for
+CPU runs on small images; ``vit_test`` and ``vit_test_wide`` are tiny variants for tests.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ __all__ = ["ENCODER_PRESETS", "create_encoder", "list_encoders"]
 
 ENCODER_PRESETS: dict[str, dict[str, Any]] = {
     "vit_eeg_12m": {"embed_dim": 512, "depth": 4, "num_heads": 8, "mlp_ratio": 4.0},
+    "vit_mini": {"embed_dim": 128, "depth": 6, "num_heads": 4, "mlp_ratio": 4.0},
     "vit_tiny": {"embed_dim": 192, "depth": 12, "num_heads": 3, "mlp_ratio": 4.0},
     "vit_small": {"embed_dim": 384, "depth": 12, "num_heads": 6, "mlp_ratio": 4.0},
     "vit_base": {"embed_dim": 768, "depth": 12, "num_heads": 12, "mlp_ratio": 4.0},

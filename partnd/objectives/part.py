@@ -1,23 +1,26 @@
-"""The PART objective (PAirwise Relative Translations) as one ``nn.Module``.
+"""PART (PAirwise Relative Translations) and PART-grid as one objective module.
 
 One training step, for inputs ``x: [B, C, *spatial]`` (Ayoughi et al., Sec. 3):
 
-1. the sampler cuts N boxes per example at continuous random positions (no gradient);
-2. the ViT encodes the patches without position embedding (``[B, 1 + N, D]``, [CLS] first);
+1. the sampler cuts N boxes per example (no gradient): off-grid boxes at random integer positions
+   for PART (:class:`~partnd.sampling.OffGridSampler`), the fixed on-grid tiles for the PART-grid
+   ablation (:class:`~partnd.sampling.GridSampler`);
+2. the ViT encodes the patches **without position embedding** (``[B, 1 + N, D]``, [CLS] first),
+   so the only way to the answer is the patches' content;
 3. ``num_pairs`` (reference, target) index pairs are drawn, shared by the batch (as in the authors'
    code) or per example;
 4. the targets are the float relative offsets ``(c_tgt - c_ref) / s_ref`` (and, with
    ``scale_targets``, the extent ratios ``s_tgt / s_ref``);
 5. a relative head predicts them from the patch tokens; the loss is the mean squared error over
-   pairs and target channels, computed in float32 even under autocast.
+   pairs and target channels (in squared reference-patch lengths), computed in float32 even under
+   autocast. Diagnostics (:func:`~partnd.objectives.diagnostics.regression_diagnostics`) put it
+   next to the error of a predictor that ignores the content.
 
 **Every parameter is trained.** The heads see only the patch tokens X' (the paper's keys/values
-exclude [CLS]), yet the [CLS] token still receives a gradient: it sits in the encoder's
-self-attention, where every patch token attends to it in every block, so it shapes the patch
-tokens the head consumes. No auxiliary or zero-weight loss term is needed, and DDP can run without
-``find_unused_parameters``. The only parameters that would stay untouched are a [CLS] classifier
-and an unused position embedding, so the constructor rejects an encoder with ``num_classes > 0`` and
-requires ``use_positions`` exactly when the encoder has a position embedding.
+exclude [CLS]), yet the [CLS] token still receives a gradient: every patch token attends to it in
+every block. DDP can therefore run without ``find_unused_parameters``. The constructor rejects an
+encoder with a [CLS] classifier or a position embedding (neither would be trained, and a slot
+embedding of off-grid patches gives the answer away: see ``docs/part.md``).
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from partnd._validation import check, check_finite
+from partnd._validation import check
 from partnd.models.vit import ViTEncoder
+from partnd.objectives.base import Objective, ObjectiveOutput
+from partnd.objectives.diagnostics import regression_diagnostics, target_names
 from partnd.sampling import PatchBatch
 from partnd.targets import all_pairs, relative_targets, sample_pairs
 
@@ -43,15 +48,19 @@ class PatchSampler(Protocol):
     ndim: int
     patch_size: tuple[int, ...]
 
-    def __call__(self, x: Tensor, generator: torch.Generator | None = None) -> PatchBatch: ...
+    def __call__(
+        self, x: Tensor, generator: torch.Generator | None = None, *, validate: bool = True
+    ) -> PatchBatch: ...
 
 
 @dataclass(frozen=True)
-class PARTOutput:
+class PARTOutput(ObjectiveOutput):
     """Result of one PART forward pass.
 
     Attributes:
         loss: Scalar float32 mean squared error over pairs and target channels.
+        metrics: Diagnostics next to their content-free floors (``nmse``, ``r2_<dim>``,
+            ``mse_<dim>``, ``mse_floor_<dim>``, ``euclid``, ``euclid_floor``).
         pred: [B, K, out_dim] predicted relative targets.
         target: [B, K, out_dim] float ground truth.
         ref: [K] (shared pairs) or [B, K] reference patch indices.
@@ -59,7 +68,6 @@ class PARTOutput:
         patches: The sampled :class:`~partnd.sampling.PatchBatch`.
     """
 
-    loss: Tensor
     pred: Tensor
     target: Tensor
     ref: Tensor
@@ -67,11 +75,12 @@ class PARTOutput:
     patches: PatchBatch
 
 
-class PARTModel(nn.Module):
+class PARTModel(Objective):
     """Encoder + relative head + sampler, trained by regressing pairwise relative translations.
 
     Args:
-        encoder: A :class:`ViTEncoder` with ``num_classes == 0``.
+        encoder: A :class:`ViTEncoder` without classifier (``num_classes == 0``) and without
+            position embedding.
         head: A relative head (see :mod:`partnd.models.heads`) with ``out_dim`` equal to
             ``encoder.ndim * (2 if scale_targets else 1)`` and ``embed_dim == encoder.embed_dim``.
         sampler: Patch sampler (e.g. :class:`~partnd.sampling.OffGridSampler` for PART,
@@ -81,8 +90,6 @@ class PARTModel(nn.Module):
         scale_targets: Also regress the extent ratios ``s_tgt / s_ref`` (scale/aspect extension).
         shared_pairs: Draw one set of pairs for the whole batch (the authors' code) instead of one
             per example.
-        use_positions: Add the encoder's slot position embedding at ``PatchBatch.grid_index``;
-            must be ``True`` exactly when the encoder has a position embedding.
     """
 
     def __init__(
@@ -94,7 +101,6 @@ class PARTModel(nn.Module):
         num_pairs: int,
         scale_targets: bool = False,
         shared_pairs: bool = True,
-        use_positions: bool = False,
     ) -> None:
         super().__init__()
         self.out_dim = encoder.ndim * (2 if scale_targets else 1)
@@ -103,6 +109,13 @@ class PARTModel(nn.Module):
             "encoder",
             "an encoder with num_classes=0 (PART trains no classifier)",
             f"num_classes={encoder.num_classes}",
+        )
+        check(
+            encoder.pos_embed is None,
+            "encoder",
+            "an encoder without position embedding (PART learns positions from content; a slot "
+            "embedding of the patches would give the answer away)",
+            f"an encoder with {encoder.num_positions} slot embeddings",
         )
         check(
             getattr(head, "out_dim", self.out_dim) == self.out_dim,
@@ -124,20 +137,13 @@ class PARTModel(nn.Module):
             f"ndim={sampler.ndim}, patch_size={tuple(sampler.patch_size)}",
         )
         check(num_pairs >= 1, "num_pairs", "a positive int", repr(num_pairs))
-        check(
-            use_positions == (encoder.pos_embed is not None),
-            "use_positions",
-            f"{encoder.pos_embed is not None} (it must be True exactly when the encoder has a "
-            "position embedding, otherwise parameters go untrained or positions are missing)",
-            repr(use_positions),
-        )
         self.encoder = encoder
         self.head = head
         self.sampler = sampler
         self.num_pairs = num_pairs
         self.scale_targets = scale_targets
         self.shared_pairs = shared_pairs
-        self.use_positions = use_positions
+        self.target_names = target_names(encoder.ndim, scale_targets)
 
     def encode_patches(self, patches: PatchBatch) -> Tensor:
         """Encode a patch batch and drop the prefix ([CLS]) token.
@@ -148,20 +154,11 @@ class PARTModel(nn.Module):
         Returns:
             [B, N, D] patch tokens X'.
         """
-        positions = None
-        if self.use_positions:
-            check(
-                patches.grid_index is not None,
-                "patches",
-                "a PatchBatch with grid_index (use_positions=True)",
-                "grid_index=None",
-            )
-            positions = patches.grid_index
-        features = self.encoder.forward_features(patches.patches, positions=positions)
+        features = self.encoder.forward_features(patches.patches)
         return features[:, self.encoder.num_prefix_tokens :]
 
     def sample(self, x: Tensor, generator: torch.Generator | None = None) -> PatchBatch:
-        """Check ``x: [B, C, *spatial]`` and cut patches from it without gradient."""
+        """Cut patches from ``x: [B, C, *spatial]`` without gradient (shape checks only)."""
         check(
             x.dim() == 2 + self.encoder.ndim and x.shape[1] == self.encoder.in_chans,
             "x",
@@ -169,15 +166,14 @@ class PARTModel(nn.Module):
             "dimension(s)",
             x,
         )
-        check_finite(x, "x")
         with torch.no_grad():
-            return self.sampler(x, generator=generator)
+            return self.sampler(x, generator=generator, validate=False)
 
     def forward(self, x: Tensor, generator: torch.Generator | None = None) -> PARTOutput:
         """Run one PART step.
 
         Args:
-            x: [B, C, *spatial] inputs.
+            x: [B, C, *spatial] inputs (finite; validated once where the data enter).
             generator: Random source for boxes and pairs (same seed, same boxes and pairs).
 
         Returns:
@@ -194,11 +190,14 @@ class PARTModel(nn.Module):
             device=tokens.device,
         )
         target = relative_targets(
-            patches.centers, patches.sizes, ref, tgt, scale=self.scale_targets
+            patches.centers, patches.sizes, ref, tgt, scale=self.scale_targets, validate=False
         ).float()
         pred = self.head(tokens, ref, tgt)
         loss = F.mse_loss(pred.float(), target)
-        return PARTOutput(loss=loss, pred=pred, target=target, ref=ref, tgt=tgt, patches=patches)
+        metrics = regression_diagnostics(pred, target, self.target_names, self.encoder.ndim)
+        return PARTOutput(
+            loss=loss, metrics=metrics, pred=pred, target=target, ref=ref, tgt=tgt, patches=patches
+        )
 
     def predict_pairs(
         self,
@@ -249,6 +248,5 @@ class PARTModel(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"num_pairs={self.num_pairs}, scale_targets={self.scale_targets}, "
-            f"shared_pairs={self.shared_pairs}, use_positions={self.use_positions}, "
-            f"sampler={self.sampler!r}"
+            f"shared_pairs={self.shared_pairs}, sampler={self.sampler!r}"
         )

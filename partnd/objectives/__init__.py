@@ -1,0 +1,175 @@
+"""Self-supervised pretraining objectives, one module per method, behind one registry.
+
+``pretrain(data, method=...)`` builds its objective here from a
+:class:`~partnd.engine.config.PretrainConfig` and the data's shape. Every objective is an
+:class:`~partnd.objectives.base.Objective`: it owns the encoder, maps a batch to an
+:class:`~partnd.objectives.base.ObjectiveOutput` (loss plus diagnostics next to their content-free
+floors) and runs under the same engine (bf16, EMA, resume, DDP, logs).
+
+| name | module | what it learns |
+|---|---|---|
+| ``part`` | :mod:`~partnd.objectives.part` | relative translations between off-grid patches |
+| ``part_grid`` | :mod:`~partnd.objectives.part` | the same on the fixed on-grid tiles (ablation) |
+
+Register another with :func:`register_objective`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from partnd._validation import InputError, check
+from partnd.data import SignalSpec
+from partnd.engine.config import PretrainConfig
+from partnd.models import build_head, create_encoder
+from partnd.models.vit import ViTEncoder
+from partnd.objectives.base import Objective, ObjectiveOutput
+from partnd.objectives.part import PARTModel, PARTOutput, PatchSampler
+from partnd.sampling import GridSampler, OffGridSampler
+
+__all__ = [
+    "Objective",
+    "ObjectiveOutput",
+    "ObjectiveSpec",
+    "PARTModel",
+    "PARTOutput",
+    "PatchSampler",
+    "build_encoder",
+    "build_objective",
+    "list_objectives",
+    "register_objective",
+]
+
+ObjectiveBuilder = Callable[[PretrainConfig, SignalSpec], Objective]
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    """A registered objective.
+
+    Attributes:
+        name: The ``method`` name.
+        build: ``build(config, spec) -> Objective``.
+        summary: One line on what it learns.
+    """
+
+    name: str
+    build: ObjectiveBuilder
+    summary: str
+
+
+_REGISTRY: dict[str, ObjectiveSpec] = {}
+
+
+def register_objective(name: str, build: ObjectiveBuilder, summary: str) -> None:
+    """Add (or replace) an objective under ``name``."""
+    _REGISTRY[name] = ObjectiveSpec(name=name, build=build, summary=summary)
+
+
+def list_objectives() -> list[str]:
+    """Names accepted by ``pretrain(method=...)``, sorted."""
+    return sorted(_REGISTRY)
+
+
+def patch_shape(config: PretrainConfig, spec: SignalSpec) -> tuple[int, ...]:
+    """The configured patch extent per dimension, checked against the data's shape."""
+    patch = config.patch_size
+    sizes = (patch,) * spec.ndim if isinstance(patch, int) else tuple(patch)
+    check(
+        len(sizes) == spec.ndim,
+        "PretrainConfig.patch_size",
+        f"an int or {spec.ndim} ints (the data has {spec.ndim} spatial dimension(s))",
+        repr(patch),
+    )
+    check(
+        all(length >= size for length, size in zip(spec.spatial_shape, sizes, strict=True)),
+        "dataset",
+        f"items whose spatial size is at least the patch size {sizes} in every dimension",
+        f"items of shape {spec.item_shape}",
+    )
+    return sizes
+
+
+def build_encoder(config: PretrainConfig, spec: SignalSpec) -> ViTEncoder:
+    """The configured encoder preset for data of shape ``spec`` (no position embedding)."""
+    return create_encoder(
+        config.encoder,
+        in_chans=spec.in_chans,
+        patch_size=patch_shape(config, spec),
+        ndim=spec.ndim,
+        **config.encoder_overrides,
+    )
+
+
+def _build_part(config: PretrainConfig, spec: SignalSpec, grid: bool) -> PARTModel:
+    encoder = build_encoder(config, spec)
+    sampler: PatchSampler
+    if grid:
+        check(
+            config.scale_range is None and not config.scale_targets,
+            "PretrainConfig.scale_range",
+            "None for part_grid (on-grid tiles all have the patch size)",
+            repr(config.scale_range),
+        )
+        sampler = GridSampler(spec.ndim, encoder.patch_size)
+        num_patches = sampler.num_patches(spec.spatial_shape)
+    else:
+        sampler = OffGridSampler(
+            spec.ndim,
+            encoder.patch_size,
+            config.num_patches,
+            scale_range=config.scale_range,
+            antialias=config.antialias,
+            integer_boxes=config.integer_boxes,
+        )
+        num_patches = sampler.num_patches_for(spec.spatial_shape)
+    check(
+        num_patches >= 2,
+        "PretrainConfig.num_patches",
+        "at least 2 patches per example (PART predicts relations between pairs)",
+        f"{num_patches} for items of shape {spec.item_shape} and patch size {encoder.patch_size}",
+    )
+    head = build_head(
+        config.head,
+        embed_dim=encoder.embed_dim,
+        out_dim=spec.ndim * (2 if config.scale_targets else 1),
+        num_patches=num_patches,
+        **config.head_overrides,
+    )
+    return PARTModel(
+        encoder,
+        head,
+        sampler,
+        num_pairs=config.num_pairs,
+        scale_targets=config.scale_targets,
+        shared_pairs=config.shared_pairs,
+    )
+
+
+def build_part(config: PretrainConfig, spec: SignalSpec) -> PARTModel:
+    """PART: the configured off-grid sampler, encoder and relative head."""
+    return _build_part(config, spec, grid=False)
+
+
+def build_part_grid(config: PretrainConfig, spec: SignalSpec) -> PARTModel:
+    """PART-grid: PART's objective on the fixed on-grid tiles (the paper's sampling ablation)."""
+    return _build_part(config, spec, grid=True)
+
+
+register_objective(
+    "part", build_part, "PART: relative translations between patches at random off-grid positions"
+)
+register_objective(
+    "part_grid", build_part_grid, "PART-grid: PART's objective on the fixed on-grid tiles"
+)
+
+
+def build_objective(config: PretrainConfig, spec: SignalSpec) -> Objective:
+    """Build the objective named by ``config.method`` for data of shape ``spec``."""
+    entry = _REGISTRY.get(config.method)
+    if entry is None:
+        raise InputError(
+            f"PretrainConfig.method: expected one of {list_objectives()}, got {config.method!r}"
+        )
+    return entry.build(config, spec)
