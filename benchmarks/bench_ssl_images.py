@@ -40,7 +40,7 @@ from partnd.engine.config import FinetuneConfig, PretrainConfig
 from partnd.evaluation import knn_eval, linear_probe, logistic_regression_probe
 from partnd.finetuning import evaluate, finetune
 from partnd.models import create_encoder
-from partnd.pretraining import pretrain
+from partnd.pretraining import load_encoder, pretrain
 
 PRESET = "images_small"
 
@@ -86,17 +86,31 @@ def _finetune(
 
 
 class _Split:
-    """The seed's indices: pretraining pool, probe bank, fine-tuning set and test set."""
+    """The seed's indices: pretraining pool, probe bank, fine-tuning set and test set.
 
-    def __init__(self, labels: np.ndarray, seed: int, per_class: int, probe_per_class: int):
+    With ``validate`` the test set is replaced by 50 digits per class from the pool that are in
+    neither the probe bank nor the fine-tuning set: settings are compared there, never on test.
+    """
+
+    def __init__(
+        self, labels: np.ndarray, seed: int, per_class: int, probe_per_class: int, validate: bool
+    ):
         fine = low_label_split(labels, test_per_class=100, per_class=per_class, seed=seed)
         bank = low_label_split(labels, test_per_class=100, per_class=probe_per_class, seed=seed)
         self.pool, self.test = fine.pool, fine.test
         self.labelled, self.probe = fine.labelled, bank.labelled
+        if validate:
+            rest = np.setdiff1d(self.pool, np.union1d(self.labelled, self.probe))
+            rng = np.random.default_rng(1000 + seed)
+            self.test = np.sort(
+                np.concatenate(
+                    [rng.choice(rest[labels[rest] == c], 50, replace=False) for c in range(10)]
+                )
+            )
 
 
 def run_seed(args: argparse.Namespace, seed: int, images: np.ndarray, labels: np.ndarray) -> dict:
-    split = _Split(labels, seed, args.per_class, args.probe_per_class)
+    split = _Split(labels, seed, args.per_class, args.probe_per_class, args.validate)
     pre_overrides = _parse_sets(args.set, PretrainConfig)
     ft_overrides = _parse_sets(args.finetune_set, FinetuneConfig)
     row: dict[str, Any] = {"seed": seed}
@@ -125,28 +139,28 @@ def run_seed(args: argparse.Namespace, seed: int, images: np.ndarray, labels: np
     )
     row["raw_pixels"] = {"probe": raw_probe.report.accuracy, "finetune": raw_low.report.accuracy}
     for method in args.methods:
-        started = time.perf_counter()
-        result = pretrain(
-            images[split.pool],
-            out_dir=args.out / f"seed{seed}" / method,
-            config=base.replace(method=method),
-            overwrite=True,
-        )
-        seconds = time.perf_counter() - started
-        epochs = [r for r in result.history if r["phase"] == "epoch"]
-        scores = _frozen(result.encoder, images, labels, split)
+        run_dir = args.out / f"seed{seed}" / method
+        scores: dict[str, Any] = {}
+        if args.reuse and (run_dir / "encoder.pt").is_file():
+            encoder = load_encoder(run_dir)
+        else:
+            started = time.perf_counter()
+            result = pretrain(
+                images[split.pool],
+                out_dir=run_dir,
+                config=base.replace(method=method),
+                overwrite=True,
+            )
+            scores["pretrain_minutes"] = (time.perf_counter() - started) / 60
+            encoder = result.encoder
+            epochs = [r for r in result.history if r["phase"] == "epoch"]
+            diagnostic = next((k for k in ("nmse", "recon_nmse") if k in epochs[-1]), None)
+            if diagnostic is not None:
+                scores[f"final_{diagnostic}"] = epochs[-1][diagnostic]
+        scores.update(_frozen(encoder, images, labels, split))
         scores["finetune"] = _finetune(
-            result.encoder,
-            images,
-            labels,
-            split,
-            args.out / f"seed{seed}" / f"{method}_ft",
-            ft_config,
+            encoder, images, labels, split, args.out / f"seed{seed}" / f"{method}_ft", ft_config
         )
-        scores["pretrain_minutes"] = seconds / 60
-        diagnostic = next((k for k in ("nmse", "recon_nmse") if k in epochs[-1]), None)
-        if diagnostic is not None:
-            scores[f"final_{diagnostic}"] = epochs[-1][diagnostic]
         row[method] = scores
         print(f"seed {seed} {method}: {scores}", flush=True)
     print(
@@ -193,6 +207,12 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=Path("runs/bench_ssl_images"))
     parser.add_argument("--progress", action="store_true", help="show progress bars")
+    parser.add_argument(
+        "--validate", action="store_true", help="score on a validation set from the pool, not test"
+    )
+    parser.add_argument(
+        "--reuse", action="store_true", help="reuse finished pretraining runs found in --out"
+    )
     args = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     images, labels = load_mnist_digits()

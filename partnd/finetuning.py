@@ -387,6 +387,7 @@ def finetune(
             spatial_shape=spec.spatial_shape,
             pos_embed=config.pos_embed,
             pos_mask_ratio=config.pos_mask_ratio,
+            global_pool=config.global_pool,
             copy_encoder=False,
         )
         weights = None

@@ -375,6 +375,16 @@ class PretrainConfig(TrainConfig):
         num_pairs: (reference, target) pairs predicted per example.
         shared_pairs: Draw one set of pairs per batch (as the authors) instead of per example.
         scale_targets: Also predict ``s_tgt / s_ref`` per dimension (needs ``scale_range``).
+        mask_ratio: Baselines: fraction of on-grid patches masked (MAE) or dropped (DropPos),
+            or of tokens removed from the keys and values (MP3).
+        position_mask_ratio: DropPos: fraction of the kept patches whose position embedding is
+            replaced by the mask token.
+        decoder_dim: MAE/DropPos decoder width; ``None`` derives it from the encoder (see
+            ``docs/baselines.md``).
+        decoder_depth: MAE/DropPos decoder blocks; ``None`` derives it from the encoder.
+        norm_pix_loss: MAE: reconstruct per-patch normalised values (MAE's default).
+        smoothing_sigma: DropPos: initial width (in grid cells) of the Gaussian position
+            smoothing, decayed to 0 over training.
     """
 
     method: str = "part"
@@ -390,6 +400,12 @@ class PretrainConfig(TrainConfig):
     num_pairs: int = 1024
     shared_pairs: bool = True
     scale_targets: bool = False
+    mask_ratio: float = 0.75
+    position_mask_ratio: float = 0.75
+    decoder_dim: int | None = None
+    decoder_depth: int | None = None
+    norm_pix_loss: bool = True
+    smoothing_sigma: float = 1.0
 
     HEADS: ClassVar[tuple[str, ...]] = ("cross_attention", "pairwise_mlp", "mlp")
 
@@ -419,6 +435,12 @@ class PretrainConfig(TrainConfig):
             "False unless scale_range is set (all boxes have size P otherwise)",
             repr(self.scale_targets),
         )
+        for name in ("mask_ratio", "position_mask_ratio"):
+            value = getattr(self, name)
+            check(0.0 < value < 1.0, self._arg(name), "a ratio in (0, 1)", repr(value))
+        self._positive("decoder_dim", allow_none=True)
+        self._positive("decoder_depth", allow_none=True)
+        self._positive("smoothing_sigma", strict=False)
 
 
 @dataclass(frozen=True)
@@ -441,6 +463,8 @@ class FinetuneConfig(TrainConfig):
         augmentations: Batch augmentations applied in training, in order (see
             :mod:`partnd.augment`): ``random_resized_crop``, ``hflip`` (images), ``time_shift``,
             ``amplitude_scale``, ``channel_dropout`` (signals); ``None`` (the paper) for none.
+        global_pool: Classify the [CLS] token (``"token"``, the paper) or the mean patch token
+            (``"avg"``, MAE's fine-tuning default).
     """
 
     encoder: str = "vit_eeg_12m"
@@ -453,6 +477,7 @@ class FinetuneConfig(TrainConfig):
     layer_decay: float | None = None
     eval_batch_size: int = 256
     augmentations: tuple[str, ...] | None = None
+    global_pool: Literal["token", "avg"] = "token"
 
     def _validate(self) -> None:
         super()._validate()

@@ -431,6 +431,9 @@ class Trainer:
         loss is not finite, before any gradient is applied.
         """
         metrics: dict[str, torch.Tensor] = {}
+        set_progress = getattr(self.model, "set_training_progress", None)
+        if callable(set_progress):  # e.g. DropPos decays its smoothing over the run
+            set_progress(self.state.step / self.total_steps)
         if read_error is None:
             with self._autocast():
                 loss, metrics = self.task.compute_loss(self.train_model, batch, self.generator)

@@ -37,6 +37,7 @@ class PatchClassifier(nn.Module):
             encoder had); ``False`` removes it (baseline without position embedding).
         pos_mask_ratio: Fraction of slot embeddings masked per example during training (see
             :class:`ViTEncoder`); requires ``pos_embed``.
+        global_pool: ``"token"`` classifies [CLS] (the paper); ``"avg"`` the mean patch token.
         copy_encoder: Deep-copy ``encoder`` (default) instead of modifying it in place.
     """
 
@@ -50,6 +51,7 @@ class PatchClassifier(nn.Module):
         ndim: int | None = None,
         pos_embed: bool = True,
         pos_mask_ratio: float = 0.0,
+        global_pool: str = "token",
         copy_encoder: bool = True,
     ) -> None:
         super().__init__()
@@ -81,7 +83,7 @@ class PatchClassifier(nn.Module):
             self.encoder.add_position_embedding(self.num_positions, pos_mask_ratio)
         else:
             self.encoder.remove_position_embedding()
-        self.encoder.reset_classifier(num_classes)
+        self.encoder.reset_classifier(num_classes, global_pool)
         self.num_classes = num_classes
         self.use_positions = pos_embed
 

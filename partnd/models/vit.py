@@ -87,12 +87,13 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """Args: x: [B, L, D]. Returns: [B, L, D]."""
+    def forward(self, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
+        """Args: x: [B, L, D]; attn_mask: [B, 1, 1, L] bool, True where a key may be attended
+        (``None``: every key). Returns: [B, L, D]."""
         batch, length, dim = x.shape
         qkv = self.qkv(x).reshape(batch, length, 3, self.num_heads, dim // self.num_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, H, L, D / H]
-        out = F.scaled_dot_product_attention(q, k, v)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
         return self.proj(out.transpose(1, 2).reshape(batch, length, dim))
 
 
@@ -130,9 +131,9 @@ class Block(nn.Module):
         self.mlp = Mlp(dim, int(dim * mlp_ratio), act_layer)
         self.drop_path = DropPath(drop_path)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """Args: x: [B, L, D]. Returns: [B, L, D]."""
-        x = x + self.drop_path(self.attn(self.norm1(x)))
+    def forward(self, x: Tensor, attn_mask: Tensor | None = None) -> Tensor:
+        """Args: x: [B, L, D]; attn_mask: see :class:`Attention`. Returns: [B, L, D]."""
+        x = x + self.drop_path(self.attn(self.norm1(x), attn_mask))
         return x + self.drop_path(self.mlp(self.norm2(x)))
 
 
@@ -226,6 +227,7 @@ class ViTEncoder(nn.Module):
         )
         self.norm = norm_layer(embed_dim)
         self.head: nn.Module = nn.Identity()
+        self.global_pool = "token"
         self.num_positions: int | None = None
         self.pos_mask_ratio = 0.0
         self.pos_embed: nn.Parameter | None = None
@@ -268,9 +270,19 @@ class ViTEncoder(nn.Module):
         self.num_positions = None
         self.pos_mask_ratio = 0.0
 
-    def reset_classifier(self, num_classes: int) -> None:
-        """Replace the [CLS] classifier by a fresh ``Linear(D -> num_classes)`` (identity for 0)."""
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        """Replace the classifier by a fresh ``Linear(D -> num_classes)`` (identity for 0).
+
+        Args:
+            num_classes: Number of classes (0: no classifier).
+            global_pool: ``"token"`` classifies the [CLS] token (the paper), ``"avg"`` the mean
+                of the patch tokens (timm's ``global_pool="avg"``, MAE's fine-tuning default);
+                ``None`` keeps the current choice.
+        """
         check(num_classes >= 0, "num_classes", "an int >= 0", repr(num_classes))
+        if global_pool is not None:
+            check(global_pool in ("token", "avg"), "global_pool", "'token' or 'avg'", global_pool)
+            self.global_pool = global_pool
         self.num_classes = num_classes
         if num_classes == 0:
             self.head = nn.Identity()
@@ -279,13 +291,16 @@ class ViTEncoder(nn.Module):
         init_weights(head)
         self.head = head.to(self.cls_token.device)
 
-    def embed_positions(self, positions: Tensor) -> Tensor:
-        """Look up slot embeddings, masking ``max(1, round(pos_mask_ratio * N))`` per example in
-        training.
+    def embed_positions(self, positions: Tensor, position_mask: Tensor | None = None) -> Tensor:
+        """Look up slot embeddings, with the mask embedding where positions are hidden.
 
         Args:
             positions: [B, N] integer slot indices in ``[0, num_positions)`` (not range-checked:
                 that would cost a host synchronisation; an index outside fails in torch).
+            position_mask: [B, N] bool, True where the token gets the mask embedding instead of
+                its slot's (DropPos); needs ``pos_mask_ratio > 0``. ``None``: in training mode,
+                ``max(1, round(pos_mask_ratio * N))`` random tokens per example are masked; in
+                eval mode none.
 
         Returns:
             [B, N, D] position embeddings to add to the patch tokens.
@@ -305,20 +320,47 @@ class ViTEncoder(nn.Module):
             positions,
         )
         embedded = pos_embed[positions]
-        num_masked = max(1, round(self.pos_mask_ratio * positions.shape[1]))
-        if self.training and self.pos_mask_token is not None and positions.shape[1] > 0:
+        mask_token = self.pos_mask_token
+        if position_mask is not None:
+            check(
+                mask_token is not None,
+                "position_mask",
+                "None (this encoder has no mask embedding: add_position_embedding with "
+                "pos_mask_ratio > 0)",
+                position_mask,
+            )
+            check(
+                position_mask.shape == positions.shape and position_mask.dtype == torch.bool,
+                "position_mask",
+                f"a bool tensor of the positions' shape {tuple(positions.shape)}",
+                position_mask,
+            )
+        elif self.training and mask_token is not None and positions.shape[1] > 0:
+            num_masked = max(1, round(self.pos_mask_ratio * positions.shape[1]))
             noise = torch.rand(positions.shape, device=positions.device)
             chosen = noise.argsort(dim=1)[:, :num_masked]
-            masked = torch.zeros_like(noise, dtype=torch.bool).scatter_(1, chosen, True)
-            embedded = torch.where(masked.unsqueeze(-1), self.pos_mask_token, embedded)
+            position_mask = torch.zeros_like(noise, dtype=torch.bool).scatter_(1, chosen, True)
+        if position_mask is not None and mask_token is not None:
+            embedded = torch.where(position_mask.unsqueeze(-1), mask_token, embedded)
         return embedded
 
-    def forward_features(self, patches: Tensor, positions: Tensor | None = None) -> Tensor:
+    def forward_features(
+        self,
+        patches: Tensor,
+        positions: Tensor | None = None,
+        *,
+        position_mask: Tensor | None = None,
+        key_mask: Tensor | None = None,
+    ) -> Tensor:
         """Encode a patch set.
 
         Args:
             patches: [B, N, C, *P] patches (C = ``in_chans``, P = ``patch_size``).
             positions: [B, N] slot indices; required iff the encoder has a position embedding.
+            position_mask: [B, N] bool, tokens whose slot embedding is replaced by the mask
+                embedding (see :meth:`embed_positions`).
+            key_mask: [B, N] bool, patch tokens removed from the keys and values of every
+                attention layer (MP3); they are still queries and outputs. [CLS] is always a key.
 
         Returns:
             [B, 1 + N, D] normalised tokens, [CLS] first.
@@ -340,30 +382,44 @@ class ViTEncoder(nn.Module):
                 f"slot indices of shape {tuple(patches.shape[:2])} matching patches [B, N]",
                 positions,
             )
-            tokens = tokens + self.embed_positions(positions)
+            tokens = tokens + self.embed_positions(positions, position_mask)
         elif self.pos_embed is not None:
             raise InputError(
                 "positions: expected a [B, N] slot index tensor (the encoder has a position "
                 "embedding), got None"
             )
+        attn_mask = None
+        if key_mask is not None:
+            check(
+                key_mask.shape == tokens.shape[:2] and key_mask.dtype == torch.bool,
+                "key_mask",
+                f"a bool tensor [B, N] = {tuple(tokens.shape[:2])}",
+                key_mask,
+            )
+            keep = torch.cat([key_mask.new_zeros(key_mask.shape[0], 1), key_mask], dim=1)
+            attn_mask = (~keep)[:, None, None, :]
         cls = self.cls_token.expand(tokens.shape[0], -1, -1).to(tokens.dtype)
         x = torch.cat([cls, tokens], dim=1)
         for block in self.blocks:
-            x = block(x)
+            x = block(x, attn_mask)
         return self.norm(x)
 
     def forward_head(self, features: Tensor, pre_logits: bool = False) -> Tensor:
-        """Classify from the [CLS] token.
+        """Classify from the [CLS] token (``global_pool="token"``) or the mean patch token
+        (``"avg"``).
 
         Args:
             features: [B, 1 + N, D] output of :meth:`forward_features`.
-            pre_logits: Return the [CLS] features [B, D] instead of the logits.
+            pre_logits: Return the pooled features [B, D] instead of the logits.
 
         Returns:
             [B, num_classes] logits ([B, D] when ``num_classes == 0`` or ``pre_logits``).
         """
-        cls = features[:, 0]
-        return cls if pre_logits else self.head(cls)
+        if self.global_pool == "avg":
+            pooled = features[:, self.num_prefix_tokens :].mean(dim=1)
+        else:
+            pooled = features[:, 0]
+        return pooled if pre_logits else self.head(pooled)
 
     def forward(self, patches: Tensor, positions: Tensor | None = None) -> Tensor:
         """Args: patches: [B, N, C, *P]; positions: [B, N] or None. Returns: [B, num_classes]."""

@@ -38,7 +38,10 @@ class Objective(nn.Module):
     """Base class of the pretraining objectives (PART, PART-grid, MAE, MP3, DropPos).
 
     Subclasses keep their backbone in ``self.encoder`` and implement :meth:`forward`.
-    ``pretrain`` returns ``objective.encoder``; fine-tuning drops the rest.
+    ``pretrain`` returns ``objective.encoder``; fine-tuning drops the rest. An objective whose
+    behaviour changes over the run (DropPos's smoothing) defines
+    ``set_training_progress(fraction)``: the engine calls it before every step with
+    ``step / total_steps`` in ``[0, 1)``, so it is a function of the step and resumes exactly.
     """
 
     encoder: ViTEncoder
