@@ -10,6 +10,8 @@ preprocessing workers) do not pay for torch.
 - Objectives: :class:`PARTModel`, :func:`list_objectives` (``pretrain(method=...)``).
 - Training: :func:`pretrain`, :func:`finetune`, :func:`evaluate`, :class:`PretrainConfig`,
   :class:`FinetuneConfig`, :func:`load_encoder`.
+- Inference: :func:`load_classifier`, :func:`predict` (per-window stages with probabilities,
+  hypnogram export as ``mne.Annotations``, CSV and EDF+).
 - Frozen-feature evaluation: :func:`linear_probe`, :func:`knn_eval`, :class:`KNNMonitor`,
   :func:`extract_features`.
 - Metrics: :func:`classification_metrics`, :class:`ClassificationReport`.
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from partnd.engine.trainer import NonFiniteLossError
     from partnd.evaluation import KNNMonitor, extract_features, knn_eval, linear_probe
     from partnd.finetuning import FinetuneResult, evaluate, finetune
+    from partnd.inference import Prediction, predict
     from partnd.metrics import ClassificationReport, classification_metrics
     from partnd.models import (
         PatchClassifier,
@@ -35,8 +38,9 @@ if TYPE_CHECKING:
         create_encoder,
         list_encoders,
     )
+    from partnd.models.serialization import load_classifier, load_encoder
     from partnd.objectives import PARTModel, list_objectives
-    from partnd.pretraining import PretrainResult, load_encoder, pretrain
+    from partnd.pretraining import PretrainResult, pretrain
     from partnd.sampling import GridSampler, OffGridSampler, PatchBatch, crop_and_resize
     from partnd.targets import all_pairs, relative_targets, sample_pairs
 
@@ -67,7 +71,10 @@ _EXPORTS: dict[str, str] = {
     "NonFiniteLossError": "partnd.engine.trainer",
     "pretrain": "partnd.pretraining",
     "PretrainResult": "partnd.pretraining",
-    "load_encoder": "partnd.pretraining",
+    "load_encoder": "partnd.models.serialization",
+    "load_classifier": "partnd.models.serialization",
+    "predict": "partnd.inference",
+    "Prediction": "partnd.inference",
     "finetune": "partnd.finetuning",
     "FinetuneResult": "partnd.finetuning",
     "evaluate": "partnd.finetuning",
@@ -87,6 +94,7 @@ __all__ = [
     "PARTModel",
     "PatchBatch",
     "PatchClassifier",
+    "Prediction",
     "PretrainConfig",
     "PretrainResult",
     "ViTEncoder",
@@ -103,7 +111,9 @@ __all__ = [
     "linear_probe",
     "list_encoders",
     "list_objectives",
+    "load_classifier",
     "load_encoder",
+    "predict",
     "pretrain",
     "relative_targets",
     "sample_pairs",

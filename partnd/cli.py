@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -80,9 +81,28 @@ def _option(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _add_config_arguments(parser: argparse.ArgumentParser, config_cls: type[TrainConfig]) -> None:
+def _bool_flag(parser: argparse.ArgumentParser, name: str, help: str) -> None:
     parser.add_argument(
-        "--preset", choices=config_cls.list_presets(), help="start from a named preset"
+        _option(name), action=argparse.BooleanOptionalAction, default=False, help=help
+    )
+
+
+def _preset_defaults(config_cls: type[TrainConfig], argv: Sequence[str]) -> dict[str, Any]:
+    """Field values the help should show: the ``--preset``'s when one is given."""
+    probe = argparse.ArgumentParser(add_help=False)
+    probe.add_argument("--preset", choices=config_cls.list_presets())
+    known, _ = probe.parse_known_args(list(argv))
+    base = config_cls.preset(known.preset) if known.preset else config_cls()
+    return base.to_dict()
+
+
+def _add_config_arguments(
+    parser: argparse.ArgumentParser, config_cls: type[TrainConfig], argv: Sequence[str]
+) -> None:
+    parser.add_argument(
+        "--preset",
+        choices=config_cls.list_presets(),
+        help="start from a named preset (the field defaults below show its values)",
     )
     parser.add_argument(
         "--config", type=Path, metavar="JSON", help="a config.json (e.g. of an earlier run)"
@@ -94,12 +114,12 @@ def _add_config_arguments(parser: argparse.ArgumentParser, config_cls: type[Trai
         metavar="KEY=VALUE",
         help="set any config field (repeatable; values are JSON, e.g. scale_range=[0.5,2])",
     )
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out")
-    parser.add_argument("--overwrite", action="store_true", help="clear --out first")
+    _bool_flag(parser, "resume", "continue the interrupted run in --out")
+    _bool_flag(parser, "overwrite", "clear --out first (only ever a run directory)")
+    defaults = _preset_defaults(config_cls, argv)
     fields = parser.add_argument_group(
         f"{config_cls.__name__} fields", "each sets one field (see docs/engine.md)"
     )
-    defaults = config_cls().to_dict()
     types = config_cls.field_types()
     for name, doc in config_cls.field_docs().items():
         text = f"{doc} [{types[name]}; default {defaults[name]!r}]".replace("%", "%%")
@@ -139,45 +159,96 @@ def _config_from_args(
     return config, overrides
 
 
-def _load_array(path: Path, argument: str) -> np.ndarray:
-    check(path.exists(), argument, "an existing .npy file", str(path))
-    array: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
-    return array
-
-
-def _load_signals(path: Path, argument: str, **zarr_options: Any) -> Any:
-    """A ``.npy`` array ``[N, C, *spatial]`` (memory-mapped) or a ``.zarr`` sleep store dataset."""
-    if path.suffix == ".npy":
-        return _load_array(path, argument)
-    if path.suffix == ".zarr":
-        check(path.exists(), argument, "an existing .zarr store", str(path))
-        from partnd.datasets import SleepWindowDataset
-
-        return SleepWindowDataset(path, **zarr_options)
-    raise InputError(f"{argument}: expected a .npy file or a .zarr store, got {path}")
-
-
-def _subjects(text: str | None) -> list[str] | None:
+def _names(text: str | None) -> list[str] | None:
+    """A comma-separated list (the one list syntax of every subcommand)."""
     return None if text is None else [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _add_data_arguments(parser: argparse.ArgumentParser, prefix: str = "", what: str = "") -> None:
+    flag = f"--{prefix}data"
+    parser.add_argument(
+        flag,
+        type=Path,
+        required=not prefix,
+        help=f"{what}PATH.npy [N, C, *spatial] or a sleep store directory",
+    )
+    parser.add_argument(
+        f"--{prefix}labels", type=Path, help=f"{what}labels PATH.npy [N] (for .npy data)"
+    )
+    parser.add_argument(f"--{prefix}subjects", help=f"{what}comma-separated subjects (store data)")
+    parser.add_argument(f"--{prefix}records", help=f"{what}comma-separated records (store data)")
+
+
+def _store_selection(args: argparse.Namespace, prefix: str, flag: str) -> dict[str, Any]:
+    selection: dict[str, Any] = {}
+    subjects = _names(getattr(args, f"{prefix}subjects"))
+    records = _names(getattr(args, f"{prefix}records"))
+    if subjects is not None:
+        selection["subjects"] = subjects
+    if records is not None:
+        selection["records"] = records
+    split = getattr(args, "split", None)
+    if split is not None:
+        from partnd.datasets.splits import SubjectSplit
+
+        check(not selection, "--split", "no --subjects/--records as well", str(split))
+        selection["records"] = list(SubjectSplit.load(split).pretrain)
+    return selection
+
+
+def _open(path: Path, flag: str, labelled: bool, selection: dict[str, Any]) -> Any:
+    from partnd.data import load_signals
+
+    options = dict(selection)
+    if labelled and path.is_dir():
+        options["labelled_only"] = True
+    return load_signals(path, flag, **options)
+
+
+def _labels(path: Path | None, flag: str) -> list[int] | None:
+    if path is None:
+        return None
+    check(path.suffix == ".npy" and path.is_file(), flag, "an existing .npy file", str(path))
+    return [int(v) for v in np.load(path, allow_pickle=False)]
+
+
+def _store_stage_names(path: Path) -> list[str] | None:
+    if not path.is_dir():
+        return None
+    from partnd.datasets.store import SleepStore
+
+    return list(SleepStore(path).stage_names)
 
 
 def _pretrain_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="partnd pretrain",
-        description="PART self-supervised pretraining; writes a run directory with encoder.pt.",
+        description="Self-supervised pretraining (PART by default, --method for the baselines); "
+        "writes a run directory with encoder.pt.",
     )
     parser.add_argument(
-        "--data", type=Path, required=True, help="PATH.npy [N, C, *spatial] or .zarr"
+        "--data", type=Path, required=True, help="PATH.npy [N, C, *spatial] or a sleep store"
+    )
+    parser.add_argument("--subjects", help="comma-separated subjects to pretrain on (store data)")
+    parser.add_argument("--records", help="comma-separated records to pretrain on (store data)")
+    parser.add_argument(
+        "--split",
+        type=Path,
+        help="a split.json (partnd.datasets.make_subject_split): pretrain on its pretraining "
+        "records only, so held-out test subjects cannot leak in",
     )
     parser.add_argument("--out", type=Path, required=True, help="run directory")
-    parser.add_argument("--init-weights", type=Path, help="start from encoder weights")
-    _add_config_arguments(parser, PretrainConfig)
+    parser.add_argument(
+        "--init-weights", type=Path, help="start the encoder from these weights (run dir, .pt)"
+    )
+    _add_config_arguments(parser, PretrainConfig, argv)
     args = parser.parse_args(argv)
     config, overrides = _config_from_args(args, PretrainConfig)
     from partnd.pretraining import pretrain
 
+    data = _open(args.data, "--data", False, _store_selection(args, "", "--data"))
     result = pretrain(
-        _load_signals(args.data, "--data"),
+        data,
         out_dir=args.out,
         config=config,
         resume=args.resume,
@@ -186,7 +257,11 @@ def _pretrain_main(argv: list[str]) -> int:
         **overrides,
     )
     epochs = [record for record in result.history if record.get("phase") == "epoch"]
-    final = f", final epoch loss {epochs[-1]['loss']:.4g}" if epochs else ""
+    final = ""
+    if epochs:
+        final = f", final epoch loss {epochs[-1]['loss']:.4g}"
+        if "nmse" in epochs[-1]:
+            final += f" (nmse {epochs[-1]['nmse']:.3g}: 1 = no better than ignoring the content)"
     print(f"partnd pretrain: done{final}; encoder saved to {result.run_dir / 'encoder.pt'}")
     return 0
 
@@ -194,57 +269,189 @@ def _pretrain_main(argv: list[str]) -> int:
 def _finetune_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="partnd finetune",
-        description="Fine-tune a pretrained encoder (or train from scratch) as a classifier.",
+        description="Fine-tune a pretrained encoder (or train from scratch) as a classifier; "
+        "writes a run directory with classifier.pt.",
     )
-    parser.add_argument("--data", type=Path, required=True, help="training PATH.npy or .zarr")
-    parser.add_argument("--labels", type=Path, help="training labels PATH.npy (for .npy data)")
-    parser.add_argument("--val-data", type=Path, help="validation PATH.npy or .zarr")
-    parser.add_argument("--val-labels", type=Path, help="validation labels PATH.npy")
-    parser.add_argument("--subjects", help="comma-separated training subjects (.zarr data)")
-    parser.add_argument("--val-subjects", help="comma-separated validation subjects (.zarr)")
-    parser.add_argument("--num-classes", type=int, required=True, help="number of classes K")
-    parser.add_argument("--class-names", help="comma-separated class names")
+    _add_data_arguments(parser, "", "training ")
+    _add_data_arguments(parser, "val-", "validation ")
     parser.add_argument(
-        "--pretrained",
+        "--num-classes",
+        type=int,
+        help="number of classes K (default: the store's stage count)",
+    )
+    parser.add_argument(
+        "--class-names", help="comma-separated class names (default: the store's stage names)"
+    )
+    parser.add_argument(
+        "--init-weights",
         type=Path,
-        help="pretrain run directory or encoder.pt (omit to train from scratch)",
+        help="start the encoder from these weights: a pretrain run directory, encoder.pt or "
+        "checkpoint (omit to train from scratch)",
     )
     parser.add_argument("--out", type=Path, required=True, help="run directory")
-    _add_config_arguments(parser, FinetuneConfig)
+    _add_config_arguments(parser, FinetuneConfig, argv)
     args = parser.parse_args(argv)
     config, overrides = _config_from_args(args, FinetuneConfig)
     from partnd.finetuning import finetune
 
-    train = _load_signals(
-        args.data, "--data", subjects=_subjects(args.subjects), labelled_only=True
-    )
-    labels = _load_array(args.labels, "--labels") if args.labels else None
-    val, val_labels = None, None
-    if args.val_data is not None:
-        val = _load_signals(
-            args.val_data, "--val-data", subjects=_subjects(args.val_subjects), labelled_only=True
+    class_names = _names(args.class_names) or _store_stage_names(args.data)
+    num_classes = args.num_classes
+    if num_classes is None:
+        check(
+            class_names is not None,
+            "--num-classes",
+            "a number of classes (or --class-names, or a store whose stage names give it)",
+            "None",
         )
-        val_labels = _load_array(args.val_labels, "--val-labels") if args.val_labels else None
-    result = finetune(
-        args.pretrained,
-        train,
-        num_classes=args.num_classes,
-        val_dataset=val,
-        out_dir=args.out,
-        config=config,
-        class_names=_subjects(args.class_names),
-        resume=args.resume,
-        overwrite=args.overwrite,
-        train_labels=None if labels is None else [int(v) for v in labels],
-        val_labels=None if val_labels is None else [int(v) for v in val_labels],
-        **overrides,
-    )
+        assert class_names is not None
+        num_classes = len(class_names)
+    if class_names is not None:
+        check(
+            len(class_names) == num_classes,
+            "--class-names",
+            f"{num_classes} names (--num-classes)",
+            repr(class_names),
+        )
+    train = _open(args.data, "--data", True, _store_selection(args, "", "--data"))
+    val = None
+    if args.val_data is not None:
+        val = _open(args.val_data, "--val-data", True, _store_selection(args, "val_", ""))
+    try:
+        result = finetune(
+            args.init_weights,
+            train,
+            num_classes=num_classes,
+            val_dataset=val,
+            out_dir=args.out,
+            config=config,
+            class_names=class_names,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            train_labels=_labels(args.labels, "--labels"),
+            val_labels=_labels(args.val_labels, "--val-labels"),
+            **overrides,
+        )
+    except InputError as error:
+        raise InputError(_cli_names(str(error))) from None
     print(f"partnd finetune: done; best metrics {result.best_metrics} in {result.run_dir}")
+    return 0
+
+
+_CLI_NAMES = {
+    "train_labels": "--labels",
+    "val_labels": "--val-labels",
+    "train_dataset": "--data",
+    "val_dataset": "--val-data",
+    "num_classes": "--num-classes",
+    "class_names": "--class-names",
+    "out_dir": "--out",
+}
+
+
+def _cli_names(message: str) -> str:
+    """An API error message with the argument renamed to the command-line flag."""
+    for name, flag in _CLI_NAMES.items():
+        if message.startswith(name):
+            return flag + message[len(name) :]
+    return message.replace("num_classes=", "--num-classes=")
+
+
+def _model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model", type=Path, required=True, help="a finetune run directory or its classifier.pt"
+    )
+    _add_data_arguments(parser)
+    parser.add_argument("--batch-size", type=int, default=256, help="inference batch size")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:K")
+
+
+def _evaluate_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="partnd evaluate",
+        description="Accuracy, Cohen's kappa, F1 and the confusion matrix of a fine-tuned "
+        "classifier on labelled data.",
+    )
+    _model_arguments(parser)
+    parser.add_argument("--out", type=Path, help="write the report as JSON here")
+    args = parser.parse_args(argv)
+    from partnd.engine.checkpoint import atomic_write_json
+    from partnd.finetuning import evaluate
+    from partnd.models.serialization import load_classifier
+
+    model = load_classifier(args.model)
+    data = _open(args.data, "--data", True, _store_selection(args, "", "--data"))
+    report = evaluate(
+        model,
+        data,
+        labels=_labels(args.labels, "--labels"),
+        batch_size=args.batch_size,
+        device=args.device,
+    )
+    print(json.dumps(report.to_dict(), indent=2))
+    if args.out is not None:
+        atomic_write_json(report.to_dict(), args.out)
+    return 0
+
+
+def _predict_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="partnd predict",
+        description="Per-window stages with probabilities from a fine-tuned classifier, written "
+        "as a hypnogram CSV (and EDF+ annotations with --edf); one file per record for a store.",
+    )
+    _model_arguments(parser)
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    _bool_flag(parser, "edf", "also write EDF+ annotation files (readable by MNE)")
+    _bool_flag(parser, "overwrite", "replace existing output files")
+    parser.add_argument(
+        "--epoch-seconds", type=float, default=30.0, help="window duration for .npy data"
+    )
+    args = parser.parse_args(argv)
+    from partnd.inference import predict
+    from partnd.models.serialization import load_classifier
+
+    model = load_classifier(args.model)
+    args.out.mkdir(parents=True, exist_ok=True)
+    jobs: list[tuple[str, Any, Any, float]] = []
+    if args.data.is_dir():
+        from partnd.datasets.store import SleepStore
+
+        store = SleepStore(args.data)
+        selected = _open(args.data, "--data", False, _store_selection(args, "", "--data"))
+        for record in selected.records:
+            data = _open(args.data, "--data", False, {"records": [record]})
+            jobs.append((record, data, store.start_times(record), store.window_seconds))
+    else:
+        jobs.append(
+            ("predictions", _open(args.data, "--data", False, {}), None, args.epoch_seconds)
+        )
+    for name, data, onsets, seconds in jobs:
+        csv_path = args.out / f"{name}.csv"
+        check(
+            args.overwrite or not csv_path.exists(),
+            "--out",
+            "a directory without earlier predictions (or --overwrite)",
+            str(csv_path),
+        )
+        prediction = predict(
+            model,
+            data,
+            onsets=onsets,
+            epoch_seconds=seconds,
+            batch_size=args.batch_size,
+            device=args.device,
+        )
+        prediction.write_csv(csv_path)
+        if args.edf:
+            prediction.write_edf(args.out / f"{name}.edf")
+        print(f"partnd predict: {len(prediction.labels)} windows -> {csv_path}")
     return 0
 
 
 register_subcommand("pretrain", _pretrain_main, "PART self-supervised pretraining")
 register_subcommand("finetune", _finetune_main, "fine-tune an encoder as a classifier")
+register_subcommand("evaluate", _evaluate_main, "evaluate a fine-tuned classifier")
+register_subcommand("predict", _predict_main, "predict stages and write hypnograms")
 register_subcommand(
     "preprocess",
     "preprocessing.physionet2018:main",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ __all__ = [
     "SignalSpec",
     "as_labelled_dataset",
     "as_signal_dataset",
+    "load_signals",
 ]
 
 
@@ -129,9 +131,46 @@ def _inspect(dataset: Dataset[Any], argument: str) -> SignalSpec:
     return SignalSpec(in_chans=first.shape[0], spatial_shape=tuple(first.shape[1:]))
 
 
+def load_signals(path: str | Path, argument: str = "data", **store_options: Any) -> Any:
+    """Open signals stored on disk, as the command line does.
+
+    Args:
+        path: A ``.npy`` array ``[N, C, *spatial]`` (memory-mapped) or a sleep store directory
+            (any name; recognised by its ``zarr.json``), read as a
+            :class:`~partnd.datasets.SleepWindowDataset`.
+        argument: Name used in error messages.
+        **store_options: Keywords of ``SleepWindowDataset`` (``records``, ``subjects``,
+            ``labelled_only``, ``normalize``...); refused for a ``.npy`` file.
+
+    Returns:
+        The memory-mapped array or the window dataset.
+    """
+    path = Path(path)
+    if path.is_dir() and (path / "zarr.json").is_file():
+        from partnd.datasets.sleep_windows import SleepWindowDataset
+
+        return SleepWindowDataset(path, **store_options)
+    check(
+        path.suffix == ".npy" and path.is_file(),
+        argument,
+        "an existing .npy file [N, C, *spatial] or a sleep store directory (with zarr.json)",
+        str(path),
+    )
+    check(
+        not store_options,
+        argument,
+        "a sleep store when records, subjects or labelled_only are given",
+        f"the array {path}",
+    )
+    array: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
+    return array
+
+
 def _wrap(
     data: Any, labels: Sequence[int] | None, argument: str, labels_argument: str = "labels"
 ) -> Dataset[Any]:
+    if isinstance(data, str | Path):
+        data = load_signals(data, argument)
     if isinstance(data, np.ndarray | torch.Tensor):
         if labels is not None:
             check(
@@ -265,13 +304,13 @@ class LabelledDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
 
 
 def as_signal_dataset(
-    data: Dataset[Any] | np.ndarray | torch.Tensor, argument: str = "dataset"
+    data: Dataset[Any] | np.ndarray | torch.Tensor | str | Path, argument: str = "dataset"
 ) -> tuple[SignalDataset, SignalSpec]:
     """Adapt ``data`` for pretraining (labels, if any, are ignored).
 
     Args:
-        data: Dataset of ``[C, *spatial]`` items (or tuples starting with one), or an array/tensor
-            ``[N, C, *spatial]``.
+        data: Dataset of ``[C, *spatial]`` items (or tuples starting with one), an array/tensor
+            ``[N, C, *spatial]``, or a path (see :func:`load_signals`).
         argument: Name used in error messages.
 
     Returns:
@@ -283,7 +322,7 @@ def as_signal_dataset(
 
 
 def as_labelled_dataset(
-    data: Dataset[Any] | np.ndarray | torch.Tensor,
+    data: Dataset[Any] | np.ndarray | torch.Tensor | str | Path,
     labels: Sequence[int] | None = None,
     argument: str = "dataset",
     labels_argument: str = "labels",
@@ -291,8 +330,9 @@ def as_labelled_dataset(
     """Adapt ``data`` for supervised training or evaluation.
 
     Args:
-        data: Dataset of ``(signal [C, *spatial], label)`` items, or an array/tensor
-            ``[N, C, *spatial]`` together with ``labels``.
+        data: Dataset of ``(signal [C, *spatial], label)`` items, an array/tensor
+            ``[N, C, *spatial]`` together with ``labels``, or a path (see :func:`load_signals`;
+            a store's labelled windows).
         labels: Labels ``[N]`` when ``data`` is an array.
         argument: Name used in error messages.
         labels_argument: The caller's name for ``labels`` in error messages.
@@ -300,6 +340,10 @@ def as_labelled_dataset(
     Returns:
         The adapted dataset and the item shape inferred from item 0.
     """
+    if isinstance(data, str | Path):
+        data = load_signals(
+            data, argument, **({} if labels is not None else {"labelled_only": True})
+        )
     if isinstance(data, np.ndarray | torch.Tensor):
         check(labels is not None, labels_argument, f"labels [N] for the array {argument}", "None")
     dataset = _wrap(data, labels, argument, labels_argument)

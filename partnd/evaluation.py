@@ -36,7 +36,6 @@ from partnd.data import as_labelled_dataset
 from partnd.engine.distributed import resolve_device
 from partnd.metrics import ClassificationReport, classification_metrics
 from partnd.models.vit import ViTEncoder
-from partnd.sampling import GridSampler
 
 __all__ = [
     "KNNMonitor",
@@ -97,13 +96,10 @@ def extract_features(
     original_device, was_training = first.device, vit.training
     target = original_device if device is None else resolve_device(device)
     vit.to(target).eval()
-    grid = GridSampler(vit.ndim, vit.patch_size)
     features, targets = [], []
     try:
         for x, y in DataLoader(dataset, batch_size=batch_size, shuffle=False):
-            patches = grid(x.to(target), validate=False)
-            positions = patches.grid_index if vit.pos_embed is not None else None
-            tokens = vit.forward_features(patches.patches, positions)
+            tokens = vit.forward_grid(x.to(target))
             cls, patch_tokens = tokens[:, 0], tokens[:, vit.num_prefix_tokens :]
             features.append(torch.cat([cls, patch_tokens.mean(dim=1)], dim=1).float().cpu())
             targets.append(y)

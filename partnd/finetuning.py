@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,20 +25,25 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from partnd._validation import check
 from partnd.augment import Augmentation, build_augmentation
 from partnd.data import LabelledDataset, SignalSpec, as_labelled_dataset
 from partnd.engine.checkpoint import atomic_save, atomic_write_json, load_checkpoint
 from partnd.engine.config import FinetuneConfig
-from partnd.engine.distributed import resolve_device
 from partnd.engine.session import open_session
 from partnd.engine.trainer import Trainer
+from partnd.inference import predict_logits
 from partnd.metrics import ClassificationReport, classification_metrics
 from partnd.models import PatchClassifier, ViTEncoder, create_encoder, list_encoders
+from partnd.models.serialization import (
+    CLASSIFIER_FILE,
+    encoder_spec,
+    load_encoder,
+    save_classifier,
+)
 from partnd.objectives.diagnostics import classification_diagnostics
-from partnd.pretraining import load_encoder
 
 __all__ = [
     "ClassificationTask",
@@ -172,8 +178,8 @@ def _prepare_encoder(
         check(
             Path(encoder).exists(),
             "encoder",
-            f"a ViTEncoder, None, an encoder preset {list_encoders()} or a pretrain run "
-            "directory / encoder.pt",
+            f"a ViTEncoder, None, an encoder preset {list_encoders()}, or a pretrain run "
+            "directory, encoder.pt or training checkpoint",
             repr(encoder),
         )
         encoder = load_encoder(encoder)
@@ -199,52 +205,38 @@ def _check_fits(encoder: ViTEncoder, spec: SignalSpec, argument: str) -> None:
 
 def evaluate(
     model: nn.Module,
-    dataset: Dataset[Any] | np.ndarray | torch.Tensor,
+    dataset: Dataset[Any] | np.ndarray | torch.Tensor | str | Path,
     *,
     batch_size: int = 256,
     class_names: Sequence[str] | None = None,
     device: str = "auto",
     labels: Sequence[int] | None = None,
 ) -> ClassificationReport:
-    """Classify ``dataset`` with ``model`` and report accuracy, Cohen's kappa and F1.
+    """Classify ``dataset`` with ``model`` and report accuracy, Cohen's kappa, F1 and the
+    cross-entropy loss.
 
     The model runs in eval mode without gradient on ``device`` and is put back on its original
     device and mode afterwards.
 
     Args:
         model: Maps ``x: [B, C, *spatial]`` to logits ``[B, K]`` (e.g. a :class:`PatchClassifier`).
-        dataset: Items ``(x, label)``, or an array ``[N, C, *spatial]`` together with ``labels``.
+        dataset: Items ``(x, label)``, an array ``[N, C, *spatial]`` together with ``labels``, or a
+            sleep store path (its labelled windows).
         batch_size: Evaluation batch size.
-        class_names: K class names for the per-class F1.
+        class_names: K class names for the per-class F1 (default: the model's ``class_names``).
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:K"``.
         labels: Labels ``[N]`` when ``dataset`` is an array.
 
     Returns:
-        A :class:`~partnd.metrics.ClassificationReport`.
+        A :class:`~partnd.metrics.ClassificationReport` (with ``loss``).
     """
-    check(batch_size >= 1, "batch_size", "a positive int", repr(batch_size))
     data, _ = as_labelled_dataset(dataset, labels)
-    target = resolve_device(device)
-    first = next(iter(model.parameters()), None)
-    original = first.device if first is not None else target
-    was_training = model.training
-    model.to(target).eval()
-    truths: list[torch.Tensor] = []
-    predictions: list[torch.Tensor] = []
-    num_classes = 0
-    loader = DataLoader(data, batch_size=batch_size, shuffle=False)
-    try:
-        with torch.no_grad():
-            for x, y in loader:  # items are checked (shape, finite values) as they are read
-                logits = model(x.to(target))
-                num_classes = int(logits.shape[-1])
-                truths.append(y)
-                predictions.append(logits.argmax(dim=-1).cpu())
-    finally:
-        model.to(original).train(was_training)
-    return classification_metrics(
-        torch.cat(truths), torch.cat(predictions), num_classes, class_names
-    )
+    logits = predict_logits(model, data.signals, batch_size=batch_size, device=device)
+    num_classes = int(logits.shape[-1])
+    truth = torch.as_tensor(check_labels(data, num_classes, "labels"))
+    names = class_names if class_names is not None else getattr(model, "class_names", None)
+    report = classification_metrics(truth, logits.argmax(dim=-1), num_classes, names)
+    return dataclasses.replace(report, loss=float(F.cross_entropy(logits, truth)))
 
 
 def save_confusion_matrix(
@@ -294,6 +286,7 @@ def _validator(
             device=device,
         )
         return {
+            "loss": float(report.loss or 0.0),
             "accuracy": report.accuracy,
             "cohen_kappa": report.cohen_kappa,
             "macro_f1": report.macro_f1,
@@ -407,7 +400,11 @@ def finetune(
             layer_decay=config.layer_decay,
             evaluate=validate,
             select_metric=SELECT_METRIC if val_set is not None else None,
-            checkpoint_extra={"num_classes": num_classes},
+            checkpoint_extra={
+                "num_classes": num_classes,
+                "data": {"in_chans": spec.in_chans, "spatial_shape": list(spec.spatial_shape)},
+                "encoder": encoder_spec(model.encoder),
+            },
         )
         session.start(
             {
@@ -421,6 +418,7 @@ def finetune(
         )
         history = trainer.fit(resume_from=session.resume_from)
         final = cast(PatchClassifier, copy.deepcopy(trainer.eval_model))
+        final.class_names = None if class_names is None else list(class_names)
         best_metrics: dict[str, Any]
         if val_set is not None:
             best_epoch = trainer.state.best_epoch
@@ -446,6 +444,7 @@ def finetune(
             }
         if session.context.is_main:
             atomic_write_json(best_metrics, session.run_dir.root / "metrics.json")
+            save_classifier(final, session.run_dir.root / CLASSIFIER_FILE, class_names)
         session.context.barrier()
     finally:
         session.context.close()

@@ -36,6 +36,8 @@ class ClassificationReport:
         per_class_f1: Class name -> F1 (0.0 for classes absent from both arrays).
         confusion_matrix: [K, K] int counts, rows = true class, columns = predicted class.
         n: Number of examples.
+        loss: Mean cross-entropy of the logits, when the report came from a model
+            (:func:`partnd.evaluate`); ``None`` otherwise.
     """
 
     accuracy: float
@@ -44,6 +46,7 @@ class ClassificationReport:
     per_class_f1: dict[str, float]
     confusion_matrix: np.ndarray
     n: int
+    loss: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-serialisable dict (the confusion matrix as nested lists of ints)."""
@@ -54,6 +57,7 @@ class ClassificationReport:
             "per_class_f1": dict(self.per_class_f1),
             "confusion_matrix": self.confusion_matrix.astype(int).tolist(),
             "n": self.n,
+            **({} if self.loss is None else {"loss": self.loss}),
         }
 
 

@@ -28,13 +28,19 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from partnd._validation import InputError, check
+from partnd._validation import InputError
 from partnd.data import as_signal_dataset
-from partnd.engine.checkpoint import atomic_save, load_checkpoint
 from partnd.engine.config import PretrainConfig
 from partnd.engine.session import open_session
 from partnd.engine.trainer import EpochEvaluator, Trainer
-from partnd.models import ViTEncoder, create_encoder
+from partnd.models import ViTEncoder
+from partnd.models.serialization import (
+    ENCODER_FILE,
+    encoder_spec,
+    encoder_state_from,
+    load_encoder,
+    save_encoder,
+)
 from partnd.objectives import Objective, build_objective
 
 __all__ = [
@@ -44,8 +50,6 @@ __all__ = [
     "pretrain",
     "save_encoder",
 ]
-
-ENCODER_FILE = "encoder.pt"
 
 
 @dataclass
@@ -81,88 +85,8 @@ class ObjectiveTask:
         return output.loss, output.metrics
 
 
-def save_encoder(
-    encoder: ViTEncoder, path: str | Path, *, name: str, overrides: dict[str, Any]
-) -> None:
-    """Save an encoder with what is needed to rebuild it (:func:`load_encoder`), atomically.
-
-    Args:
-        encoder: The encoder.
-        path: Destination file (``encoder.pt`` in a run directory).
-        name: Encoder preset name it was created from.
-        overrides: The preset overrides it was created with.
-    """
-    payload = {
-        "format": "partnd-encoder-v1",
-        "name": name,
-        "kwargs": {
-            "in_chans": encoder.in_chans,
-            "patch_size": list(encoder.patch_size),
-            "ndim": encoder.ndim,
-            **overrides,
-        },
-        "num_positions": encoder.num_positions,
-        "pos_mask_ratio": encoder.pos_mask_ratio,
-        "state_dict": encoder.state_dict(),
-    }
-    atomic_save(payload, path)
-
-
-def load_encoder(path: str | Path) -> ViTEncoder:
-    """Rebuild an encoder saved by :func:`pretrain` (``encoder.pt`` or the run directory).
-
-    Args:
-        path: A run directory or an ``encoder.pt`` file.
-
-    Returns:
-        The encoder on the CPU in eval mode.
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = path / ENCODER_FILE
-    payload = load_checkpoint(path)
-    check(
-        payload.get("format") == "partnd-encoder-v1",
-        "path",
-        f"an {ENCODER_FILE} written by partnd.pretraining (or its run directory)",
-        str(path),
-    )
-    encoder = create_encoder(payload["name"], **payload["kwargs"])
-    if payload["num_positions"] is not None:
-        encoder.add_position_embedding(payload["num_positions"], payload["pos_mask_ratio"])
-    encoder.load_state_dict(payload["state_dict"])
-    return encoder.eval()
-
-
-def _encoder_weights(source: str | Path) -> dict[str, torch.Tensor]:
-    """Encoder state dict from an ``encoder.pt``, a run directory, a checkpoint or a state dict."""
-    path = Path(source)
-    if path.is_dir():
-        path = path / ENCODER_FILE
-    check(
-        path.is_file(),
-        "init_weights",
-        f"an {ENCODER_FILE}, a run directory holding one, a partnd checkpoint or a state dict file",
-        f"{source} (no such file)",
-    )
-    payload = load_checkpoint(path)
-    if payload.get("format") == "partnd-encoder-v1":
-        return dict(payload["state_dict"])
-    if payload.get("format") == "partnd-train-v1":
-        ema = payload.get("ema")
-        model_state = ema["module"] if ema is not None else payload["model"]
-        prefix = "encoder."
-        return {k[len(prefix) :]: v for k, v in model_state.items() if k.startswith(prefix)}
-    if all(isinstance(value, torch.Tensor) for value in payload.values()):
-        return dict(payload)
-    raise InputError(
-        f"init_weights: expected an encoder.pt, a run directory, a partnd checkpoint or an encoder "
-        f"state dict, got {source}"
-    )
-
-
 def _load_initial_weights(encoder: ViTEncoder, source: str | Path) -> None:
-    state = _encoder_weights(source)
+    state = encoder_state_from(source)
     try:
         encoder.load_state_dict(state)
     except RuntimeError as error:
@@ -231,18 +155,13 @@ def pretrain(
             context=session.context,
             run_dir=session.run_dir,
             evaluate=monitor,
-            checkpoint_extra={"data": data_shape},
+            checkpoint_extra={"data": data_shape, "encoder": encoder_spec(model.encoder)},
         )
         session.start({**trainer.resolved, "data": data_shape, "num_items": len(train_set)})
         history = trainer.fit(resume_from=session.resume_from)
         final_model = cast(Objective, copy.deepcopy(trainer.eval_model)).cpu().eval()
         if session.context.is_main:
-            save_encoder(
-                final_model.encoder,
-                session.run_dir.root / ENCODER_FILE,
-                name=config.encoder,
-                overrides=config.encoder_overrides,
-            )
+            save_encoder(final_model.encoder, session.run_dir.root / ENCODER_FILE)
         session.context.barrier()
     finally:
         session.context.close()

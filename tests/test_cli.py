@@ -86,7 +86,7 @@ def test_bad_input_exits_with_status_2(
     assert "unknown name(s) 'nope'" in capsys.readouterr().err
     argv = ["pretrain", "--data", str(tmp_path / "x.csv"), "--out", str(tmp_path / "r")]
     assert cli.main(argv) == 2
-    assert "expected a .npy file or a .zarr store" in capsys.readouterr().err
+    assert "expected an existing .npy file" in capsys.readouterr().err
     assert cli.main(["frobnicate"]) == 2
 
 
@@ -161,8 +161,49 @@ def test_zarr_sleep_store_end_to_end(tmp_path: Path) -> None:
     assert meta["resolved"]["data"] == {"in_chans": 2, "spatial_shape": [300]}
     assert meta["resolved"]["steps_per_epoch"] == 5  # 40 windows / batch 8
     ft = ["finetune", "--data", str(store), "--subjects", "s1", "--val-data", str(store)]
-    ft += ["--val-subjects", "s2", "--num-classes", "5", "--pretrained", str(tmp_path / "pre")]
+    ft += ["--val-subjects", "s2", "--init-weights", str(tmp_path / "pre")]
     ft += ["--out", str(tmp_path / "ft"), *common]
     assert cli.main(ft) == 0
     metrics = json.loads((tmp_path / "ft" / "metrics.json").read_text())
     assert metrics["n"] == 20  # subject s2's windows
+    # class names come from the store; the classifier is saved and can be reloaded
+    from partnd.models.serialization import load_classifier
+
+    assert load_classifier(tmp_path / "ft").class_names == ["W", "N1", "N2", "N3", "REM"]
+    report = tmp_path / "report.json"
+    argv = ["evaluate", "--model", str(tmp_path / "ft"), "--data", str(store), "--subjects", "s2"]
+    assert cli.main([*argv, "--out", str(report)]) == 0
+    assert json.loads(report.read_text())["n"] == 20
+    out = tmp_path / "hypnograms"
+    argv = ["predict", "--model", str(tmp_path / "ft"), "--data", str(store), "--out", str(out)]
+    assert cli.main([*argv, "--edf"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["tr01.csv", "tr01.edf", "tr02.csv", "tr02.edf"]
+    rows = (out / "tr02.csv").read_text().splitlines()
+    assert rows[0].startswith("onset,duration,stage,p_W") and rows[2].startswith("30,30,")
+    assert cli.main(argv) == 2  # existing predictions are not overwritten silently
+
+
+def test_pretrain_on_a_saved_split_excludes_the_test_subjects(tmp_path: Path) -> None:
+    from partnd.datasets.splits import SubjectSplit, make_subject_split
+    from partnd.datasets.store import SleepStore
+
+    store = tmp_path / "any-name"  # a store directory is recognised by its content, not its name
+    write_sleep_store(store)
+    split = make_subject_split(SleepStore(store), n_test_subjects=1, finetune_sizes=(1,), seed=0)
+    split.save(tmp_path / "split.json")
+    argv = ["pretrain", "--data", str(store), "--split", str(tmp_path / "split.json")]
+    argv += ["--out", str(tmp_path / "pre"), "--preset", "test", "--patch-size", "30"]
+    assert cli.main([*argv, "--epochs", "1", "--batch-size", "4"]) == 0
+    meta = json.loads((tmp_path / "pre" / "meta.json").read_text())
+    assert meta["resolved"]["num_items"] == 20  # the one non-test subject's windows
+    assert SubjectSplit.load(tmp_path / "split.json").pretrain == split.pretrain
+
+
+def test_help_shows_the_presets_values(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["pretrain", "--preset", "eeg_sleep", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "default 'vit_eeg_12m'" in text and "default 1000]" in text
+    with pytest.raises(SystemExit):
+        cli.main(["pretrain", "--help"])
+    assert "default 100]" in " ".join(capsys.readouterr().out.split())  # the plain default epochs

@@ -76,8 +76,9 @@ class PatchClassifier(nn.Module):
             repr(pos_mask_ratio),
         )
         self.spatial_shape = tuple(int(length) for length in spatial_shape)
-        self.grid = GridSampler(encoder.ndim, encoder.patch_size)
-        self.num_positions = self.grid.num_patches(self.spatial_shape)
+        self.num_positions = GridSampler(encoder.ndim, encoder.patch_size).num_patches(
+            self.spatial_shape
+        )
         self.encoder = copy.deepcopy(encoder) if copy_encoder else encoder
         if pos_embed:
             self.encoder.add_position_embedding(self.num_positions, pos_mask_ratio)
@@ -86,6 +87,8 @@ class PatchClassifier(nn.Module):
         self.encoder.reset_classifier(num_classes, global_pool)
         self.num_classes = num_classes
         self.use_positions = pos_embed
+        #: Class names of the labels, recorded by ``finetune`` (``None`` if not given).
+        self.class_names: list[str] | None = None
 
     def forward(self, x: Tensor) -> Tensor:
         """Classify a batch.
@@ -104,6 +107,4 @@ class PatchClassifier(nn.Module):
             f"a tensor [B, {self.encoder.in_chans}, {', '.join(map(str, self.spatial_shape))}]",
             x,
         )
-        patches = self.grid(x)
-        positions = patches.grid_index if self.use_positions else None
-        return self.encoder(patches.patches, positions=positions)
+        return self.encoder.forward_head(self.encoder.forward_grid(x))

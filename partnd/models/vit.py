@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -214,6 +215,19 @@ class ViTEncoder(nn.Module):
         self.in_chans = in_chans
         self.ndim = ndim
         self.patch_size = to_size_tuple(patch_size, ndim)
+        #: The JSON-serialisable constructor arguments that fix the architecture (default norm and
+        #: activation layers), so a saved encoder or classifier can be rebuilt.
+        self.architecture: dict[str, Any] = {
+            "in_chans": in_chans,
+            "patch_size": list(self.patch_size),
+            "ndim": ndim,
+            "embed_dim": embed_dim,
+            "depth": depth,
+            "num_heads": num_heads,
+            "mlp_ratio": mlp_ratio,
+            "qkv_bias": qkv_bias,
+            "drop_path_rate": drop_path_rate,
+        }
         self.embed_dim = embed_dim
         self.num_classes = num_classes
         self.patch_dim = in_chans * math.prod(self.patch_size)
@@ -403,6 +417,52 @@ class ViTEncoder(nn.Module):
         for block in self.blocks:
             x = block(x, attn_mask)
         return self.norm(x)
+
+    def forward_grid(self, x: Tensor) -> Tensor:
+        """Tile whole inputs on the regular grid and encode them (what fine-tuning does).
+
+        Args:
+            x: [B, C, *spatial] inputs (the remainder of ``L_d // P_d`` tiles is dropped); the
+                grid must have ``num_positions`` tiles when the encoder has a position embedding.
+
+        Returns:
+            [B, 1 + N, D] tokens, [CLS] first, N = ``prod(L_d // P_d)``.
+        """
+        from partnd.sampling import GridSampler
+
+        patches = GridSampler(self.ndim, self.patch_size)(x)
+        positions = patches.grid_index if self.pos_embed is not None else None
+        if positions is not None:
+            check(
+                patches.num_patches == self.num_positions,
+                "x",
+                f"inputs tiled into {self.num_positions} patches (the position embedding's size)",
+                f"{patches.num_patches} tiles for spatial shape {tuple(x.shape[2:])}",
+            )
+        return self.forward_features(patches.patches, positions)
+
+    def embed(self, x: Tensor) -> Tensor:
+        """One embedding per input: the [CLS] token (or the mean patch token with
+        ``global_pool="avg"``) of the on-grid tiling. Call ``encoder.eval()`` first for inference.
+
+        Args:
+            x: [B, C, *spatial] inputs, e.g. ``[B, 6, 3000]`` EEG windows or ``[B, 1, 28, 28]``.
+
+        Returns:
+            [B, D] embeddings.
+        """
+        return self.forward_head(self.forward_grid(x), pre_logits=True)
+
+    def embed_tokens(self, x: Tensor) -> Tensor:
+        """Per-patch embeddings of the on-grid tiling (row-major slot order).
+
+        Args:
+            x: [B, C, *spatial] inputs.
+
+        Returns:
+            [B, N, D] patch tokens ([CLS] dropped).
+        """
+        return self.forward_grid(x)[:, self.num_prefix_tokens :]
 
     def forward_head(self, features: Tensor, pre_logits: bool = False) -> Tensor:
         """Classify from the [CLS] token (``global_pool="token"``) or the mean patch token

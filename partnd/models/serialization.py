@@ -1,0 +1,210 @@
+"""Saving and reloading encoders and fine-tuned classifiers.
+
+Files are written atomically (temporary file, then rename) and describe the architecture
+(:attr:`ViTEncoder.architecture`, the position embedding and the pooling), so they can be rebuilt
+without the config that produced them:
+
+* ``encoder.pt`` (``partnd-encoder-v2``), written by ``pretrain``; :func:`load_encoder`;
+* ``classifier.pt`` (``partnd-classifier-v1``), written by ``finetune``; :func:`load_classifier`.
+
+:func:`load_encoder` also reads a run directory (its ``encoder.pt``, else its
+``checkpoints/last.pt``), a training checkpoint (``last.pt``, ``epoch_XXXX.pt``: the EMA weights
+when the run had EMA) and a ``classifier.pt`` (its backbone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from partnd._validation import InputError, check
+from partnd.engine.checkpoint import atomic_save, load_checkpoint
+from partnd.models.classifier import PatchClassifier
+from partnd.models.vit import ViTEncoder
+
+__all__ = [
+    "CLASSIFIER_FILE",
+    "ENCODER_FILE",
+    "encoder_from_spec",
+    "encoder_spec",
+    "encoder_state_from",
+    "load_classifier",
+    "load_encoder",
+    "save_classifier",
+    "save_encoder",
+]
+
+ENCODER_FILE = "encoder.pt"
+CLASSIFIER_FILE = "classifier.pt"
+_ENCODER_FORMAT = "partnd-encoder-v2"
+_CLASSIFIER_FORMAT = "partnd-classifier-v1"
+_TRAIN_FORMAT = "partnd-train-v1"
+
+
+def encoder_spec(encoder: ViTEncoder) -> dict[str, Any]:
+    """What rebuilds ``encoder``'s architecture: constructor arguments, position embedding size
+    and mask ratio, and the pooling of its head."""
+    return {
+        "architecture": dict(encoder.architecture),
+        "num_positions": encoder.num_positions,
+        "pos_mask_ratio": encoder.pos_mask_ratio,
+        "global_pool": encoder.global_pool,
+    }
+
+
+def encoder_from_spec(spec: dict[str, Any]) -> ViTEncoder:
+    """A freshly initialised encoder with the architecture of :func:`encoder_spec`'s output."""
+    encoder = ViTEncoder(**spec["architecture"])
+    if spec["num_positions"] is not None:
+        encoder.add_position_embedding(spec["num_positions"], spec["pos_mask_ratio"])
+    encoder.reset_classifier(0, spec.get("global_pool", "token"))
+    return encoder
+
+
+def save_encoder(encoder: ViTEncoder, path: str | Path) -> None:
+    """Save an encoder with what is needed to rebuild it (:func:`load_encoder`), atomically.
+
+    The classifier head, if any, is not saved.
+    """
+    state = {k: v for k, v in encoder.state_dict().items() if not k.startswith("head.")}
+    atomic_save({"format": _ENCODER_FORMAT, **encoder_spec(encoder), "state_dict": state}, path)
+
+
+def _resolve(path: str | Path, argument: str) -> Path:
+    resolved = Path(path)
+    if resolved.is_dir():
+        for candidate in (ENCODER_FILE, CLASSIFIER_FILE, "checkpoints/last.pt"):
+            if (resolved / candidate).is_file():
+                return resolved / candidate
+    check(
+        resolved.is_file(),
+        argument,
+        f"an {ENCODER_FILE}, a {CLASSIFIER_FILE}, a training checkpoint (last.pt) or a run "
+        "directory holding one",
+        f"{path} (no such file)",
+    )
+    return resolved
+
+
+def _prefixed(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+
+
+def _encoder_payload(path: Path, argument: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """``(spec, encoder state dict)`` from any file :func:`load_encoder` accepts."""
+    payload = load_checkpoint(path)
+    kind = payload.get("format")
+    if kind == _ENCODER_FORMAT:
+        return payload, payload["state_dict"]
+    if kind == _CLASSIFIER_FORMAT:
+        state = _prefixed(payload["state_dict"], "encoder.")
+        return payload["encoder"], {k: v for k, v in state.items() if not k.startswith("head.")}
+    if kind == _TRAIN_FORMAT:
+        check(
+            "encoder" in payload,
+            argument,
+            "a training checkpoint that records its encoder (written by this partnd version)",
+            str(path),
+        )
+        ema = payload.get("ema")
+        model_state = ema["module"] if ema is not None else payload["model"]
+        state = _prefixed(model_state, "encoder.")
+        return payload["encoder"], {k: v for k, v in state.items() if not k.startswith("head.")}
+    raise InputError(
+        f"{argument}: expected a partnd encoder.pt, classifier.pt or training checkpoint, got "
+        f"{path} (format {kind!r})"
+    )
+
+
+def load_encoder(path: str | Path) -> ViTEncoder:
+    """Rebuild a pretrained (or fine-tuned) encoder.
+
+    Args:
+        path: An ``encoder.pt``, a ``classifier.pt`` (its backbone), a training checkpoint
+            (``last.pt``; EMA weights when present) or a run directory holding one of them.
+
+    Returns:
+        The encoder (no classifier head) on the CPU in eval mode.
+    """
+    spec, state = _encoder_payload(_resolve(path, "path"), "path")
+    encoder = encoder_from_spec(spec)
+    encoder.load_state_dict(state)
+    return encoder.eval()
+
+
+def encoder_state_from(source: str | Path) -> dict[str, torch.Tensor]:
+    """Encoder weights from any file :func:`load_encoder` accepts, or a plain state dict file.
+
+    Args:
+        source: The file or run directory (named ``init_weights`` in error messages).
+    """
+    path = _resolve(source, "init_weights")
+    payload = load_checkpoint(path)
+    if isinstance(payload, dict) and payload and "format" not in payload:
+        check(
+            all(isinstance(value, torch.Tensor) for value in payload.values()),
+            "init_weights",
+            "an encoder.pt, a classifier.pt, a training checkpoint or an encoder state dict",
+            str(source),
+        )
+        return dict(payload)
+    return _encoder_payload(path, "init_weights")[1]
+
+
+def save_classifier(
+    model: PatchClassifier, path: str | Path, class_names: Sequence[str] | None = None
+) -> None:
+    """Save a fine-tuned classifier with its architecture and class names, atomically."""
+    payload = {
+        "format": _CLASSIFIER_FORMAT,
+        "encoder": encoder_spec(model.encoder),
+        "num_classes": model.num_classes,
+        "spatial_shape": list(model.spatial_shape),
+        "class_names": None if class_names is None else list(class_names),
+        "state_dict": model.state_dict(),
+    }
+    atomic_save(payload, path)
+
+
+def load_classifier(path: str | Path) -> PatchClassifier:
+    """Rebuild a classifier saved by ``finetune`` (``classifier.pt`` or its run directory).
+
+    Args:
+        path: A ``classifier.pt`` or a fine-tuning run directory.
+
+    Returns:
+        The :class:`PatchClassifier` on the CPU in eval mode; its class names (or ``None``) are
+        in ``model.class_names``.
+    """
+    resolved = Path(path)
+    if resolved.is_dir():
+        resolved = resolved / CLASSIFIER_FILE
+    check(
+        resolved.is_file(),
+        "path",
+        f"a {CLASSIFIER_FILE} written by partnd.finetune, or its run directory",
+        f"{path} (no {CLASSIFIER_FILE})",
+    )
+    payload = load_checkpoint(resolved)
+    check(
+        payload.get("format") == _CLASSIFIER_FORMAT,
+        "path",
+        f"a {CLASSIFIER_FILE} written by partnd.finetune",
+        f"{resolved} (format {payload.get('format')!r})",
+    )
+    spec = payload["encoder"]
+    model = PatchClassifier(
+        encoder_from_spec(spec),
+        payload["num_classes"],
+        spatial_shape=payload["spatial_shape"],
+        pos_embed=spec["num_positions"] is not None,
+        pos_mask_ratio=spec["pos_mask_ratio"],
+        global_pool=spec.get("global_pool", "token"),
+        copy_encoder=False,
+    )
+    model.load_state_dict(payload["state_dict"])
+    model.class_names = payload["class_names"]
+    return model.eval()
