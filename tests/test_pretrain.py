@@ -365,3 +365,35 @@ def test_no_position_embedding_for_any_ndim(shape: tuple[int, ...]) -> None:
     patch = 20 if len(shape) == 3 else 4
     model = build_objective(tiny_config(patch_size=patch, num_patches=None), spec)
     assert model.encoder.pos_embed is None
+
+
+def _tensorboard_steps(tb_dir: Path) -> dict[str, list[int]]:
+    """Steps of every scalar as TensorBoard shows them (all event files, purges applied)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(tb_dir), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    return {
+        tag: [event.step for event in accumulator.Scalars(tag)]
+        for tag in accumulator.Tags()["scalars"]
+    }
+
+
+@pytest.mark.parametrize("stop_after", [4, 6], ids=["epoch_end", "mid_epoch"])
+def test_tensorboard_and_jsonl_hold_the_same_steps_after_a_resume(
+    tmp_path: Path, stop_after: int
+) -> None:
+    data = ramp_1d(16)
+    config = tiny_config(epochs=3, log_every_steps=1)
+    # max_steps stops with a checkpoint at exactly the last logged step
+    pretrain(data, out_dir=tmp_path / "cut", config=config, max_steps=stop_after)
+    result = pretrain(data, out_dir=tmp_path / "cut", config=config, resume=True)
+    records = [
+        json.loads(line) for line in (tmp_path / "cut/metrics.jsonl").read_text().splitlines()
+    ]
+    tensorboard = _tensorboard_steps(tmp_path / "cut" / "tb")
+    for phase in ("train", "epoch"):
+        expected = [r["step"] for r in records if r["phase"] == phase]
+        assert tensorboard[f"{phase}/loss"] == expected, phase
+    assert [r["step"] for r in records if r["phase"] == "train"] == list(range(1, 13))
+    assert records == result.history

@@ -57,7 +57,10 @@ class MetricLogger:
         if self.write and run_dir is not None:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._writer = SummaryWriter(str(run_dir.tb_dir), purge_step=resume_step)
+            # purge_step drops events at steps >= it: keep the checkpoint's own step, like the
+            # JSON lines above (records with step <= resume_step survive).
+            purge = None if resume_step is None else resume_step + 1
+            self._writer = SummaryWriter(str(run_dir.tb_dir), purge_step=purge)
             if resume_step is not None:
                 atomic_write_text(
                     "".join(json.dumps(rec) + "\n" for rec in self.history), run_dir.metrics_jsonl
