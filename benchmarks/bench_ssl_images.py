@@ -213,9 +213,15 @@ def main() -> None:
     parser.add_argument(
         "--reuse", action="store_true", help="reuse finished pretraining runs found in --out"
     )
+    parser.add_argument("--crop", type=int, default=None, help="central crop side (pixels)")
     args = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     images, labels = load_mnist_digits()
+    if args.crop:
+        margin = (images.shape[-1] - args.crop) // 2
+        images = np.ascontiguousarray(
+            images[..., margin : margin + args.crop, margin : margin + args.crop]
+        )
     rows = [run_seed(args, seed, images, labels) for seed in args.seeds]
     table = summarise(rows, args.methods)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -375,6 +375,12 @@ class PretrainConfig(TrainConfig):
         num_pairs: (reference, target) pairs predicted per example.
         shared_pairs: Draw one set of pairs per batch (as the authors) instead of per example.
         scale_targets: Also predict ``s_tgt / s_ref`` per dimension (needs ``scale_range``).
+        pos_embed: Anchored PART: give the encoder a slot position embedding and hide
+            ``pos_mask_ratio`` of the slots per example (the paper's EEG "mask out 20% of the
+            position embeddings"); loss and diagnostics use only pairs whose target's slot is
+            hidden, so the answer cannot be read from the embedding. ``False``: no position
+            embedding (the default for every ndim).
+        pos_mask_ratio: Anchored PART: fraction of patches whose slot embedding is hidden.
         mask_ratio: Baselines: fraction of on-grid patches masked (MAE) or dropped (DropPos),
             or of tokens removed from the keys and values (MP3).
         position_mask_ratio: DropPos: fraction of the kept patches whose position embedding is
@@ -400,6 +406,8 @@ class PretrainConfig(TrainConfig):
     num_pairs: int = 1024
     shared_pairs: bool = True
     scale_targets: bool = False
+    pos_embed: bool = False
+    pos_mask_ratio: float = 0.2
     mask_ratio: float = 0.75
     position_mask_ratio: float = 0.75
     decoder_dim: int | None = None
@@ -435,7 +443,7 @@ class PretrainConfig(TrainConfig):
             "False unless scale_range is set (all boxes have size P otherwise)",
             repr(self.scale_targets),
         )
-        for name in ("mask_ratio", "position_mask_ratio"):
+        for name in ("pos_mask_ratio", "mask_ratio", "position_mask_ratio"):
             value = getattr(self, name)
             check(0.0 < value < 1.0, self._arg(name), "a ratio in (0, 1)", repr(value))
         self._positive("decoder_dim", allow_none=True)

@@ -16,6 +16,7 @@ Register another with :func:`register_objective`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -130,6 +131,17 @@ def _build_part(config: PretrainConfig, spec: SignalSpec, grid: bool) -> PARTMod
         "at least 2 patches per example (PART predicts relations between pairs)",
         f"{num_patches} for items of shape {spec.item_shape} and patch size {encoder.patch_size}",
     )
+    if config.pos_embed:
+        check(
+            not grid,
+            "PretrainConfig.pos_embed",
+            "False for part_grid (on the grid every slot embedding is the answer)",
+            "True",
+        )
+        num_slots = math.prod(
+            length // p for length, p in zip(spec.spatial_shape, encoder.patch_size, strict=True)
+        )
+        encoder.add_position_embedding(num_slots, config.pos_mask_ratio)
     head = build_head(
         config.head,
         embed_dim=encoder.embed_dim,

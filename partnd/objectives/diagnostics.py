@@ -42,26 +42,37 @@ def target_names(ndim: int, scale: bool = False) -> list[str]:
 
 @torch.no_grad()
 def regression_diagnostics(
-    pred: Tensor, target: Tensor, names: list[str], translation_dims: int
+    pred: Tensor,
+    target: Tensor,
+    names: list[str],
+    translation_dims: int,
+    baseline: Tensor | None = None,
 ) -> dict[str, Tensor]:
-    """Errors of a relative-target regression next to the best constant predictor.
+    """Errors of a relative-target regression next to the best content-free predictor.
 
     Args:
         pred: [B, K, T] predictions.
         target: [B, K, T] targets.
         names: T channel names (see :func:`target_names`).
         translation_dims: How many leading channels are translations (``ndim``).
+        baseline: [B, K, T] predictions of the content-free predictor when it knows more than
+            nothing (e.g. the visible slots of anchored PART); ``None``: the best constant, the
+            batch mean of each channel.
 
     Returns:
-        ``nmse`` (sum of MSEs over sum of variances), and per channel ``mse_<name>``,
-        ``mse_floor_<name>`` (= the target variance) and ``r2_<name>``; ``euclid`` and
-        ``euclid_floor``: mean Euclidean error of the translation and of the constant predictor.
+        ``nmse`` (sum of MSEs over sum of floor MSEs), and per channel ``mse_<name>``,
+        ``mse_floor_<name>`` (the floor: the target variance for the constant predictor) and
+        ``r2_<name>``; ``euclid`` and ``euclid_floor``: mean Euclidean error of the translation
+        and of the content-free predictor.
     """
     pred = pred.detach().float().flatten(0, -2)
     target = target.detach().float().flatten(0, -2)
     error = pred - target
     mse = error.square().mean(dim=0)
-    centred = target - target.mean(dim=0)
+    if baseline is None:
+        centred = target - target.mean(dim=0)
+    else:
+        centred = target - baseline.detach().float().flatten(0, -2)
     variance = centred.square().mean(dim=0)
     metrics = {"nmse": mse.sum() / variance.sum().clamp_min(1e-12)}
     for index, name in enumerate(names):

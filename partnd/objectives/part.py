@@ -16,11 +16,21 @@ One training step, for inputs ``x: [B, C, *spatial]`` (Ayoughi et al., Sec. 3):
    autocast. Diagnostics (:func:`~partnd.objectives.diagnostics.regression_diagnostics`) put it
    next to the error of a predictor that ignores the content.
 
+**Anchored PART (optional, EEG).** The paper's EEG run "randomly masks out 20% of the position
+embeddings". A slot embedding on every patch gives the answer away (see ``docs/part.md``), so when
+the encoder has one, PART runs *anchored*: per example ``M = max(1, round(r N))`` patches get the
+mask embedding instead of their slot's, the others are anchors whose slot is visible, and the loss
+and every diagnostic use only pairs whose **target** is masked. Their answer cannot be read from
+the visible slots: the target's position must be found from its content (e.g. by matching it
+against overlapping anchors). The diagnostics' floor is then the predictor that knows every
+anchor's slot and nothing else (``(E[c] - c^_ref) / s_ref`` with ``c^_ref`` the slot centre of a
+visible reference, else ``E[c]``), not the constant.
+
 **Every parameter is trained.** The heads see only the patch tokens X' (the paper's keys/values
 exclude [CLS]), yet the [CLS] token still receives a gradient: every patch token attends to it in
 every block. DDP can therefore run without ``find_unused_parameters``. The constructor rejects an
-encoder with a [CLS] classifier or a position embedding (neither would be trained, and a slot
-embedding of off-grid patches gives the answer away: see ``docs/part.md``).
+encoder with a [CLS] classifier, and a position embedding without a mask embedding (it would give
+the answer away).
 """
 
 from __future__ import annotations
@@ -89,7 +99,11 @@ class PARTModel(Objective):
         num_pairs: Pairs K drawn per step (the paper's sweet spot is 2048 for CIFAR-100).
         scale_targets: Also regress the extent ratios ``s_tgt / s_ref`` (scale/aspect extension).
         shared_pairs: Draw one set of pairs for the whole batch (the authors' code) instead of one
-            per example.
+            per example (anchored PART always draws per example: its masks differ).
+
+    An encoder with a slot position embedding (and a mask embedding, ``pos_mask_ratio > 0``)
+    makes the model anchored (see the module docstring); the sampler must then provide
+    ``grid_index``.
     """
 
     def __init__(
@@ -111,11 +125,12 @@ class PARTModel(Objective):
             f"num_classes={encoder.num_classes}",
         )
         check(
-            encoder.pos_embed is None,
+            encoder.pos_embed is None or encoder.pos_mask_token is not None,
             "encoder",
-            "an encoder without position embedding (PART learns positions from content; a slot "
-            "embedding of the patches would give the answer away)",
-            f"an encoder with {encoder.num_positions} slot embeddings",
+            "an encoder without position embedding, or with one and a mask embedding "
+            "(pos_mask_ratio > 0: anchored PART); visible slot embeddings on every patch would "
+            "give the answer away",
+            f"an encoder with {encoder.num_positions} slot embeddings and pos_mask_ratio 0",
         )
         check(
             getattr(head, "out_dim", self.out_dim) == self.out_dim,
@@ -144,18 +159,91 @@ class PARTModel(Objective):
         self.scale_targets = scale_targets
         self.shared_pairs = shared_pairs
         self.target_names = target_names(encoder.ndim, scale_targets)
+        self.anchored = encoder.pos_embed is not None
 
-    def encode_patches(self, patches: PatchBatch) -> Tensor:
+    def encode_patches(self, patches: PatchBatch, position_mask: Tensor | None = None) -> Tensor:
         """Encode a patch batch and drop the prefix ([CLS]) token.
 
         Args:
             patches: A :class:`~partnd.sampling.PatchBatch` with ``patches: [B, N, C, *P]``.
+            position_mask: Anchored PART: [B, N] bool, True where the slot is hidden (``None``:
+                every slot hidden, so no position reaches the encoder).
 
         Returns:
             [B, N, D] patch tokens X'.
         """
-        features = self.encoder.forward_features(patches.patches)
+        positions = None
+        if self.anchored:
+            positions = patches.grid_index
+            check(
+                positions is not None,
+                "patches",
+                "a PatchBatch with grid_index (anchored PART)",
+                "grid_index=None",
+            )
+            assert positions is not None
+            if position_mask is None:
+                position_mask = torch.ones_like(positions, dtype=torch.bool)
+        features = self.encoder.forward_features(
+            patches.patches, positions, position_mask=position_mask
+        )
         return features[:, self.encoder.num_prefix_tokens :]
+
+    def _anchored_pairs(
+        self, patches: PatchBatch, generator: torch.Generator | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Hide ``M`` slots per example and draw pairs whose target is hidden.
+
+        Returns:
+            ``position_mask: [B, N]`` and per-example ``ref, tgt: [B, K]``.
+        """
+        batch, num_patches = patches.batch_size, patches.num_patches
+        device = patches.centers.device
+        ratio = self.encoder.pos_mask_ratio
+        num_masked = min(num_patches - 1, max(1, round(ratio * num_patches)))
+        draw_device = generator.device if generator is not None else device
+
+        def uniform(*shape: int) -> Tensor:
+            return torch.rand(shape, generator=generator, device=draw_device).to(device)
+
+        masked = uniform(batch, num_patches).argsort(dim=1)[:, :num_masked]  # [B, M]
+        position_mask = torch.zeros(batch, num_patches, dtype=torch.bool, device=device)
+        position_mask.scatter_(1, masked, True)
+        choice = (uniform(batch, self.num_pairs) * num_masked).long().clamp_(max=num_masked - 1)
+        tgt = masked.gather(1, choice)
+        ref = (uniform(batch, self.num_pairs) * (num_patches - 1)).long()
+        ref = ref.clamp_(max=num_patches - 2)
+        ref = ref + (ref >= tgt).long()
+        return position_mask, ref, tgt
+
+    def _anchored_floor(
+        self,
+        patches: PatchBatch,
+        spatial: tuple[int, ...],
+        position_mask: Tensor,
+        ref: Tensor,
+        tgt: Tensor,
+    ) -> Tensor:
+        """[B, K, T] predictions of the content-free predictor that knows the visible slots."""
+        centers, sizes = patches.centers, patches.sizes
+        ndim = centers.shape[-1]
+        patch = centers.new_tensor(self.encoder.patch_size)
+        last_tile = centers.new_tensor(
+            [length // p - 1 for length, p in zip(spatial, self.encoder.patch_size, strict=True)]
+        )
+        tile = torch.minimum(torch.div(centers, patch, rounding_mode="floor"), last_tile)
+        slot_centres = (tile + 0.5) * patch
+        mean_centre = centers.mean(dim=(0, 1))
+        index = ref[..., None].expand(-1, -1, ndim)
+        visible = ~position_mask.gather(1, ref)
+        ref_guess = torch.where(visible[..., None], slot_centres.gather(1, index), mean_centre)
+        translation = (mean_centre - ref_guess) / sizes.gather(1, index)
+        if not self.scale_targets:
+            return translation
+        ratios = relative_targets(centers, sizes, ref, tgt, scale=True, validate=False)
+        return torch.cat(
+            [translation, ratios[..., ndim:].mean(dim=(0, 1)).expand_as(translation)], -1
+        )
 
     def sample(self, x: Tensor, generator: torch.Generator | None = None) -> PatchBatch:
         """Cut patches from ``x: [B, C, *spatial]`` without gradient (shape checks only)."""
@@ -180,21 +268,30 @@ class PARTModel(Objective):
             A :class:`PARTOutput`; call ``output.loss.backward()`` to train.
         """
         patches = self.sample(x, generator)
-        tokens = self.encode_patches(patches)
-        batch, num_patches = tokens.shape[:2]
-        ref, tgt = sample_pairs(
-            num_patches,
-            self.num_pairs,
-            batch_size=None if self.shared_pairs else batch,
-            generator=generator,
-            device=tokens.device,
-        )
+        baseline = None
+        if self.anchored:
+            position_mask, ref, tgt = self._anchored_pairs(patches, generator)
+            tokens = self.encode_patches(patches, position_mask)
+            spatial = tuple(int(length) for length in x.shape[2:])
+            baseline = self._anchored_floor(patches, spatial, position_mask, ref, tgt)
+        else:
+            tokens = self.encode_patches(patches)
+            batch, num_patches = tokens.shape[:2]
+            ref, tgt = sample_pairs(
+                num_patches,
+                self.num_pairs,
+                batch_size=None if self.shared_pairs else batch,
+                generator=generator,
+                device=tokens.device,
+            )
         target = relative_targets(
             patches.centers, patches.sizes, ref, tgt, scale=self.scale_targets, validate=False
         ).float()
         pred = self.head(tokens, ref, tgt)
         loss = F.mse_loss(pred.float(), target)
-        metrics = regression_diagnostics(pred, target, self.target_names, self.encoder.ndim)
+        metrics = regression_diagnostics(
+            pred, target, self.target_names, self.encoder.ndim, baseline
+        )
         return PARTOutput(
             loss=loss, metrics=metrics, pred=pred, target=target, ref=ref, tgt=tgt, patches=patches
         )
