@@ -81,22 +81,6 @@ def test_pretrained_position_embedding_is_replaced_or_removed() -> None:
     assert without_pos(torch.randn(2, 1, T)).shape == (2, 2)
 
 
-def test_a_pretrained_position_embedding_of_the_same_size_is_still_fresh() -> None:
-    """The paper adds a *randomly initialised* embedding, even where a pretrained one would fit."""
-    encoder = encoder_1d(num_positions=SLOTS, pos_mask_ratio=0.25)
-    assert encoder.pos_embed is not None
-    with torch.no_grad():
-        encoder.pos_embed.fill_(3.0)
-    model = PatchClassifier(encoder, 2, spatial_shape=(T,))
-    fresh = model.encoder.pos_embed.detach() if model.encoder.pos_embed is not None else None
-    assert fresh is not None and model.encoder.pos_embed is not encoder.pos_embed
-    assert fresh.shape == (SLOTS, 32)
-    assert float(fresh.abs().max()) < 0.2  # normal(0, 0.02), not the pretrained 3.0
-    assert float(fresh.std()) > 0.005
-    assert model.encoder.pos_mask_token is None  # pos_mask_ratio=0.0 for fine-tuning
-    assert torch.equal(encoder.pos_embed, torch.full((SLOTS, 32), 3.0))  # the source is untouched
-
-
 def test_learns_a_positional_task_only_with_position_embedding() -> None:
     torch.manual_seed(0)
     accuracy = train(PatchClassifier(encoder_1d(), 2, spatial_shape=(T,)), 60, torch.Generator())
@@ -126,3 +110,18 @@ def test_validation() -> None:
         PatchClassifier(encoder, 2, spatial_shape=(3,))
     with pytest.raises(InputError, match="num_classes"):
         PatchClassifier(encoder, 0, spatial_shape=(T,))
+
+
+def test_a_pretrained_position_embedding_of_the_grids_size_is_kept() -> None:
+    encoder = create_encoder("vit_test", in_chans=1, patch_size=4, ndim=2)
+    encoder.add_position_embedding(16, pos_mask_ratio=0.2)  # e.g. anchored PART or MAE
+    learned = encoder.pos_embed.detach().clone()  # type: ignore[union-attr]
+    kept = PatchClassifier(encoder, 3, spatial_shape=(16, 16))
+    assert torch.equal(kept.encoder.pos_embed.detach(), learned)  # type: ignore[union-attr]
+    assert kept.encoder.pos_mask_token is None and kept.encoder.pos_mask_ratio == 0.0
+    masked = PatchClassifier(encoder, 3, spatial_shape=(16, 16), pos_mask_ratio=0.1)
+    assert masked.encoder.pos_mask_token is not None
+    other_grid = PatchClassifier(encoder, 3, spatial_shape=(20, 20))  # 25 slots: a fresh one
+    assert other_grid.encoder.num_positions == 25
+    assert not PatchClassifier(encoder, 3, spatial_shape=(16, 16), pos_embed=False).use_positions
+    assert torch.equal(encoder.pos_embed.detach(), learned)  # type: ignore[union-attr]

@@ -317,3 +317,22 @@ def test_anchored_part_cannot_read_the_answer_from_visible_slots() -> None:
 
 def test_anchored_part_learns_positions_from_content() -> None:
     assert train_anchored(ramp_1d) < 0.5  # the ramp reveals where the hidden targets are
+
+
+def test_local_pairs_lie_within_the_radius_and_learn() -> None:
+    model = make_model(in_chans=1, patch=20, num_patches=10, num_pairs=64)
+    model.pair_radius = 1.0
+    out = model(ramp_1d(8, torch.Generator().manual_seed(0)), torch.Generator().manual_seed(1))
+    assert out.ref.shape == (8, 64) and bool((out.ref != out.tgt).all())
+    assert float(out.target.abs().max()) < 1.0  # overlapping patches only
+    with pytest.raises(InputError, match="pair_radius"):
+        encoder = create_encoder("vit_test", in_chans=1, patch_size=20, ndim=1)
+        head = build_head("cross_attention", embed_dim=32, out_dim=1)
+        PARTModel(encoder, head, OffGridSampler(1, 20, 10), num_pairs=4, pair_radius=0.0)
+
+
+def test_local_pairs_fall_back_to_any_pair_when_none_is_close() -> None:
+    model = make_model(in_chans=1, patch=20, num_patches=2, num_pairs=6)
+    model.pair_radius = 0.01  # two boxes essentially never this close
+    out = model(torch.randn(4, 1, 400), torch.Generator().manual_seed(2))
+    assert bool((out.ref != out.tgt).all())

@@ -374,6 +374,9 @@ class PretrainConfig(TrainConfig):
             projected multi-head cross-attention).
         num_pairs: (reference, target) pairs predicted per example.
         shared_pairs: Draw one set of pairs per batch (as the authors) instead of per example.
+        pair_radius: Local pairs: draw only pairs of patches closer than this many reference-patch
+            lengths in every dimension (1.0: overlapping patches); ``None`` (the paper) draws any
+            pair. On stationary content (30 s EEG windows) only near pairs are learnable.
         scale_targets: Also predict ``s_tgt / s_ref`` per dimension (needs ``scale_range``).
         pos_embed: Anchored PART: give the encoder a slot position embedding and hide
             ``pos_mask_ratio`` of the slots per example (the paper's EEG "mask out 20% of the
@@ -405,6 +408,7 @@ class PretrainConfig(TrainConfig):
     head_overrides: dict[str, Any] = field(default_factory=dict)
     num_pairs: int = 1024
     shared_pairs: bool = True
+    pair_radius: float | None = None
     scale_targets: bool = False
     pos_embed: bool = False
     pos_mask_ratio: float = 0.2
@@ -446,6 +450,7 @@ class PretrainConfig(TrainConfig):
         for name in ("pos_mask_ratio", "mask_ratio", "position_mask_ratio"):
             value = getattr(self, name)
             check(0.0 < value < 1.0, self._arg(name), "a ratio in (0, 1)", repr(value))
+        self._positive("pair_radius", allow_none=True)
         self._positive("decoder_dim", allow_none=True)
         self._positive("decoder_depth", allow_none=True)
         self._positive("smoothing_sigma", strict=False)

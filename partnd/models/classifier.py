@@ -33,8 +33,10 @@ class PatchClassifier(nn.Module):
             ``(32, 32)``); fixes the number of grid slots ``prod(L_d // P_d)``.
         patch_size: Grid tile extent; defaults to (and must equal) ``encoder.patch_size``.
         ndim: Number of spatial dimensions; defaults to (and must equal) ``encoder.ndim``.
-        pos_embed: Add a new randomly initialised slot position embedding (replacing any the
-            encoder had); ``False`` removes it (baseline without position embedding).
+        pos_embed: Give the classifier a slot position embedding: the encoder's own when it has
+            one of the grid's size (anchored PART learned it; MAE and DropPos too), else a new
+            randomly initialised one (the paper's protocol for PART); ``False`` removes it
+            (baseline without position embedding).
         pos_mask_ratio: Fraction of slot embeddings masked per example during training (see
             :class:`ViTEncoder`); requires ``pos_embed``.
         global_pool: ``"token"`` classifies [CLS] (the paper); ``"avg"`` the mean patch token.
@@ -80,7 +82,9 @@ class PatchClassifier(nn.Module):
             self.spatial_shape
         )
         self.encoder = copy.deepcopy(encoder) if copy_encoder else encoder
-        if pos_embed:
+        if pos_embed and self.encoder.num_positions == self.num_positions:
+            self.encoder.set_position_mask_ratio(pos_mask_ratio)
+        elif pos_embed:
             self.encoder.add_position_embedding(self.num_positions, pos_mask_ratio)
         else:
             self.encoder.remove_position_embedding()

@@ -277,6 +277,20 @@ class ViTEncoder(nn.Module):
         self.num_positions = num_positions
         self.pos_mask_ratio = pos_mask_ratio
 
+    def set_position_mask_ratio(self, pos_mask_ratio: float) -> None:
+        """Change the training-time mask ratio of the existing position embedding, keeping the
+        slot embeddings (a mask embedding is created when needed, dropped for ratio 0)."""
+        check(self.pos_embed is not None, "pos_mask_ratio", "a position embedding to mask", "none")
+        check(
+            0.0 <= pos_mask_ratio < 1.0, "pos_mask_ratio", "a ratio in [0, 1)", repr(pos_mask_ratio)
+        )
+        if pos_mask_ratio == 0.0:
+            self.pos_mask_token = None
+        elif self.pos_mask_token is None:
+            self.pos_mask_token = nn.Parameter(self.cls_token.new_empty(self.embed_dim))
+            nn.init.trunc_normal_(self.pos_mask_token, std=0.02)
+        self.pos_mask_ratio = pos_mask_ratio
+
     def remove_position_embedding(self) -> None:
         """Delete the slot position embedding (and its mask embedding), if any."""
         self.pos_embed = None

@@ -156,6 +156,7 @@ def _build_part(config: PretrainConfig, spec: SignalSpec, grid: bool) -> PARTMod
         num_pairs=config.num_pairs,
         scale_targets=config.scale_targets,
         shared_pairs=config.shared_pairs,
+        pair_radius=config.pair_radius,
     )
 
 

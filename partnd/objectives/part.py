@@ -26,6 +26,13 @@ against overlapping anchors). The diagnostics' floor is then the predictor that 
 anchor's slot and nothing else (``(E[c] - c^_ref) / s_ref`` with ``c^_ref`` the slot centre of a
 visible reference, else ``E[c]``), not the constant.
 
+**Local pairs (optional).** With ``pair_radius = r`` pairs are drawn, per example and with
+replacement, only among patches whose centres lie less than ``r`` reference-patch lengths apart in
+every dimension. On a window whose content is stationary (30 s of EEG), only such pairs have an
+answer the content determines (overlapping patches, ``r = 1``); far pairs are unpredictable, and
+their target variance (about 140 squared patch lengths for 40 patches of 1 s in 30 s) swamps the
+learnable part in the loss (see ``docs/part.md``). ``None`` (the paper) draws any pair.
+
 **Every parameter is trained.** The heads see only the patch tokens X' (the paper's keys/values
 exclude [CLS]), yet the [CLS] token still receives a gradient: every patch token attends to it in
 every block. DDP can therefore run without ``find_unused_parameters``. The constructor rejects an
@@ -99,7 +106,9 @@ class PARTModel(Objective):
         num_pairs: Pairs K drawn per step (the paper's sweet spot is 2048 for CIFAR-100).
         scale_targets: Also regress the extent ratios ``s_tgt / s_ref`` (scale/aspect extension).
         shared_pairs: Draw one set of pairs for the whole batch (the authors' code) instead of one
-            per example (anchored PART always draws per example: its masks differ).
+            per example (anchored PART and local pairs always draw per example).
+        pair_radius: Draw only pairs closer than this many reference-patch lengths in every
+            dimension (local pairs); ``None`` draws any pair.
 
     An encoder with a slot position embedding (and a mask embedding, ``pos_mask_ratio > 0``)
     makes the model anchored (see the module docstring); the sampler must then provide
@@ -115,6 +124,7 @@ class PARTModel(Objective):
         num_pairs: int,
         scale_targets: bool = False,
         shared_pairs: bool = True,
+        pair_radius: float | None = None,
     ) -> None:
         super().__init__()
         self.out_dim = encoder.ndim * (2 if scale_targets else 1)
@@ -152,6 +162,13 @@ class PARTModel(Objective):
             f"ndim={sampler.ndim}, patch_size={tuple(sampler.patch_size)}",
         )
         check(num_pairs >= 1, "num_pairs", "a positive int", repr(num_pairs))
+        check(
+            pair_radius is None or (pair_radius > 0 and encoder.pos_embed is None),
+            "pair_radius",
+            "None, or a positive radius without a position embedding (not anchored PART)",
+            repr(pair_radius),
+        )
+        self.pair_radius = pair_radius
         self.encoder = encoder
         self.head = head
         self.sampler = sampler
@@ -216,6 +233,30 @@ class PARTModel(Objective):
         ref = ref + (ref >= tgt).long()
         return position_mask, ref, tgt
 
+    def _local_pairs(
+        self, patches: PatchBatch, generator: torch.Generator | None
+    ) -> tuple[Tensor, Tensor]:
+        """Per-example pairs among patches closer than ``pair_radius`` reference lengths.
+
+        An example without such a pair draws among all pairs (each pair keeps a tiny weight).
+
+        Returns:
+            ``ref, tgt: [B, K]``.
+        """
+        assert self.pair_radius is not None
+        centers, sizes = patches.centers, patches.sizes
+        num_patches = patches.num_patches
+        offsets = (centers[:, None, :, :] - centers[:, :, None, :]).abs()  # [B, ref, tgt, d]
+        close = (offsets < self.pair_radius * sizes[:, :, None, :]).all(dim=-1)
+        eye = torch.eye(num_patches, dtype=torch.bool, device=centers.device)
+        weights = (close & ~eye).float() + (~eye).float() * 1e-6
+        draw = weights.flatten(1)
+        if generator is not None and generator.device != draw.device:
+            draw = draw.to(generator.device)
+        flat = torch.multinomial(draw, self.num_pairs, replacement=True, generator=generator)
+        flat = flat.to(centers.device)
+        return torch.div(flat, num_patches, rounding_mode="floor"), flat % num_patches
+
     def _anchored_floor(
         self,
         patches: PatchBatch,
@@ -274,6 +315,9 @@ class PARTModel(Objective):
             tokens = self.encode_patches(patches, position_mask)
             spatial = tuple(int(length) for length in x.shape[2:])
             baseline = self._anchored_floor(patches, spatial, position_mask, ref, tgt)
+        elif self.pair_radius is not None:
+            tokens = self.encode_patches(patches)
+            ref, tgt = self._local_pairs(patches, generator)
         else:
             tokens = self.encode_patches(patches)
             batch, num_patches = tokens.shape[:2]
@@ -345,5 +389,6 @@ class PARTModel(Objective):
     def extra_repr(self) -> str:
         return (
             f"num_pairs={self.num_pairs}, scale_targets={self.scale_targets}, "
-            f"shared_pairs={self.shared_pairs}, sampler={self.sampler!r}"
+            f"shared_pairs={self.shared_pairs}, pair_radius={self.pair_radius}, "
+            f"anchored={self.anchored}, sampler={self.sampler!r}"
         )
