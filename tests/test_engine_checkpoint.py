@@ -57,7 +57,7 @@ def test_keep_k_most_recent_epoch_checkpoints(tmp_path: Path) -> None:
 
 
 def test_load_checkpoint_errors(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="existing checkpoint file"):
+    with pytest.raises(InputError, match="path: expected an existing partnd file"):
         load_checkpoint(tmp_path / "missing.pt")
     torch.save([1, 2], tmp_path / "list.pt")
     with pytest.raises(InputError, match="dict saved by partnd"):

@@ -130,3 +130,20 @@ def test_embed_tiles_on_the_grid_and_returns_one_vector_per_input() -> None:
     encoder.add_position_embedding(20)
     with pytest.raises(InputError, match="20"):
         encoder.embed(torch.randn(1, 2, 300))  # 15 tiles for a 20-slot embedding
+
+
+def test_unreadable_files_are_refused_naming_the_argument(tmp_path: Path) -> None:
+    truncated = tmp_path / "encoder.pt"
+    truncated.write_bytes(b"PK\x03\x04 not a whole zip")
+    with pytest.raises(InputError, match=r"^path: expected a file saved by partnd"):
+        load_encoder(truncated)
+    with pytest.raises(InputError, match=r"^path: expected"):
+        load_classifier(tmp_path / "nothing-here")
+    x, _ = windows(8)
+    with pytest.raises(InputError, match=r"^init_weights: expected a file saved by partnd"):
+        partnd.pretrain(
+            x,
+            out_dir=tmp_path / "run",
+            config=PretrainConfig.preset("test", patch_size=20, num_patches=6, epochs=1),
+            init_weights=truncated,
+        )

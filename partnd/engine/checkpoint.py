@@ -81,18 +81,30 @@ def atomic_write_json(data: Any, path: str | Path) -> None:
     atomic_write_text(json.dumps(data, indent=2, default=str) + "\n", path)
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load a checkpoint written by :class:`CheckpointManager` onto the CPU.
+def load_checkpoint(path: str | Path, argument: str = "path") -> dict[str, Any]:
+    """Load a file written by partnd (checkpoint, ``encoder.pt``, ``classifier.pt``) onto the CPU.
+
+    Args:
+        path: The file.
+        argument: The caller's name for it in error messages.
 
     Raises:
-        InputError: If the file is missing or not a checkpoint dict.
+        InputError: If the file is missing, unreadable (e.g. truncated) or not a dict.
     """
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"checkpoint: expected an existing checkpoint file, got {path}")
-    state = torch.load(path, map_location="cpu", weights_only=False)
+        raise InputError(f"{argument}: expected an existing partnd file, got {path} (missing)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # torch raises several types for truncated or foreign files
+        raise InputError(
+            f"{argument}: expected a file saved by partnd (torch.save), got {path} that cannot be "
+            f"read ({type(error).__name__}: {error})"
+        ) from None
     if not isinstance(state, dict):
-        raise InputError(f"checkpoint: expected a dict saved by partnd, got {type(state).__name__}")
+        raise InputError(
+            f"{argument}: expected a dict saved by partnd, got {type(state).__name__} in {path}"
+        )
     return state
 
 

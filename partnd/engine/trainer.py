@@ -364,7 +364,7 @@ class Trainer:
         checkpoint = load_checkpoint(path)
         check(
             checkpoint.get("format") == "partnd-train-v1",
-            "checkpoint",
+            "path",
             "a partnd training checkpoint",
             f"{path} (format {checkpoint.get('format')!r})",
         )

@@ -95,7 +95,7 @@ def _prefixed(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Te
 
 def _encoder_payload(path: Path, argument: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """``(spec, encoder state dict)`` from any file :func:`load_encoder` accepts."""
-    payload = load_checkpoint(path)
+    payload = load_checkpoint(path, argument)
     kind = payload.get("format")
     if kind == _ENCODER_FORMAT:
         return payload, payload["state_dict"]
@@ -142,7 +142,7 @@ def encoder_state_from(source: str | Path) -> dict[str, torch.Tensor]:
         source: The file or run directory (named ``init_weights`` in error messages).
     """
     path = _resolve(source, "init_weights")
-    payload = load_checkpoint(path)
+    payload = load_checkpoint(path, "init_weights")
     if isinstance(payload, dict) and payload and "format" not in payload:
         check(
             all(isinstance(value, torch.Tensor) for value in payload.values()),
