@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -455,28 +456,35 @@ class ViTEncoder(nn.Module):
             )
         return self.forward_features(patches.patches, positions)
 
-    def embed(self, x: Tensor) -> Tensor:
+    def _as_input(self, x: Tensor | np.ndarray) -> Tensor:
+        """A float tensor on the encoder's device (numpy arrays are converted)."""
+        reference = self.cls_token
+        return torch.as_tensor(x).to(device=reference.device, dtype=reference.dtype)
+
+    def embed(self, x: Tensor | np.ndarray) -> Tensor:
         """One embedding per input: the [CLS] token (or the mean patch token with
-        ``global_pool="avg"``) of the on-grid tiling. Call ``encoder.eval()`` first for inference.
+        ``global_pool="avg"``) of the on-grid tiling. Call ``encoder.eval()`` first for inference
+        (and wrap in ``torch.no_grad()`` for speed).
 
         Args:
-            x: [B, C, *spatial] inputs, e.g. ``[B, 6, 3000]`` EEG windows or ``[B, 1, 28, 28]``.
+            x: [B, C, *spatial] inputs (tensor or numpy array), e.g. ``[B, 6, 3000]`` EEG windows
+                or ``[B, 1, 28, 28]`` images.
 
         Returns:
-            [B, D] embeddings.
+            [B, D] embeddings on the encoder's device.
         """
-        return self.forward_head(self.forward_grid(x), pre_logits=True)
+        return self.forward_head(self.forward_grid(self._as_input(x)), pre_logits=True)
 
-    def embed_tokens(self, x: Tensor) -> Tensor:
+    def embed_tokens(self, x: Tensor | np.ndarray) -> Tensor:
         """Per-patch embeddings of the on-grid tiling (row-major slot order).
 
         Args:
-            x: [B, C, *spatial] inputs.
+            x: [B, C, *spatial] inputs (tensor or numpy array).
 
         Returns:
             [B, N, D] patch tokens ([CLS] dropped).
         """
-        return self.forward_grid(x)[:, self.num_prefix_tokens :]
+        return self.forward_grid(self._as_input(x))[:, self.num_prefix_tokens :]
 
     def forward_head(self, features: Tensor, pre_logits: bool = False) -> Tensor:
         """Classify from the [CLS] token (``global_pool="token"``) or the mean patch token
