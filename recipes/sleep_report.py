@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import matplotlib
 
@@ -15,105 +15,243 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from partnd.engine.checkpoint import atomic_save, atomic_write_text
 from partnd.metrics import ClassificationReport
+from partnd.stats import bootstrap_metric, kappa_metric, paired_bootstrap_difference
 
 __all__ = [
     "PAPER_KAPPA_10_SUBJECTS",
-    "MethodResult",
+    "PAPER_SAMPLE_EFFICIENCY",
     "plot_confusion_matrices",
     "plot_finetune_validation",
     "plot_hypnogram",
     "plot_pretrain_loss",
-    "write_results_table",
+    "plot_sample_efficiency",
+    "sample_efficiency_tables",
+    "staging_table",
+    "write_table",
 ]
 
-#: Cohen's kappa on PhysioNet 2018 with 10 fine-tuning subjects, tested on 200 (paper, Table 3).
-PAPER_KAPPA_10_SUBJECTS: dict[str, float] = {"part": 0.616, "supervised": 0.531}
+#: Cohen's kappa on PhysioNet 2018 with 10 fine-tuning subjects, tested on 200 (paper, Table 3;
+#: PART-grid from its sampling ablation).
+PAPER_KAPPA_10_SUBJECTS: dict[str, float] = {
+    "supervised": 0.531,
+    "mp3": 0.553,
+    "droppos": 0.582,
+    "mae": 0.595,
+    "part": 0.616,
+    "part_grid": 0.500,
+}
+
+#: Kappa by number of fine-tuning subjects, mean of 5 seeds (paper, appendix "Sample efficiency").
+PAPER_SAMPLE_EFFICIENCY: dict[str, dict[int, float]] = {
+    "mp3": {10: 0.56, 50: 0.63, 100: 0.65, 657: 0.68},
+    "droppos": {10: 0.58, 50: 0.64, 100: 0.66, 657: 0.68},
+    "mae": {10: 0.62, 50: 0.65, 100: 0.67, 657: 0.68},
+    "part": {10: 0.64, 50: 0.67, 100: 0.68, 657: 0.70},
+}
 
 
-@dataclass
-class MethodResult:
-    """Test outcome of one method.
-
-    Attributes:
-        name: Method name (``"part"``, ``"supervised"``).
-        report: Metrics on the held-out test subjects.
-        history: The fine-tuning run's logged records.
-        predictions: Predicted stage per test window, ``[n_test]``.
-    """
-
-    name: str
+class _Cell(Protocol):
+    method: str
+    budget: int
+    seed: int
     report: ClassificationReport
-    history: list[dict[str, Any]]
     predictions: np.ndarray
+    history: list[dict[str, Any]]
+    finetune_epochs: int
 
 
-def _rows(results: Sequence[MethodResult], class_names: Sequence[str]) -> list[dict[str, Any]]:
+def staging_table(
+    cells: Sequence[_Cell],
+    truth: np.ndarray,
+    subjects: np.ndarray,
+    class_names: Sequence[str],
+    pretrain_epochs: Mapping[str, int],
+    *,
+    reference: str = "part",
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """The paper's sleep-staging table with uncertainty, one row per method.
+
+    Columns: ``method``, ``pt_epochs``, ``ft_epochs``, ``kappa`` with its 95% interval from a
+    bootstrap over test subjects (``kappa_low``, ``kappa_high``), the paired difference to
+    ``reference`` on the same resampled subjects (``delta_kappa``, ``delta_low``,
+    ``delta_high``), ``accuracy``, ``macro_f1``, ``f1_<stage>``, ``n_test_windows``,
+    ``n_test_subjects`` and the paper's kappa.
+
+    Args:
+        cells: One finished cell per method (same test set).
+        truth: [n_test] true stages.
+        subjects: [n_test] subject of every test window.
+        class_names: Stage names.
+        pretrain_epochs: Method -> pretraining epochs (0 for from-scratch methods).
+        reference: The method differences are measured against (if present).
+        n_boot: Bootstrap replicates.
+        seed: Seed of the replicates (shared by every method, so differences are paired).
+    """
+    metric = kappa_metric(len(class_names))
+    by_method = {cell.method: cell for cell in cells}
     rows = []
-    for result in results:
-        report = result.report
+    for cell in cells:
+        report = cell.report
+        interval = bootstrap_metric(
+            truth, cell.predictions, subjects, metric, n_boot=n_boot, seed=seed
+        )
         row: dict[str, Any] = {
-            "method": result.name,
-            "cohen_kappa": round(report.cohen_kappa, 4),
-            "accuracy": round(report.accuracy, 4),
-            "macro_f1": round(report.macro_f1, 4),
+            "method": cell.method,
+            "pt_epochs": pretrain_epochs.get(cell.method, 0),
+            "ft_epochs": cell.finetune_epochs,
+            "kappa": round(report.cohen_kappa, 4),
+            "kappa_low": round(interval.low, 4),
+            "kappa_high": round(interval.high, 4),
         }
+        if reference in by_method and cell.method != reference:
+            delta = paired_bootstrap_difference(
+                truth,
+                cell.predictions,
+                by_method[reference].predictions,
+                subjects,
+                metric,
+                n_boot=n_boot,
+                seed=seed,
+            )
+            row.update(
+                delta_kappa=round(delta.estimate, 4),
+                delta_low=round(delta.low, 4),
+                delta_high=round(delta.high, 4),
+            )
+        else:
+            row.update(delta_kappa="", delta_low="", delta_high="")
+        row.update(accuracy=round(report.accuracy, 4), macro_f1=round(report.macro_f1, 4))
         row.update({f"f1_{name}": round(report.per_class_f1[name], 4) for name in class_names})
         row["n_test_windows"] = report.n
-        row["paper_kappa_10_subjects"] = PAPER_KAPPA_10_SUBJECTS.get(result.name, "")
+        row["n_test_subjects"] = len(np.unique(subjects))
+        row["paper_kappa"] = PAPER_KAPPA_10_SUBJECTS.get(cell.method, "")
         rows.append(row)
     return rows
 
 
-def write_results_table(
-    results: Sequence[MethodResult], out_dir: Path, class_names: Sequence[str]
-) -> list[dict[str, Any]]:
-    """Write ``results.csv``, ``results.md`` and ``results.json`` (one row per method).
-
-    Args:
-        results: Per-method test results.
-        out_dir: Run directory.
-        class_names: Stage names, for the per-class F1 columns.
-
-    Returns:
-        The table rows.
-    """
-    rows = _rows(results, class_names)
+def write_table(rows: Sequence[Mapping[str, Any]], out_dir: Path, name: str) -> None:
+    """Write ``<name>.csv``, ``<name>.md`` and ``<name>.json`` (atomically each)."""
     columns = list(rows[0])
-    with open(out_dir / "results.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(buffer.getvalue(), out_dir / f"{name}.csv")
     lines = [
         "| " + " | ".join(columns) + " |",
         "|" + "|".join("---" for _ in columns) + "|",
         *("| " + " | ".join(str(row[c]) for c in columns) + " |" for row in rows),
     ]
-    (out_dir / "results.md").write_text("\n".join(lines) + "\n")
-    payload = {result.name: result.report.to_dict() for result in results} | {
-        "paper_kappa_10_subjects": PAPER_KAPPA_10_SUBJECTS
-    }
-    (out_dir / "results.json").write_text(json.dumps(payload, indent=2) + "\n")
-    return rows
+    atomic_write_text("\n".join(lines) + "\n", out_dir / f"{name}.md")
+    atomic_write_text(json.dumps(list(rows), indent=2) + "\n", out_dir / f"{name}.json")
 
 
-def plot_pretrain_loss(history: Sequence[Mapping[str, Any]], path: Path) -> None:
-    """Plot the PART training loss per logged step (``phase == "train"``) to ``path``."""
-    steps = [record["step"] for record in history if record.get("phase") == "train"]
-    losses = [record["loss"] for record in history if record.get("phase") == "train"]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(steps, losses, color="tab:blue")
-    ax.set_xlabel("optimiser step")
-    ax.set_ylabel("PART loss (MSE of Δt)")
-    ax.set_yscale("log")
-    ax.set_title("PART pretraining")
+def sample_efficiency_tables(
+    cells: Sequence[_Cell], reference: str = "part"
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The appendix layout: one row per budget, one column per method, ``mean ± std`` of kappa
+    over seeds; and the paired difference to ``reference`` per seed, as ``mean ± std``.
+
+    Returns:
+        ``(kappa_rows, difference_rows)``; each row has ``subjects`` and one column per method
+        (``"0.612 ± 0.021 (n=5)"``), and the kappa rows the paper's values as ``paper_<method>``.
+    """
+    methods = list(dict.fromkeys(cell.method for cell in cells))
+    budgets = sorted({cell.budget for cell in cells})
+    kappa = {(c.method, c.budget, c.seed): c.report.cohen_kappa for c in cells}
+
+    def summary(values: list[float]) -> str:
+        if not values:
+            return ""
+        spread = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+        return f"{np.mean(values):.3f} ± {spread:.3f} (n={len(values)})"
+
+    kappa_rows, difference_rows = [], []
+    for budget in budgets:
+        row: dict[str, Any] = {"subjects": budget}
+        diff: dict[str, Any] = {"subjects": budget}
+        for method in methods:
+            seeds = sorted(s for (m, b, s) in kappa if m == method and b == budget)
+            row[method] = summary([kappa[(method, budget, s)] for s in seeds])
+            if method != reference:
+                paired = [
+                    kappa[(method, budget, s)] - kappa[(reference, budget, s)]
+                    for s in seeds
+                    if (reference, budget, s) in kappa
+                ]
+                diff[f"{method} - {reference}"] = summary(paired)
+        for method, values in PAPER_SAMPLE_EFFICIENCY.items():
+            row[f"paper_{method}"] = values.get(budget, "")
+        kappa_rows.append(row)
+        difference_rows.append(diff)
+    return kappa_rows, difference_rows
+
+
+def plot_sample_efficiency(cells: Sequence[_Cell], path: Path) -> None:
+    """Kappa against the number of fine-tuning subjects: mean over seeds with the min-max spread
+    as a band and every seed as a dot, one colour per method (log-scaled x axis)."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for method in dict.fromkeys(cell.method for cell in cells):
+        mine = [cell for cell in cells if cell.method == method]
+        budgets = sorted({cell.budget for cell in mine})
+        values = [[c.report.cohen_kappa for c in mine if c.budget == b] for b in budgets]
+        (line,) = ax.plot(budgets, [np.mean(v) for v in values], marker="o", label=method)
+        ax.fill_between(
+            budgets, [min(v) for v in values], [max(v) for v in values], alpha=0.15,
+            color=line.get_color(),
+        )  # fmt: skip
+        for budget, seed_values in zip(budgets, values, strict=True):
+            ax.scatter([budget] * len(seed_values), seed_values, s=8, color=line.get_color())
+    ax.set_xscale("log")
+    ax.set_xlabel("fine-tuning subjects")
+    ax.set_ylabel("Cohen's kappa on test subjects")
+    ax.set_title("Sample efficiency (mean, spread and seeds)")
     ax.grid(alpha=0.3)
+    ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    _save(fig, path)
+
+
+def _save(fig: Any, path: Path) -> None:
+    atomic_save(
+        fig, path, save=lambda figure, handle: figure.savefig(handle, format="png", dpi=120)
+    )
     plt.close(fig)
 
 
-def plot_finetune_validation(results: Sequence[MethodResult], path: Path) -> None:
+def plot_pretrain_loss(histories: Mapping[str, Sequence[Mapping[str, Any]]], path: Path) -> None:
+    """Each method's pretext diagnostic per logged step, normalised by its content-free floor
+    (``nmse`` for PART, ``recon_nmse`` for MAE, ``1 - accuracy`` over ``1 - chance`` for the
+    position classifiers): 1.0 means no better than ignoring the content."""
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for method, history in histories.items():
+        train = [r for r in history if r.get("phase") == "train"]
+        if not train:
+            continue
+        if "nmse" in train[0]:
+            values = [r["nmse"] for r in train]
+        elif "recon_nmse" in train[0]:
+            values = [r["recon_nmse"] for r in train]
+        elif "accuracy" in train[0]:
+            values = [(1 - r["accuracy"]) / (1 - r["accuracy_chance"]) for r in train]
+        else:
+            continue
+        ax.plot([r["step"] for r in train], values, label=method)
+    ax.axhline(1.0, color="black", lw=0.8, ls="--", label="content-free floor")
+    ax.set_xlabel("optimiser step")
+    ax.set_ylabel("pretext error / floor")
+    ax.set_title("Pretraining: is the pretext learned from content?")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def plot_finetune_validation(results: Sequence[_Cell], path: Path) -> None:
     """Plot each method's validation kappa per fine-tuning epoch (if validated) to ``path``."""
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for result in results:
@@ -123,7 +261,7 @@ def plot_finetune_validation(results: Sequence[MethodResult], path: Path) -> Non
                 [record["epoch"] for record in val],
                 [record["cohen_kappa"] for record in val],
                 marker="o",
-                label=result.name,
+                label=result.method,
             )
     ax.set_xlabel("epoch")
     ax.set_ylabel("validation Cohen's kappa")
@@ -132,12 +270,11 @@ def plot_finetune_validation(results: Sequence[MethodResult], path: Path) -> Non
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def plot_confusion_matrices(
-    results: Sequence[MethodResult], class_names: Sequence[str], path: Path
+    results: Sequence[_Cell], class_names: Sequence[str], path: Path
 ) -> None:
     """Row-normalised test confusion matrices of every method side by side, saved to ``path``."""
     fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 4), squeeze=False)
@@ -152,10 +289,9 @@ def plot_confusion_matrices(
         ax.set_yticks(range(len(class_names)), class_names)
         ax.set_xlabel("predicted")
         ax.set_ylabel("true")
-        ax.set_title(f"{result.name}: κ = {result.report.cohen_kappa:.3f}")
+        ax.set_title(f"{result.method}: κ = {result.report.cohen_kappa:.3f}")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def plot_hypnogram(
@@ -189,5 +325,4 @@ def plot_hypnogram(
     np.atleast_1d(axes)[-1].set_xlabel("hours from first kept window")
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, path)

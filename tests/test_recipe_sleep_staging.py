@@ -1,4 +1,4 @@
-"""End-to-end run of the sleep-staging recipe on a small generated PC18-format cohort."""
+"""End-to-end runs of the sleep recipes on a small generated PC18-format cohort."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import pytest
 
 from partnd._validation import InputError
 from partnd.datasets.pc18_cohort import make_pc18_cohort
-from partnd.datasets.splits import SubjectSplit
-from recipes.sleep_staging import RecipeConfig, main, run
+from recipes import sample_efficiency, sleep_staging
+from recipes.sleep_study import SleepStudy, StudyConfig
 
 TINY_PRETRAIN = {
     "encoder": "vit_test",
     "encoder_overrides": {},
-    "epochs": 8,
+    "epochs": 2,
     "batch_size": 16,
     "lr": 2e-3,
     "lr_reference_batch": None,
@@ -27,8 +27,11 @@ TINY_PRETRAIN = {
 TINY_FINETUNE = {
     "encoder": "vit_test",
     "encoder_overrides": {},
-    "epochs": 2,
+    "epochs": 3,
     "batch_size": 32,
+    "lr": 2e-3,
+    "lr_reference_batch": None,
+    "warmup_epochs": 0.0,
     "precision": "fp32",
 }
 
@@ -40,86 +43,112 @@ def cohort_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.mark.slow
-def test_recipe_runs_end_to_end_and_writes_results(cohort_root: Path, tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    config = RecipeConfig(
+def tiny_study(out: Path, cohort: Path, **overrides: object) -> SleepStudy:
+    config = StudyConfig(
         out=out,
-        src=cohort_root,
+        src=cohort,
         progress=False,
         device="cpu",
         pretrain_overrides=TINY_PRETRAIN,
         finetune_overrides=TINY_FINETUNE,
+        budgets=(1, 2),
+        seeds=(0, 1),
+        **overrides,  # type: ignore[arg-type]
     )
-    result = run(config)
+    return SleepStudy(config)
 
-    assert [r.name for r in result.results] == ["part", "supervised"]
-    split = SubjectSplit.load(out / "split.json")
-    assert set(split.test).isdisjoint(split.finetune_pool)
-    test_records = set(split.test_records)
-    assert test_records.isdisjoint(split.pretrain)
-    for method in ("part", "supervised"):
-        metrics = json.loads((out / f"finetune_{method}" / "test_metrics.json").read_text())
-        assert -1.0 <= metrics["cohen_kappa"] <= 1.0
-        assert sum(map(sum, metrics["confusion_matrix"])) == metrics["n"] > 0
+
+@pytest.mark.slow
+def test_sleep_staging_table_figures_and_a_resume_that_recomputes_nothing(
+    cohort_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "study"
+    study = tiny_study(out, cohort_root)
+    # an interrupted pretraining (killed after 3 steps) resumes instead of starting over
+    from partnd import pretraining
+
+    real_pretrain = pretraining.pretrain
+    monkeypatch.setattr(
+        "recipes.sleep_study.pretrain",
+        lambda *args, **kwargs: real_pretrain(*args, **{**kwargs, "max_steps": 3}),
+    )
+    study.run_pretraining("part")
+    assert not study.pretrained("part")  # stopped after 3 of 2 x 12 steps
+    assert (out / "pretrain" / "part" / "checkpoints" / "last.pt").is_file()
+    monkeypatch.setattr("recipes.sleep_study.pretrain", real_pretrain)
+    sleep_staging.run(study, "all", ["part", "supervised"])
+    history = [json.loads(line) for line in (out / "pretrain/part/metrics.jsonl").open()]
+    steps = [r["step"] for r in history if r["phase"] == "train"]
+    assert steps == list(range(5, 5 * len(steps) + 1, 5))  # one trajectory, logged every 5
+    assert len(json.loads((out / "pretrain/part/meta.json").read_text())["resumes"]) == 1
+
     with open(out / "results.csv") as handle:
         rows = list(csv.DictReader(handle))
     assert [row["method"] for row in rows] == ["part", "supervised"]
-    assert float(rows[0]["paper_kappa_10_subjects"]) == pytest.approx(0.616)
-    for figure in ("pretrain_loss.png", "finetune_validation.png", "confusion_matrices.png"):
+    for row in rows:
+        assert float(row["kappa_low"]) <= float(row["kappa"]) <= float(row["kappa_high"])
+        assert {"pt_epochs", "ft_epochs", "accuracy", "macro_f1", "f1_W", "paper_kappa"} <= set(row)
+    assert rows[0]["pt_epochs"] == "2" and rows[1]["pt_epochs"] == "0"
+    assert rows[0]["ft_epochs"] == "3"
+    assert (
+        float(rows[1]["delta_low"]) <= float(rows[1]["delta_kappa"]) <= float(rows[1]["delta_high"])
+    )
+    assert rows[0]["delta_kappa"] == ""  # PART is the reference
+    for figure in ("pretext.png", "finetune_validation.png", "confusion_matrices.png"):
         assert (out / figure).stat().st_size > 1000
     assert list(out.glob("hypnogram_*.png"))
-    assert (out / "pretrain" / "encoder.pt").is_file()
-    # The pretext diagnostics are logged next to their content-free floor (no position leak:
-    # PART's loss cannot fall below the floor by reading positions).
-    history = [
-        json.loads(line)
-        for line in (out / "pretrain" / "metrics.jsonl").read_text().splitlines()
-        if '"phase": "epoch"' in line
-    ]
-    assert all({"nmse", "r2_t", "mse_floor_t"} <= set(record) for record in history)
-    assert 0.0 < history[-1]["nmse"] < 1.2
+    split = json.loads((out / "split.json").read_text())
+    assert set(split["test"]).isdisjoint(split["finetune_pool"])
+    assert set(split["test_records"]).isdisjoint(split["pretrain"])
+
+    # a second run recomputes nothing finished
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a finished stage was recomputed")
+
+    monkeypatch.setattr("recipes.sleep_study.pretrain", refuse)
+    monkeypatch.setattr("recipes.sleep_study.finetune", refuse)
+    again = tiny_study(out, cohort_root)
+    sleep_staging.run(again, "all", ["part", "supervised"])
+    # and the settings of a study cannot silently change
+    with pytest.raises(InputError, match="same settings"):
+        tiny_study(out, cohort_root, seed=5)
 
 
-def test_command_line_supervised_only(cohort_root: Path, tmp_path: Path) -> None:
-    out = tmp_path / "cli"
-    code = main(
-        [
-            "--out", str(out), "--src", str(cohort_root), "--methods", "supervised",
-            "--finetune-epochs", "1", "--no-progress", "--device", "cpu",
-            "--store", str(tmp_path / "store.zarr"),
-        ]
-    )  # fmt: skip
-    assert code == 0
-    assert not (out / "pretrain").exists()
-    assert (out / "results.md").read_text().count("supervised") == 1
-
-
-def test_bad_settings_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="methods"):
-        RecipeConfig(out=tmp_path, methods=("mae",))
-    with pytest.raises(InputError, match="scale"):
-        RecipeConfig(out=tmp_path, scale="huge")  # type: ignore[arg-type]
-    with pytest.raises(InputError, match="pretrain_overrides"):
-        RecipeConfig(out=tmp_path, pretrain_overrides={"no_such_field": 1})
-
-
-def test_scales_resolve_to_the_presets(tmp_path: Path) -> None:
-    paper = RecipeConfig(out=tmp_path, scale="paper")
-    pretrain_config = paper.pretrain_config()
-    assert pretrain_config.encoder == "vit_eeg_12m" and pretrain_config.epochs == 1000
-    assert (pretrain_config.patch_size, pretrain_config.num_patches) == (100, 40)
-    part, supervised = paper.finetune_config("part"), paper.finetune_config("supervised")
-    assert part.epochs == supervised.epochs == 100
-    assert part.layer_decay is not None and supervised.layer_decay is None
-    demo = RecipeConfig(out=tmp_path, finetune_overrides={"epochs": 3})
-    assert demo.finetune_config("part").epochs == 3
-
-
-def test_overwrite_never_deletes_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
-    precious = tmp_path / "thesis"
-    precious.mkdir()
-    (precious / "chapter1.tex").write_text("keep me")
-    with pytest.raises(InputError, match="never deletes other folders"):
-        main(["--out", str(precious), "--overwrite", "--no-progress"])
-    assert (precious / "chapter1.tex").read_text() == "keep me"
+@pytest.mark.slow
+def test_sample_efficiency_cells_resume_and_aggregate(
+    cohort_root: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    out = tmp_path / "se"
+    study = tiny_study(out, cohort_root)
+    cells = sample_efficiency.cell_list(study, ["part", "supervised"])
+    assert cells == [
+        ("part", 1, 0), ("part", 1, 1), ("part", 2, 0), ("part", 2, 1),
+        ("supervised", 1, 0), ("supervised", 1, 1), ("supervised", 2, 0), ("supervised", 2, 1),
+    ]  # fmt: skip
+    # nested subsets per seed, shared encoder
+    assert set(study.subjects(1, 0)) <= set(study.subjects(2, 0))
+    study.run_pretraining("part")
+    first = study.run_cell("part", 1, 0)
+    encoder_time = (out / "pretrain/part/encoder.pt").stat().st_mtime
+    done = (out / "finetune/part/b1_s0/result.json").stat().st_mtime
+    sample_efficiency.run_cells(study, cells, jobs=1, args=None)  # type: ignore[arg-type]
+    assert (out / "finetune/part/b1_s0/result.json").stat().st_mtime == done
+    assert (out / "pretrain/part/encoder.pt").stat().st_mtime == encoder_time
+    assert study.load_cell("part", 1, 0).report.cohen_kappa == first.report.cohen_kappa
+    sample_efficiency.aggregate(study, ["part", "supervised"])
+    with open(out / "kappa_by_budget.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [row["subjects"] for row in rows] == ["1", "2"]
+    assert rows[0]["part"].endswith("(n=2)") and "paper_part" in rows[0]
+    with open(out / "difference_to_part.csv") as handle:
+        assert "supervised - part" in next(csv.DictReader(handle))
+    assert (out / "sample_efficiency.png").stat().st_size > 1000
+    argv = ["cells", "--out", str(out), "--src", str(cohort_root), "--methods", "part"]
+    argv += ["--budgets", "1", "2", "--seeds", "0", "1", "--no-progress"]
+    with pytest.raises(InputError, match="same settings"):  # tiny overrides are not on the CLI
+        sample_efficiency.main(argv)
+    with pytest.raises(InputError, match="--cell"):
+        sample_efficiency.parse_cell("part:ten:0")

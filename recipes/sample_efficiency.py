@@ -1,0 +1,161 @@
+"""Sample-efficiency study: kappa by number of fine-tuning subjects x seeds x methods.
+
+The paper's appendix: fine-tune on 10 / 50 / 100 / 657 subjects (nested subsets, one chain per
+seed from the saved split), 5 seeds, every method; test on the same held-out subjects. Each
+(method, budget, seed) *cell* is its own resumable run under ``OUT/finetune/<method>/b<B>_s<S>``
+and is never recomputed once finished; the pretrained encoders (``OUT/pretrain/<method>``) are
+shared by all cells of a method (and with ``recipes.sleep_staging`` on the same ``--out``).
+
+Commands (each skips what is finished)::
+
+    python -m recipes.sample_efficiency pretrain  --out runs/se --methods part mae
+    python -m recipes.sample_efficiency cells     --out runs/se --methods part mae supervised
+    python -m recipes.sample_efficiency run-cell  --out runs/se --cell part:10:3
+    python -m recipes.sample_efficiency run-cell  --out runs/se --cell-index $SLURM_ARRAY_TASK_ID
+    python -m recipes.sample_efficiency run       --out runs/se --jobs 2   # pretrain, then cells
+    python -m recipes.sample_efficiency aggregate --out runs/se
+
+``cells`` prints one cell per line (``method:budget:seed``), in a fixed order, so a cluster job
+array can run cell ``--cell-index i`` per task after one ``pretrain`` job. ``run --jobs N`` runs
+cells in N parallel processes with joblib. ``aggregate`` writes ``kappa_by_budget.{csv,md,json}``
+(mean ± std over seeds, the appendix layout with the paper's values), ``difference_to_part.*``
+(the per-seed paired difference to PART) and ``sample_efficiency.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from partnd._validation import check
+from recipes.sleep_report import plot_sample_efficiency, sample_efficiency_tables, write_table
+from recipes.sleep_staging import DEFAULT_METHODS, add_study_arguments, study_from_args
+from recipes.sleep_study import SCRATCH_METHODS, CellResult, SleepStudy, available_methods
+
+__all__ = ["COMMANDS", "aggregate", "cell_list", "main", "parse_cell", "run_cells"]
+
+COMMANDS = ("pretrain", "cells", "run-cell", "run", "aggregate")
+
+
+def cell_list(study: SleepStudy, methods: Sequence[str]) -> list[tuple[str, int, int]]:
+    """Every (method, budget, seed) of the study, in a fixed order (method, budget, seed)."""
+    return [
+        (method, int(budget), int(seed))
+        for method in methods
+        for budget in study.scale["budgets"]
+        for seed in study.scale["seeds"]
+    ]
+
+
+def parse_cell(text: str) -> tuple[str, int, int]:
+    """``"part:10:3"`` -> ``("part", 10, 3)``."""
+    parts = text.split(":")
+    check(
+        len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit(),
+        "--cell",
+        "METHOD:BUDGET:SEED, e.g. part:10:3",
+        repr(text),
+    )
+    return parts[0], int(parts[1]), int(parts[2])
+
+
+def _run_one(args: argparse.Namespace, cell: tuple[str, int, int]) -> None:
+    """One cell in its own process (joblib worker): reopen the study, run, discard the result."""
+    study = study_from_args(argparse.Namespace(**{**vars(args), "overwrite": False}))
+    study.run_cell(*cell)
+
+
+def run_cells(
+    study: SleepStudy, cells: Sequence[tuple[str, int, int]], jobs: int, args: argparse.Namespace
+) -> None:
+    """Pretrain what the cells need, then run the unfinished cells (``jobs`` in parallel)."""
+    for method in dict.fromkeys(method for method, _, _ in cells):
+        if method not in SCRATCH_METHODS:
+            study.run_pretraining(method)
+    todo = [cell for cell in cells if not study.cell_done(*cell)]
+    print(f"{len(cells) - len(todo)} of {len(cells)} cells already finished")
+    if jobs == 1:
+        for cell in todo:
+            study.run_cell(*cell)
+        return
+    from joblib import Parallel, delayed
+
+    Parallel(n_jobs=jobs)(delayed(_run_one)(args, cell) for cell in todo)
+
+
+def aggregate(study: SleepStudy, methods: Sequence[str]) -> None:
+    """Write the tables and the figure from the finished cells (unfinished ones are skipped)."""
+    cells: list[CellResult] = [
+        study.load_cell(*cell) for cell in cell_list(study, methods) if study.cell_done(*cell)
+    ]
+    check(bool(cells), "--out", "a study with finished cells", str(study.out))
+    kappa_rows, difference_rows = sample_efficiency_tables(cells)
+    write_table(kappa_rows, study.out, "kappa_by_budget")
+    write_table(difference_rows, study.out, "difference_to_part")
+    plot_sample_efficiency(cells, study.out / "sample_efficiency.png")
+    print((study.out / "kappa_by_budget.md").read_text())
+    print((study.out / "difference_to_part.md").read_text())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of the recipe (the study options are those of ``sleep_staging``)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m recipes.sample_efficiency",
+        description="Kappa by number of fine-tuning subjects, seeds and methods; every cell "
+        "resumable and never recomputed.",
+    )
+    parser.add_argument("stage", choices=COMMANDS, help="what to do")
+    add_study_arguments(parser, Path("runs/sample_efficiency"), DEFAULT_METHODS)
+    parser.add_argument("--cell", help="run-cell: METHOD:BUDGET:SEED")
+    parser.add_argument("--cell-index", type=int, help="run-cell: index into the `cells` list")
+    parser.add_argument("--jobs", type=int, default=1, help="run: cells in parallel processes")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the recipe from the command line; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    unknown = sorted(set(args.methods) - set(available_methods()))
+    check(not unknown, "--methods", f"names from {available_methods()}", ", ".join(unknown))
+    study = study_from_args(args)
+    args.overwrite = False  # parallel workers reopen the study as it now is
+    cells = cell_list(study, args.methods)
+    if args.stage == "pretrain":
+        for method in args.methods:
+            if method not in SCRATCH_METHODS:
+                study.run_pretraining(method)
+    elif args.stage == "cells":
+        for method, budget, seed in cells:
+            done = " (done)" if study.cell_done(method, budget, seed) else ""
+            print(f"{method}:{budget}:{seed}{done}")
+    elif args.stage == "run-cell":
+        check(
+            (args.cell is None) != (args.cell_index is None),
+            "--cell",
+            "exactly one of --cell and --cell-index",
+            f"--cell {args.cell!r}, --cell-index {args.cell_index!r}",
+        )
+        if args.cell is not None:
+            cell = parse_cell(args.cell)
+        else:
+            check(
+                0 <= args.cell_index < len(cells),
+                "--cell-index",
+                f"an index in [0, {len(cells)})",
+                repr(args.cell_index),
+            )
+            cell = cells[args.cell_index]
+        result = study.run_cell(*cell)
+        print(f"{':'.join(map(str, cell))}: kappa {result.report.cohen_kappa:.3f}")
+    elif args.stage == "run":
+        run_cells(study, cells, args.jobs, args)
+        aggregate(study, args.methods)
+    else:
+        aggregate(study, args.methods)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
