@@ -24,7 +24,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest tests -m "not slow"
 
 demo: $(STAMP)
-	$(PY) -m recipes.sleep_staging --out $(DEMO_OUT) --overwrite
+	$(PY) -m recipes.sleep_staging all --out $(DEMO_OUT) --overwrite
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -36,7 +36,8 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 bench: $(STAMP)
-	$(PY) benchmarks/bench_part_step.py
+	$(PY) benchmarks/bench_objective_step.py --preset eeg_sleep --steps 3
+	$(PY) benchmarks/bench_ssl_images.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

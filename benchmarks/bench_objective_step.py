@@ -1,0 +1,204 @@
+"""Benchmark: each pretraining method's training step against a bare encoder step.
+
+For a preset (``eeg_sleep``: ``vit_eeg_12m``, 6 x 3000 inputs, P = 100; ``images_cifar``:
+ViT-S/4 on 3 x 32 x 32) this times, interleaved in one run (A, B, C, A, B, C, ...), one full
+optimiser step of every method (its own patching, masking, heads or decoders, loss, backward,
+AdamW) and two bare encoder steps (ready-cut patches, a mean-square stand-in loss, backward, AdamW):
+
+* **bare (grid)**: the on-grid tiling (30 tokens for EEG, 64 for CIFAR), what a supervised or
+  fine-tuning step costs;
+* **bare (N)**: the method's own number of patches when it differs (PART's 40 EEG patches).
+
+It prints samples/s and each method's ratio to the bare step with the same number of tokens
+(higher is faster); goals: MAE above 1 (its encoder sees a quarter of the tokens), every other
+method at least 0.8. Also the share of PART's step spent sampling patches.
+
+Usage::
+
+    python benchmarks/bench_objective_step.py --preset eeg_sleep --batch-size 256 --steps 3
+    python benchmarks/bench_objective_step.py --preset images_cifar --precision bf16
+    python benchmarks/bench_objective_step.py --device cuda --steps 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from partnd.data import SignalSpec
+from partnd.engine.config import PretrainConfig
+from partnd.engine.distributed import resolve_device
+from partnd.engine.optim import build_optimizer
+from partnd.objectives import build_encoder, build_objective, list_objectives
+
+SHAPES = {"eeg_sleep": (6, (3000,)), "images_cifar": (3, (32, 32))}
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def interleaved_times(
+    steps: dict[str, Callable[[], Any]], repeats: int, warmup: int, device: torch.device
+) -> dict[str, float]:
+    """Median seconds per call of every step function, timed in turns (robust to load drift)."""
+    for _ in range(warmup):
+        for step in steps.values():
+            step()
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            _synchronize(device)
+            start = time.perf_counter()
+            step()
+            _synchronize(device)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def training_step(
+    model: torch.nn.Module,
+    compute_loss: Callable[[], torch.Tensor],
+    device: torch.device,
+    precision: str,
+) -> Callable[[], None]:
+    """One optimiser step of ``model`` (forward under autocast, backward, AdamW)."""
+    optimizer = build_optimizer(model, lr=1e-4, weight_decay=0.05, betas=(0.9, 0.95))
+
+    def step() -> None:
+        with _autocast(device, precision):
+            loss = compute_loss()
+        optimizer.zero_grad(set_to_none=True)
+        loss.float().backward()
+        optimizer.step()
+
+    return step
+
+
+def run(
+    preset: str,
+    methods: list[str],
+    batch_size: int,
+    steps: int,
+    warmup: int,
+    device: torch.device,
+    precision: str,
+) -> list[dict[str, Any]]:
+    """Time every method and the bare steps; one row per method."""
+    channels, spatial = SHAPES[preset]
+    spec = SignalSpec(channels, spatial)
+    base = PretrainConfig.preset(preset)
+    generator = torch.Generator(device=device).manual_seed(0)
+    inputs = torch.randn(batch_size, channels, *spatial, device=device)
+    patch = (
+        (base.patch_size,) * len(spatial) if isinstance(base.patch_size, int) else base.patch_size
+    )
+    grid_tokens = math.prod(length // p for length, p in zip(spatial, patch, strict=True))
+    token_counts = {grid_tokens, base.num_patches or grid_tokens}
+    timed: dict[str, Callable[[], None]] = {}
+    for tokens in sorted(token_counts):
+        torch.manual_seed(0)
+        encoder = build_encoder(base, spec).to(device).train()
+        patches = torch.randn(batch_size, tokens, channels, *patch, device=device)
+
+        def bare_loss(encoder: Any = encoder, patches: torch.Tensor = patches) -> torch.Tensor:
+            return encoder.forward_features(patches).float().square().mean()
+
+        timed[f"bare_{tokens}"] = training_step(encoder, bare_loss, device, precision)
+    models = {}
+    for method in methods:
+        torch.manual_seed(0)
+        model = build_objective(base.replace(method=method), spec).to(device).train()
+        models[method] = model
+
+        def loss(model: Any = model) -> torch.Tensor:
+            return model(inputs, generator=generator).loss
+
+        timed[method] = training_step(model, loss, device, precision)
+    if "part" in models:
+
+        def sample() -> None:
+            with _autocast(device, precision):
+                models["part"].sample(inputs, generator)
+
+        timed["part_sampling"] = sample
+    seconds = interleaved_times(timed, steps, warmup, device)
+    rows = []
+    for method in methods:
+        tokens = grid_tokens if method != "part" else (base.num_patches or grid_tokens)
+        bare = seconds[f"bare_{tokens}"]
+        row = {
+            "method": method,
+            "samples_per_s": batch_size / seconds[method],
+            "bare_tokens": tokens,
+            "bare_samples_per_s": batch_size / bare,
+            "ratio": bare / seconds[method],
+            "parameters_M": sum(p.numel() for p in models[method].parameters()) / 1e6,
+        }
+        if method == "part":
+            row["sampling_share"] = seconds["part_sampling"] / seconds["part"]
+        rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse options, run the benchmark and print a table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", choices=sorted(SHAPES), default="eeg_sleep")
+    parser.add_argument("--methods", nargs="+", default=list_objectives())
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=5, help="timed steps of each kind (median)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:K")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
+    args = parser.parse_args(argv)
+    device = resolve_device(args.device)
+    where = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"{torch.get_num_threads()} threads"
+    )
+    print(
+        f"{args.preset}: device {device} ({where}), {args.precision}, batch {args.batch_size}, "
+        f"{args.steps} timed + {args.warmup} warm-up steps each, interleaved"
+    )
+    rows = run(
+        args.preset,
+        args.methods,
+        args.batch_size,
+        args.steps,
+        args.warmup,
+        device,
+        args.precision,
+    )
+    print(
+        f"{'method':>10} {'params M':>9} {'samples/s':>10} {'bare/s':>9} {'tokens':>7} {'ratio':>6}"
+    )
+    for row in rows:
+        extra = (
+            f"  (sampling {row['sampling_share']:.1%} of the step)"
+            if "sampling_share" in row
+            else ""
+        )
+        print(
+            f"{row['method']:>10} {row['parameters_M']:9.2f} {row['samples_per_s']:10.1f} "
+            f"{row['bare_samples_per_s']:9.1f} {row['bare_tokens']:7d} {row['ratio']:6.2f}{extra}"
+        )
+
+
+if __name__ == "__main__":
+    main()
