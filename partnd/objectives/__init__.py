@@ -10,6 +10,11 @@ floors) and runs under the same engine (bf16, EMA, resume, DDP, logs).
 |---|---|---|
 | ``part`` | :mod:`~partnd.objectives.part` | relative translations between off-grid patches |
 | ``part_grid`` | :mod:`~partnd.objectives.part` | the same on the fixed on-grid tiles (ablation) |
+| ``mae`` | :mod:`~partnd.objectives.mae` | the values of masked on-grid patches (MAE) |
+| ``mp3`` | :mod:`~partnd.objectives.mp3` | each patch's slot, without position embedding |
+| ``droppos`` | :mod:`~partnd.objectives.droppos` | the slots of tokens whose position was dropped |
+
+Defaults, sources and differences from the original methods: ``docs/baselines.md``.
 
 Register another with :func:`register_objective`.
 """
@@ -26,17 +31,29 @@ from partnd.engine.config import PretrainConfig
 from partnd.models import build_head, create_encoder
 from partnd.models.vit import ViTEncoder
 from partnd.objectives.base import Objective, ObjectiveOutput
+from partnd.objectives.droppos import DropPosModel, DropPosOutput, build_droppos
+from partnd.objectives.mae import MAEModel, MAEOutput, build_mae
+from partnd.objectives.mp3 import MP3Model, MP3Output, build_mp3
 from partnd.objectives.part import PARTModel, PARTOutput, PatchSampler
 from partnd.sampling import GridSampler, OffGridSampler
 
 __all__ = [
+    "DropPosModel",
+    "DropPosOutput",
+    "MAEModel",
+    "MAEOutput",
+    "MP3Model",
+    "MP3Output",
     "Objective",
     "ObjectiveOutput",
     "ObjectiveSpec",
     "PARTModel",
     "PARTOutput",
     "PatchSampler",
+    "build_droppos",
     "build_encoder",
+    "build_mae",
+    "build_mp3",
     "build_objective",
     "list_objectives",
     "register_objective",
@@ -175,6 +192,19 @@ register_objective(
 )
 register_objective(
     "part_grid", build_part_grid, "PART-grid: PART's objective on the fixed on-grid tiles"
+)
+register_objective(
+    "mae", build_mae, "MAE: reconstruct the normalised values of masked on-grid patches"
+)
+register_objective(
+    "mp3",
+    build_mp3,
+    "MP3: classify each patch's slot without position embedding, from a subset of keys/values",
+)
+register_objective(
+    "droppos",
+    build_droppos,
+    "DropPos: classify the slots of patches whose position embedding was dropped",
 )
 
 

@@ -1,0 +1,366 @@
+"""One contract for every registered pretraining objective, plus each baseline's pinned details.
+
+The shared contract (parametrised over :func:`partnd.objectives.list_objectives`): outputs for
+ndim 1, 2, 3; every parameter gets a gradient in one step (DDP runs without
+``find_unused_parameters``); same generator seed, same loss; float32 loss under bf16 autocast; no
+host synchronisation in ``forward``; and a short run on data whose content reveals position beats
+the objective's content-free floor. Then, per baseline, masks, targets and labels pinned on small
+hand-checked cases (MAE, MP3, DropPos).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from partnd.data import SignalSpec
+from partnd.engine.config import PretrainConfig
+from partnd.models.vit import ViTEncoder
+from partnd.objectives import (
+    DropPosModel,
+    MAEModel,
+    MP3Model,
+    Objective,
+    build_objective,
+    list_objectives,
+)
+from partnd.objectives.droppos import grid_coordinates, position_smoothing, smoothed_labels
+from partnd.objectives.mae import decoder_width, masked_count, normalized_patch_targets
+from partnd.pretraining import pretrain
+
+METHODS = list_objectives()
+BASELINES = ["mae", "mp3", "droppos"]
+SHAPES = {1: (32,), 2: (16, 12), 3: (8, 8, 8)}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """The models are tiny: one intra-op thread is as fast, and far faster when another process
+    keeps a core busy (two spinning OpenMP threads then slow every step down many times)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def build(method: str, spatial: tuple[int, ...], in_chans: int = 2, **overrides: object):
+    config = PretrainConfig.preset("test", method=method, patch_size=4, **overrides)
+    return build_objective(config, SignalSpec(in_chans, spatial))
+
+
+def seeded(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def position_signal(batch: int, generator: torch.Generator, length: int = 64) -> torch.Tensor:
+    """[B, 1, L]: a ramp plus a slow sine, a small random per-example offset and noise: each
+    patch's content reveals where it lies, never exactly (the offset)."""
+    t = torch.arange(length, dtype=torch.float32) / length
+    offset = (torch.rand(batch, 1, 1, generator=generator) - 0.5) * 0.2
+    noise = 0.01 * torch.randn(batch, 1, length, generator=generator)
+    return 2 * t + 0.5 * torch.sin(2 * math.pi * 3 * t) + offset + noise
+
+
+def position_field(batch: int, generator: torch.Generator) -> torch.Tensor:
+    """[B, 1, 16, 16]: ``2 row + 4 col^2`` (in units of the side) plus noise: the patch mean
+    and the horizontal slope together reveal the row and the column."""
+    rows = torch.arange(16, dtype=torch.float32)[:, None] / 16
+    columns = torch.arange(16, dtype=torch.float32)[None, :] / 16
+    clean = 2 * rows + 4 * columns**2
+    return clean + 0.02 * torch.randn(batch, 1, 16, 16, generator=generator)
+
+
+# --------------------------------------------------------------------------------------------
+# The shared contract
+# --------------------------------------------------------------------------------------------
+
+
+def test_registry_lists_the_paper_baselines() -> None:
+    assert {"part", "part_grid", "mae", "mp3", "droppos"} <= set(METHODS)
+
+
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+@pytest.mark.parametrize("method", METHODS)
+def test_outputs_and_every_parameter_gets_a_gradient(method: str, ndim: int) -> None:
+    model = build(method, SHAPES[ndim])
+    assert isinstance(model, Objective) and isinstance(model.encoder, ViTEncoder)
+    assert model.encoder.ndim == ndim
+    out = model(torch.randn(3, 2, *SHAPES[ndim]), generator=seeded())
+    assert out.loss.dim() == 0 and out.loss.dtype == torch.float32
+    assert torch.isfinite(out.loss)
+    assert out.metrics
+    for name, value in out.metrics.items():
+        assert value.dim() == 0 and not value.requires_grad, name
+    out.loss.backward()
+    for name, parameter in model.named_parameters():
+        assert parameter.grad is not None, f"{name} has no gradient"
+        assert parameter.grad.abs().sum() > 0, f"{name} has a zero gradient"
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_same_seed_same_loss_other_seed_other_loss(method: str) -> None:
+    torch.manual_seed(3)
+    first = build(method, SHAPES[2])
+    torch.manual_seed(3)
+    second = build(method, SHAPES[2])
+    x = torch.randn(4, 2, *SHAPES[2])
+    loss = first(x, generator=seeded(7)).loss
+    assert torch.equal(loss, first(x, generator=seeded(7)).loss)
+    assert torch.equal(loss, second(x, generator=seeded(7)).loss)
+    assert not torch.equal(loss, first(x, generator=seeded(8)).loss)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_bf16_autocast_gives_a_float32_loss(method: str) -> None:
+    model = build(method, SHAPES[1])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(torch.randn(3, 2, *SHAPES[1]), generator=seeded())
+    assert out.loss.dtype == torch.float32 and torch.isfinite(out.loss)
+    out.loss.backward()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_forward_reads_nothing_back_to_the_host(method: str, host_syncs) -> None:
+    model = build(method, SHAPES[2])
+    x = torch.randn(3, 2, *SHAPES[2])
+    generator = seeded()
+    with host_syncs:
+        model(x, generator=generator)
+    assert host_syncs.calls == []
+
+
+@pytest.mark.parametrize("ndim", [1, 2])
+@pytest.mark.parametrize("method", METHODS)
+def test_short_run_beats_the_content_free_floor(method: str, ndim: int) -> None:
+    torch.manual_seed(0)
+    spatial = (64,) if ndim == 1 else (16, 16)
+    model = build(method, spatial, in_chans=1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    data, masks = seeded(1), seeded(2)
+    history: list[dict[str, float]] = []
+    for _ in range(120):
+        x = position_signal(32, data) if ndim == 1 else position_field(32, data)
+        out = model(x, generator=masks)
+        optimizer.zero_grad()
+        out.loss.backward()
+        optimizer.step()
+        history.append({name: float(value) for name, value in out.metrics.items()})
+    last = {name: np.mean([record[name] for record in history[-10:]]) for name in history[0]}
+    if "accuracy" in last:  # classification (MP3, DropPos): chance is 1 / N
+        assert last["accuracy"] > 4 * last["accuracy_chance"], last
+        assert last["accuracy"] > 4 * last.get("accuracy_floor", 0.0), last
+    elif "recon_nmse" in last:  # MAE: 1.0 = predicting each normalised patch's mean
+        assert last["recon_nmse"] < 0.5, last
+    else:  # PART: 1.0 = the best constant predictor
+        assert last["nmse"] < 0.7, last
+
+
+@pytest.mark.parametrize("method", BASELINES)
+def test_pretrain_runs_the_baseline_end_to_end(method: str, tmp_path: Path) -> None:
+    data = position_signal(16, seeded()).numpy()
+    result = pretrain(
+        data, out_dir=tmp_path, method=method, config=PretrainConfig.preset("test"), epochs=2
+    )
+    assert isinstance(
+        result.model, {"mae": MAEModel, "mp3": MP3Model, "droppos": DropPosModel}[method]
+    )
+    train = [record for record in result.history if record["phase"] == "train"]
+    assert len(train) == 4 and all(math.isfinite(record["loss"]) for record in train)
+    if method == "droppos":  # sigma decays linearly with the step: 1, 0.75, 0.5, 0.25
+        sigmas = [record["smoothing_sigma"] for record in train]
+        np.testing.assert_allclose(sigmas, [1.0, 0.75, 0.5, 0.25], atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------
+# Shared masking helpers and decoder size
+# --------------------------------------------------------------------------------------------
+
+
+def test_masked_count_rounds_and_keeps_one_on_each_side() -> None:
+    assert masked_count(0.75, 8) == 6
+    assert masked_count(0.75, 196) == 147  # MAE / DropPos on 14 x 14: 49 kept
+    assert masked_count(0.75, 30) == 22  # round(22.5) -> 22 (halves to even)
+    assert masked_count(0.99, 8) == 7  # at least one kept
+    assert masked_count(0.01, 8) == 1  # at least one masked
+
+
+def test_decoder_width_rule() -> None:
+    def encoder(dim: int, heads: int) -> ViTEncoder:
+        return ViTEncoder(in_chans=1, patch_size=4, ndim=1, embed_dim=dim, depth=1, num_heads=heads)
+
+    assert decoder_width(encoder(512, 8), None) == (256, 8)  # vit_eeg_12m
+    assert decoder_width(encoder(768, 12), None) == (384, 12)  # ViT-B
+    assert decoder_width(encoder(384, 6), None) == (192, 6)  # ViT-S
+    assert decoder_width(encoder(32, 2), None) == (16, 2)  # vit_test
+    assert decoder_width(encoder(768, 12), 512) == (512, 8)  # 12 does not divide 512
+
+
+# --------------------------------------------------------------------------------------------
+# MAE
+# --------------------------------------------------------------------------------------------
+
+
+def test_mae_masks_round_ratio_n_patches_per_example() -> None:
+    model = build("mae", (32,))  # 8 slots
+    assert isinstance(model, MAEModel)
+    out = model(torch.randn(16, 2, 32), generator=seeded())
+    assert out.mask.shape == (16, 8)
+    assert out.mask.sum(dim=1).tolist() == [6] * 16
+    assert out.masked.shape == (16, 6) and out.visible.shape == (16, 2)
+    for b in range(16):
+        assert sorted(out.masked[b].tolist() + out.visible[b].tolist()) == list(range(8))
+        assert set(out.mask[b].nonzero().flatten().tolist()) == set(out.masked[b].tolist())
+    assert len({tuple(row) for row in out.masked.tolist()}) > 1  # per-example masks
+
+
+def test_mae_normalised_targets_by_hand() -> None:
+    # One patch of 4 values: mean 2.5, unbiased variance 5/3 (MAE's ``target.var``).
+    patch = torch.tensor([1.0, 2.0, 3.0, 4.0]).view(1, 1, 1, 4)
+    expected = torch.tensor([-1.5, -0.5, 0.5, 1.5]) / math.sqrt(5 / 3 + 1e-6)
+    torch.testing.assert_close(normalized_patch_targets(patch)[0, 0], expected)
+    # Two channels of a 2-sample patch are normalised together: [0, 0, 2, 2] -> mean 1, var 4/3.
+    patch = torch.tensor([[0.0, 0.0], [2.0, 2.0]]).view(1, 1, 2, 2)
+    expected = torch.tensor([-1.0, -1.0, 1.0, 1.0]) / math.sqrt(4 / 3 + 1e-6)
+    torch.testing.assert_close(normalized_patch_targets(patch)[0, 0], expected)
+    torch.testing.assert_close(
+        normalized_patch_targets(patch, normalize=False)[0, 0], torch.tensor([0.0, 0.0, 2.0, 2.0])
+    )
+
+
+def test_mae_loss_is_the_mse_on_masked_patches_only() -> None:
+    model = build("mae", (16, 12))
+    x = torch.randn(3, 2, 16, 12)
+    out = model(x, generator=seeded(4))
+    patches = x.reshape(3, 2, 4, 4, 3, 4).permute(0, 2, 4, 1, 3, 5).reshape(3, 12, 2, 4, 4)
+    torch.testing.assert_close(out.target, normalized_patch_targets(patches))
+    squared = (out.pred - out.target).square().mean(dim=-1)
+    torch.testing.assert_close(out.loss, squared[out.mask].mean())
+    raw = build("mae", (16, 12), norm_pix_loss=False)
+    torch.testing.assert_close(raw(x, generator=seeded(4)).target, patches.flatten(2))
+
+
+def test_mae_encoder_sees_only_the_visible_patches() -> None:
+    model = build("mae", (32,))
+    x = torch.randn(2, 2, 32)
+    out = model(x, generator=seeded(5))
+    changed = x.clone().view(2, 2, 8, 4)
+    changed[out.mask.unsqueeze(1).expand(-1, 2, -1)] += 10.0  # perturb every masked patch
+    again = model(changed.view(2, 2, 32), generator=seeded(5))
+    torch.testing.assert_close(again.pred, out.pred)  # the reconstruction ignores them
+    assert not torch.allclose(again.target, out.target)
+
+
+# --------------------------------------------------------------------------------------------
+# MP3
+# --------------------------------------------------------------------------------------------
+
+
+def test_mp3_labels_are_slot_indices_and_keys_are_masked_per_example() -> None:
+    model = build("mp3", (16, 12))  # 4 x 3 = 12 slots
+    assert isinstance(model, MP3Model) and model.encoder.pos_embed is None
+    out = model(torch.randn(8, 2, 16, 12), generator=seeded())
+    assert out.logits.shape == (8, 12, 12)
+    assert torch.equal(out.labels, torch.arange(12).expand(8, -1))
+    assert out.key_mask.sum(dim=1).tolist() == [9] * 8  # round(0.75 * 12)
+    expected = F.cross_entropy(out.logits.flatten(0, 1), out.labels.flatten())
+    torch.testing.assert_close(out.loss, expected)  # every token carries the loss
+
+
+def test_mp3_masked_patches_are_no_keys() -> None:
+    model = build("mp3", (32,))
+    x = torch.randn(2, 2, 32)
+    out = model(x, generator=seeded(6))
+    changed = x.clone().view(2, 2, 8, 4)
+    changed[out.key_mask.unsqueeze(1).expand(-1, 2, -1)] += 10.0
+    again = model(changed.view(2, 2, 32), generator=seeded(6))
+    keep = ~out.key_mask
+    torch.testing.assert_close(again.logits[keep], out.logits[keep])  # context unaffected
+    assert not torch.allclose(again.logits[out.key_mask], out.logits[out.key_mask])
+
+
+# --------------------------------------------------------------------------------------------
+# DropPos
+# --------------------------------------------------------------------------------------------
+
+
+def test_droppos_smoothing_on_a_1d_grid_of_5_slots_by_hand() -> None:
+    e = math.exp
+    row0 = torch.tensor([1.0, e(-1), e(-4), e(-9), e(-16)])
+    row2 = torch.tensor([e(-4), e(-1), 1.0, e(-1), e(-4)])
+    smoothing = position_smoothing((5,), sigma=1.0)
+    torch.testing.assert_close(smoothing[0], row0 / row0.sum())
+    torch.testing.assert_close(smoothing[2], row2 / row2.sum())
+    torch.testing.assert_close(smoothing.sum(dim=1), torch.ones(5))
+    # sigma = 2: exp(-d^2 / 4)
+    row1 = torch.tensor([e(-1 / 4), 1.0, e(-1 / 4), e(-4 / 4), e(-9 / 4)])
+    torch.testing.assert_close(position_smoothing((5,), sigma=2.0)[1], row1 / row1.sum())
+    torch.testing.assert_close(position_smoothing((5,), sigma=0.0), torch.eye(5))
+
+
+def test_droppos_smoothing_on_a_2x3_grid_by_hand() -> None:
+    # Slots row-major: 0 (0,0) 1 (0,1) 2 (0,2) / 3 (1,0) 4 (1,1) 5 (1,2).
+    assert grid_coordinates((2, 3)).tolist() == [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
+    e = math.exp
+    row4 = torch.tensor([e(-2), e(-1), e(-2), e(-1), 1.0, e(-1)])  # squared distances 2 1 2 1 0 1
+    row0 = torch.tensor([1.0, e(-1), e(-4), e(-1), e(-2), e(-5)])
+    smoothing = position_smoothing((2, 3), sigma=1.0)
+    torch.testing.assert_close(smoothing[4], row4 / row4.sum())
+    torch.testing.assert_close(smoothing[0], row0 / row0.sum())
+    labels = torch.tensor([[4, 0]])
+    torch.testing.assert_close(
+        smoothed_labels(grid_coordinates((2, 3)), labels, 1.0), smoothing[labels]
+    )
+
+
+def test_droppos_drops_patches_and_positions_and_labels_the_kept_slots() -> None:
+    model = build("droppos", (16, 16))  # 16 slots, 4 kept, 3 of them without position
+    assert isinstance(model, DropPosModel)
+    out = model(torch.randn(8, 2, 16, 16), generator=seeded())
+    assert out.logits.shape == (8, 4, 16) and out.labels.shape == (8, 4)
+    assert (out.labels.diff(dim=1) > 0).all()  # distinct slots, ascending
+    assert out.position_mask.sum(dim=1).tolist() == [3] * 8  # round(0.75 * 4)
+    assert (out.weights[~out.position_mask] == 0).all()
+    assert (out.weights[out.position_mask] > 0).all()
+    assert len({tuple(row) for row in out.labels.tolist()}) > 1
+    torch.testing.assert_close(out.soft_labels, position_smoothing((4, 4), 1.0)[out.labels])
+    cross_entropy = -(out.soft_labels * F.log_softmax(out.logits, dim=-1)).sum(dim=-1)
+    expected = (cross_entropy * out.weights).sum() / out.weights.sum()
+    torch.testing.assert_close(out.loss, expected)
+    assert out.metrics["accuracy_chance"] == pytest.approx(1 / 16)
+    assert out.metrics["accuracy_floor"] == pytest.approx(1 / 15)  # one anchor slot is known
+
+
+def test_droppos_attentive_weights_follow_cls_similarity() -> None:
+    model = build("droppos", (32,))
+    assert isinstance(model, DropPosModel)
+    x = torch.randn(4, 2, 32)
+    out = model(x, generator=seeded(2))
+    similarity = model.patch_similarity(x.view(4, 2, 8, 4).transpose(1, 2))
+    assert similarity.shape == (4, 8)
+    torch.testing.assert_close(similarity.sum(dim=1), torch.ones(4))
+    kept = similarity.gather(1, out.labels)
+    expected = out.position_mask.float() * kept / kept.sum(dim=1, keepdim=True)
+    torch.testing.assert_close(out.weights, expected)
+    model.attentive = False
+    plain = model(x, generator=seeded(2))
+    torch.testing.assert_close(plain.weights, plain.position_mask.float())
+
+
+def test_droppos_sigma_decays_linearly_to_one_hot() -> None:
+    model = build("droppos", (32,), smoothing_sigma=2.0)
+    assert isinstance(model, DropPosModel)
+    x = torch.randn(2, 2, 32)
+    assert model.sigma == 2.0
+    model.set_training_progress(0.5)
+    assert model.sigma == 1.0
+    out = model(x, generator=seeded())
+    torch.testing.assert_close(out.soft_labels, position_smoothing((8,), 1.0)[out.labels])
+    assert float(out.metrics["smoothing_sigma"]) == 1.0
+    model.set_training_progress(1.0)
+    out = model(x, generator=seeded())
+    torch.testing.assert_close(out.soft_labels, F.one_hot(out.labels, 8).float())
