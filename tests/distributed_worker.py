@@ -9,8 +9,8 @@ Every rank trains on the same generated data and writes its final weights to
 ``RESULTS/rank{RANK}.pt``, so the test can check that the ranks ended identical. With ``nan``, one
 item holds a NaN: every rank must stop with an ``InputError`` (none may hang in a collective), and
 writes the message to ``RESULTS/rank{RANK}.error``. With ``heads``, the worker joins the process
-group itself (``pretrain`` reuses it) and pretrains once per ablation head, with scale targets; it
-writes ``RESULTS/{head}_rank{RANK}.pt``.
+group itself (``pretrain`` reuses it) and pretrains once per ablation head (with scale targets) and
+once per baseline method; it writes ``RESULTS/{name}_rank{RANK}.pt``.
 """
 
 import os
@@ -26,28 +26,28 @@ from partnd.engine.config import PretrainConfig
 from partnd.pretraining import pretrain
 
 ABLATION_HEADS = ("pairwise_mlp", "mlp")
+METHODS = ("part_grid", "mae", "mp3", "droppos")
 
 
 def run_heads(data: np.ndarray, out_dir: Path, results: Path, rank: int) -> None:
-    """Pretrain with every ablation head in one process group (DDP without unused parameters)."""
+    """Pretrain with every ablation head and every other method in one process group (DDP
+    without unused parameters: a parameter without a gradient in a step would abort the run)."""
     dist.init_process_group(backend="gloo")
     try:
-        for head in ABLATION_HEADS:
+        runs = {
+            head: {"head": head, "scale_range": (0.5, 2.0), "scale_targets": True}
+            for head in ABLATION_HEADS
+        }
+        runs.update({method: {"method": method} for method in METHODS})
+        runs["droppos"]["mask_ratio"] = 0.5  # 4 tiles of 80 samples: keep 2
+        for name, settings in runs.items():
             config = PretrainConfig.preset(
-                "test",
-                head=head,
-                patch_size=20,
-                num_patches=3,
-                num_pairs=6,
-                scale_range=(0.5, 2.0),
-                scale_targets=True,
-                epochs=1,
-                batch_size=4,
-            )
-            result = pretrain(data, out_dir=out_dir / head, config=config)
+                "test", patch_size=20, num_patches=3, num_pairs=6, epochs=1, batch_size=4
+            ).replace(**settings)
+            result = pretrain(data, out_dir=out_dir / name, config=config)
             torch.save(
                 {"model": result.model.state_dict(), "history": result.history},
-                results / f"{head}_rank{rank}.pt",
+                results / f"{name}_rank{rank}.pt",
             )
     finally:
         dist.destroy_process_group()

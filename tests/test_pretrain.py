@@ -170,6 +170,17 @@ RESUME_CONFIG = {
 }
 
 
+@pytest.mark.parametrize("method", ["part_grid", "mae", "mp3", "droppos"])
+def test_every_method_resumes_exactly(tmp_path: Path, method: str) -> None:
+    data = ramp_1d(16)
+    config = tiny_config(method=method, ema_decay=0.9)
+    full = pretrain(data, out_dir=tmp_path / "full", config=config)
+    pretrain(data, out_dir=tmp_path / "cut", config=config, max_steps=6)
+    resumed = pretrain(data, out_dir=tmp_path / "cut", config=config, resume=True)
+    _assert_same_state(tmp_path / "full/checkpoints/last.pt", tmp_path / "cut/checkpoints/last.pt")
+    assert deterministic(full.history) == deterministic(resumed.history)
+
+
 @pytest.mark.parametrize("stop_after", [4, 6], ids=["epoch_end", "mid_epoch"])
 def test_resume_equals_uninterrupted(tmp_path: Path, stop_after: int) -> None:
     data = ramp_1d(16)
