@@ -457,6 +457,16 @@ register_subcommand(
     "preprocessing.physionet2018:main",
     "preprocess PhysioNet 2018 recordings into a zarr sleep store",
 )
+register_subcommand(
+    "ingest",
+    "preprocessing.ingest:main",
+    "preprocess one EDF/BDF/FIF/... recording and its hypnogram into a zarr sleep store",
+)
+register_subcommand(
+    "cohort",
+    "partnd.datasets.pc18_cohort:main",
+    "generate the synthetic PC18-format sample cohort",
+)
 register_subcommand("demo", "recipes.sleep_staging:main", "run the sleep-staging demo recipe")
 
 

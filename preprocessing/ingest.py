@@ -7,16 +7,26 @@ resampling to 100 Hz, 30 s windows aligned to the first scored sample). The hypn
 - :class:`mne.Annotations` whose descriptions are mapped to stage codes (default mapping
   :data:`DEFAULT_STAGE_MAPPING`: Rechtschaffen & Kales ``"Sleep stage W/1/2/3/4/R"`` with 3 and 4
   merged into N3, and AASM ``"W"/"N1"/"N2"/"N3"/"R"/"REM"``); unmapped descriptions (``"Sleep
-  stage ?"``, ``"Movement time"``, events) leave their samples unscored;
+  stage ?"``, ``"Movement time"``, events) leave their samples unscored; onsets are placed on the
+  data exactly as :func:`mne.events_from_annotations` places them
+  (:func:`annotation_sample_indices`);
 - an array of per-epoch labels (stage codes ``0..4`` with ``-1`` unscored, or strings mapped like
   descriptions) starting ``hypnogram_onset`` seconds after the first sample, ``epoch_seconds``
   apart;
 - None: an unlabelled recording (every full window from the first sample, stage ``-1``).
+
+Channels: those named in ``eeg_channels``, or by default the EEG-typed channels whose names read as
+10-20 electrodes or derivations (:func:`is_ten_twenty_name`). Command line: ``partnd ingest
+RECORDING [HYPNOGRAM] --out STORE`` (:func:`main`).
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
 import hashlib
+import logging
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -39,11 +49,18 @@ from .windowing import CONFLICTING_SAMPLE, UNDEFINED_SAMPLE
 
 __all__ = [
     "DEFAULT_STAGE_MAPPING",
+    "REFERENCE_NAMES",
+    "annotation_sample_indices",
     "annotations_to_sample_stages",
+    "build_parser",
     "epochs_to_sample_stages",
     "ingest_file",
     "ingest_raw",
+    "is_ten_twenty_name",
+    "main",
 ]
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_STAGE_MAPPING: dict[str, int] = {
     "Sleep stage W": 0,
@@ -74,17 +91,41 @@ def _mark(codes: np.ndarray, start: int, stop: int, code: int) -> None:
     region[:] = np.where(conflict, CONFLICTING_SAMPLE, code)
 
 
-def _annotation_offset_seconds(raw: mne.io.BaseRaw, annotations: mne.Annotations) -> float:
-    """Seconds to add to ``annotations.onset`` to get seconds from the first sample of ``raw``."""
+def annotation_sample_indices(
+    raw: mne.io.BaseRaw, annotations: mne.Annotations, times: np.ndarray
+) -> np.ndarray:
+    """Indices into ``raw``'s data (0 = its first sample) of times given on ``annotations``' clock.
+
+    The arithmetic is that of :func:`mne.events_from_annotations`: with ``orig_time`` set,
+    :meth:`raw.time_as_index(times, use_rounding=True, origin=orig_time)
+    <mne.io.Raw.time_as_index>`; without it, times count from sample 0 of the acquisition, so a
+    cropped recording's ``raw.first_samp`` is subtracted (this is how ``raw.annotations`` of a
+    recording without ``meas_date`` are kept, and how they stay attached through ``crop``).
+
+    Args:
+        raw: The recording (only its timing is used).
+        annotations: Annotations whose clock ``times`` are on (only ``orig_time`` is used).
+        times: Times in seconds, e.g. ``annotations.onset``.
+
+    Returns:
+        ``[len(times)]`` int64 sample indices (negative or ``>= raw.n_times`` outside the data).
+
+    Raises:
+        InputError: ``annotations`` have an ``orig_time`` but ``raw`` has no ``meas_date``.
+    """
+    times = np.asarray(times, dtype=np.float64)
     if annotations.orig_time is None:
-        return 0.0
-    meas_date = raw.info["meas_date"]
-    if meas_date is None:
-        raise InputError(
-            "hypnogram: expected annotations without orig_time for a recording without "
-            f"meas_date, got orig_time={annotations.orig_time}"
-        )
-    return (annotations.orig_time - meas_date).total_seconds() - raw.first_time
+        absolute = raw.time_as_index(times, use_rounding=True)  # first_samp-based, as events
+        return absolute.astype(np.int64) - raw.first_samp
+    check(
+        raw.info["meas_date"] is not None,
+        "hypnogram",
+        "annotations without orig_time for a recording without meas_date (MNE refuses to "
+        "align them too)",
+        f"orig_time={annotations.orig_time}",
+    )
+    indices = raw.time_as_index(times, use_rounding=True, origin=annotations.orig_time)
+    return indices.astype(np.int64)
 
 
 def annotations_to_sample_stages(
@@ -94,8 +135,13 @@ def annotations_to_sample_stages(
 ) -> np.ndarray:
     """Per-sample stage codes of ``raw`` from stage annotations.
 
-    Onsets follow MNE's convention: relative to ``orig_time`` when the annotations have one (as
-    after :func:`mne.read_annotations` of an EDF+ hypnogram), else to the first sample of ``raw``.
+    Onsets are placed exactly as :func:`mne.events_from_annotations` places them (see
+    :func:`annotation_sample_indices`): relative to ``orig_time`` when the annotations have one
+    (as ``raw.annotations`` of a recording with ``meas_date``, or :func:`mne.read_annotations` of
+    an EDF+ hypnogram), else from sample 0 of the acquisition, i.e. ``raw.first_time`` seconds
+    before the first sample of a cropped recording (as ``raw.annotations`` of a recording without
+    ``meas_date``). For an uncropped recording both mean "from its first sample". An annotation
+    covers ``[onset, onset + duration)``.
 
     Args:
         raw: The recording (only its timing is used).
@@ -105,16 +151,17 @@ def annotations_to_sample_stages(
     Returns:
         ``[n_times]`` int8: stage codes, -1 unscored, -2 where two different stages overlap.
     """
-    sfreq = raw.info["sfreq"]
     codes = np.full(raw.n_times, UNDEFINED_SAMPLE, dtype=np.int8)
-    offset = _annotation_offset_seconds(raw, annotations)
-    for onset, duration, description in zip(
-        annotations.onset, annotations.duration, annotations.description, strict=True
+    selected = np.array(
+        [description in stage_mapping for description in annotations.description], dtype=bool
+    )
+    onsets = annotations.onset[selected]
+    starts = annotation_sample_indices(raw, annotations, onsets)
+    stops = annotation_sample_indices(raw, annotations, onsets + annotations.duration[selected])
+    for start, stop, description in zip(
+        starts, stops, annotations.description[selected], strict=True
     ):
-        if description not in stage_mapping:
-            continue
-        start = max(0, round((onset + offset) * sfreq))
-        stop = min(raw.n_times, round((onset + offset + duration) * sfreq))
+        start, stop = max(0, int(start)), min(raw.n_times, int(stop))
         if stop > start:
             _mark(codes, start, stop, int(stage_mapping[description]))
     return codes
@@ -168,23 +215,74 @@ def epochs_to_sample_stages(
     return codes
 
 
+REFERENCE_NAMES: frozenset[str] = frozenset({"REF", "AVG", "AVE", "AR", "CAR", "LE", "CLE", "LER"})
+"""Reference words accepted after the ``-`` of a derivation name (``Fp1-REF``, ``C3-LE``), upper
+case; any 10-20 electrode (``M2``, ``A1``, ``Cz``, ...) is accepted there too."""
+
+_EAR_AND_MASTOID = frozenset({"A1", "A2", "M1", "M2"})
+
+
+@functools.cache
+def _ten_twenty_electrodes() -> frozenset[str]:
+    """Upper-case electrode names of MNE's 10-20 montage (incl. T3-T6, A1/A2, M1/M2)."""
+    name = "colin27_1020"  # MNE >= 1.13; "standard_1020" is its deprecated alias
+    if name not in mne.channels.get_builtin_montages():
+        name = "standard_1020"
+    return frozenset(ch.upper() for ch in mne.channels.make_standard_montage(name).ch_names)
+
+
+def is_ten_twenty_name(name: str) -> bool:
+    """Whether a channel name reads as a 10-20 EEG electrode or derivation.
+
+    Accepted: an optional ``EEG`` prefix word, a 10-20 scalp electrode of MNE's standard montage
+    (case-insensitive; the ear and mastoid references ``A1 A2 M1 M2`` do not count on their own),
+    optionally ``-`` and a second 10-20 electrode or a reference word (:data:`REFERENCE_NAMES`):
+    ``EEG Fpz-Cz``, ``C3-M2``, ``F4-A1``, ``FP1-A2``, ``Oz``, ``Fp1-REF``. Not accepted: ``E1-M2``
+    (EOG), ``Chin1-Chin2``, ``EEG(sec)``, ``squarewave``.
+
+    Args:
+        name: A channel name.
+
+    Returns:
+        True for a 10-20 EEG channel name.
+    """
+    text = name.strip()
+    if text[:4].upper() == "EEG " or text[:4].upper() == "EEG:":
+        text = text[4:].strip()
+    parts = [part.strip().upper() for part in text.split("-")]
+    electrodes = _ten_twenty_electrodes()
+    if not 1 <= len(parts) <= 2 or parts[0] not in electrodes - _EAR_AND_MASTOID:
+        return False
+    return len(parts) == 1 or parts[1] in electrodes or parts[1] in REFERENCE_NAMES
+
+
 def _channel_names(
     raw: mne.io.BaseRaw, eeg_channels: Sequence[str] | Mapping[str, str] | None
 ) -> tuple[list[str], list[str]]:
-    """``(names in raw, names stored)``."""
+    """``(names in raw, names stored)``; see :func:`ingest_raw`'s ``eeg_channels``."""
     if eeg_channels is None:
         picks = mne.pick_types(raw.info, eeg=True, exclude=())
-        source = [raw.ch_names[index] for index in picks]
+        typed_eeg = [raw.ch_names[index] for index in picks]
+        source = [name for name in typed_eeg if is_ten_twenty_name(name)]
         check(
-            bool(source), "eeg_channels", "channel names (the recording has no EEG channel)", None
+            bool(source),
+            "eeg_channels",
+            "the names of the EEG channels to ingest, since no channel of type EEG has a 10-20 "
+            "name such as 'C3-M2' or 'EEG Fpz-Cz'",
+            f"None for a recording with channels {raw.ch_names}",
         )
+        left_out = [name for name in raw.ch_names if name not in source]
+        logger.info("eeg_channels: picked %s by their 10-20 names; left out %s", source, left_out)
         return source, source
     if isinstance(eeg_channels, Mapping):
         source, stored = list(eeg_channels), [str(name) for name in eeg_channels.values()]
     else:
+        check(not isinstance(eeg_channels, str), "eeg_channels", "a list of names", eeg_channels)
         source = stored = [str(name) for name in eeg_channels]
+    check(bool(source), "eeg_channels", "at least one channel name", source)
     missing = [name for name in source if name not in raw.ch_names]
     check(not missing, "eeg_channels", f"names among {raw.ch_names}", missing)
+    check(len(set(source)) == len(source), "eeg_channels", "distinct channel names", source)
     check(len(set(stored)) == len(stored), "eeg_channels", "distinct stored names", stored)
     return source, stored
 
@@ -218,8 +316,11 @@ def ingest_raw(
         record_id: Identifier of the new record.
         subject_id: Subject of the recording (default: ``record_id``).
         split: Split attribute (default ``"training"`` when labelled, ``"test"`` otherwise).
-        eeg_channels: Channels to keep: names, or a mapping ``{name in raw: stored name}``
-            (default: every EEG channel).
+        eeg_channels: Channels to keep: names, or a mapping ``{name in raw: stored name}``.
+            Default: the channels of type EEG whose names read as 10-20 electrodes or derivations
+            (:func:`is_ten_twenty_name`: ``EEG Fpz-Cz``, ``C3-M2``, ``F4-A1``, ...), logged at
+            INFO level and returned as ``source_channels``; an error when there is none (MNE types
+            every EDF channel as EEG, so EDF test signals or EOG/EMG channels are not taken).
         stage_mapping: Description -> stage code for annotation or string labels.
         hypnogram_onset: For per-epoch labels, start of the first epoch in seconds from the first
             sample.
@@ -230,7 +331,7 @@ def ingest_raw(
         overwrite: Replace an existing record ``record_id``.
 
     Returns:
-        The record attributes written.
+        The record attributes written (``source_channels``: the channels taken from ``raw``).
 
     Raises:
         RecordError: The recording cannot be preprocessed (non-finite data, no scored sample, flat
@@ -264,7 +365,7 @@ def ingest_raw(
         **config.store_metadata({"dataset": source_name}, source_sfreq=None),
         "signal_dtype": dtype,
     }
-    store = open_or_create_store(store_path, config, stored_names, metadata)
+    store = open_or_create_store(store_path, config, stored_names, metadata, argument="store_path")
     check(
         not (store.path / RECORDS_GROUP / record_id).exists() or overwrite,
         "record_id",
@@ -332,20 +433,39 @@ def ingest_file(
     Args:
         path: The recording file.
         hypnogram: A hypnogram file read with :func:`mne.read_annotations` (e.g. an EDF+
-            ``*-Hypnogram.edf``), or anything :func:`ingest_raw` accepts.
+            ``*-Hypnogram.edf``, or the recording itself when it carries the stage annotations),
+            or anything :func:`ingest_raw` accepts.
         store_path: Target store.
         record_id: Identifier of the record (default: the file name without extension).
-        **kwargs: Passed on to :func:`ingest_raw`.
+        **kwargs: Passed on to :func:`ingest_raw` (``eeg_channels``, ``subject_id``, ...).
 
     Returns:
         The record attributes written.
+
+    Raises:
+        InputError: A file that does not exist or that MNE cannot read, or any error of
+            :func:`ingest_raw`.
+        RecordError: As :func:`ingest_raw`.
     """
     path = Path(path)
     check(path.is_file(), "path", "an existing recording file", str(path))
-    raw = mne.io.read_raw(path, preload=False, verbose="error")
+    try:
+        raw = mne.io.read_raw(path, preload=False, verbose="error")
+    except Exception as error:  # readers fail in many ways on a file they cannot read
+        raise InputError(
+            f"path: expected a recording mne.io.read_raw reads (EDF, BDF, FIF, BrainVision, ...), "
+            f"got {str(path)!r} ({type(error).__name__}: {error})"
+        ) from None
     if isinstance(hypnogram, (str, Path)):
         check(Path(hypnogram).is_file(), "hypnogram", "an existing annotation file", str(hypnogram))
-        hypnogram = mne.read_annotations(hypnogram)
+        try:
+            hypnogram = mne.read_annotations(hypnogram)
+        except Exception as error:
+            raise InputError(
+                "hypnogram: expected an annotation file mne.read_annotations reads (EDF+, FIF, "
+                f"CSV/TXT with onset, duration, description, ...), got {str(hypnogram)!r} "
+                f"({type(error).__name__}: {error})"
+            ) from None
     return ingest_raw(
         raw,
         hypnogram,
@@ -353,3 +473,113 @@ def ingest_file(
         record_id if record_id is not None else path.stem,
         **kwargs,
     )
+
+
+_CLI_NAMES = {
+    "path": "RECORDING",
+    "hypnogram": "HYPNOGRAM",
+    "store_path": "--out",
+    "record_id": "--record-id",
+    "eeg_channels": "--eeg-channels",
+    "dtype": "--dtype",
+}
+
+
+def _parse_channels(text: str | None) -> list[str] | dict[str, str] | None:
+    """``"A,B"`` -> ``["A", "B"]``; ``"A=a,B"`` -> ``{"A": "a", "B": "B"}``."""
+    if text is None:
+        return None
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not any("=" in item for item in items):
+        return items
+    pairs = [item.partition("=") for item in items]
+    return {name.strip(): (stored.strip() or name.strip()) for name, _, stored in pairs}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line parser of ``partnd ingest``."""
+    parser = argparse.ArgumentParser(
+        prog="partnd ingest",
+        description="Preprocess one recording MNE reads (EDF, BDF, FIF, BrainVision, ...) with its "
+        "hypnogram into a partnd-sleep zarr store (0.1-30 Hz zero-phase FIR over the whole night, "
+        "100 Hz, 30 s windows aligned to the first scored sample). Run it once per recording; "
+        "the store accumulates records.",
+    )
+    parser.add_argument("recording", type=Path, metavar="RECORDING", help="the recording file")
+    parser.add_argument(
+        "hypnogram",
+        type=Path,
+        nargs="?",
+        metavar="HYPNOGRAM",
+        help="annotation file with the sleep stages, read by mne.read_annotations (e.g. a "
+        "Sleep-EDF *-Hypnogram.edf; the recording itself if it carries them); omit for an "
+        "unlabelled recording",
+    )
+    parser.add_argument(
+        "--out", type=Path, required=True, help="store to create or add to, e.g. sleep_edf.zarr"
+    )
+    parser.add_argument("--record-id", help="record identifier (default: the file name's stem)")
+    parser.add_argument("--subject-id", help="subject identifier (default: the record id)")
+    parser.add_argument(
+        "--split", help="split attribute (default: training when labelled, test otherwise)"
+    )
+    parser.add_argument(
+        "--eeg-channels",
+        metavar="NAMES",
+        help="comma-separated channels to keep, each optionally renamed for the store "
+        "('EEG Fpz-Cz=Fpz-Cz,EEG Pz-Oz=Pz-Oz'); default: the EEG channels with 10-20 names",
+    )
+    parser.add_argument(
+        "--dtype", choices=SIGNAL_DTYPES, default="float32", help="on-disk signal dtype"
+    )
+    parser.add_argument(
+        "--overwrite",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="replace a record with the same id already in --out (other records are kept)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``partnd ingest``.
+
+    Returns:
+        0 when the record was stored, 1 when it could not be preprocessed (the reason is printed
+        and written to the store's manifest), 2 for unusable arguments (message on stderr).
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        attrs = ingest_file(
+            args.recording,
+            args.hypnogram,
+            args.out,
+            args.record_id,
+            subject_id=args.subject_id,
+            split=args.split,
+            eeg_channels=_parse_channels(args.eeg_channels),
+            dtype=args.dtype,
+            overwrite=args.overwrite,
+        )
+    except (InputError, FileExistsError) as error:
+        message = str(error)
+        name, sep, rest = message.partition(":")
+        if sep and name in _CLI_NAMES:
+            message = _CLI_NAMES[name] + sep + rest
+        print(f"{parser.prog}: error: {message}", file=sys.stderr)
+        return 2
+    except RecordError as error:
+        print(f"{parser.prog}: {args.recording} failed: {error.reason}: {error.detail}")
+        return 1
+    labelled = "unlabelled" if args.hypnogram is None else f"{attrs['n_labelled']} labelled"
+    how = (
+        " (picked by their 10-20 names; choose with --eeg-channels)"
+        if not args.eeg_channels
+        else ""
+    )
+    print(
+        f"{parser.prog}: {attrs['record_id']}: {attrs['n_windows']} windows ({labelled}, "
+        f"dropped {attrs['dropped']}) from channels {attrs['source_channels']}{how} -> {args.out}"
+    )
+    return 0

@@ -2,9 +2,11 @@
 
 Usage::
 
-    python -m preprocessing.physionet2018 --src DIR --out STORE.zarr [--n-jobs 8]
-        [--backend loky|dask] [--dtype float32|float16] [--records ID ...] [--no-progress]
-        [--overwrite] [--verify-checksums]
+    partnd preprocess --src DIR --out STORE.zarr [--n-jobs 8] [--backend loky|dask]
+        [--dtype float32|float16] [--records ID,ID ...] [--no-progress] [--overwrite]
+        [--verify-checksums]
+
+(also ``python -m preprocessing.physionet2018`` with the same options).
 
 Every record under ``DIR/training/`` and ``DIR/test/`` is read (the six EEG channels, by name),
 band-passed over the whole night, resampled to 100 Hz and cut into 30 s windows (see
@@ -16,8 +18,12 @@ already in the store is skipped when its manifest entry says ``done`` and the si
 times of its source files are unchanged. Otherwise (changed files, no manifest entry because the
 run was killed right after the record was written, or ``--verify-checksums``) the SHA-256 of the
 sources is compared with the record's ``source_checksum``: equal -> skipped, different -> processed
-again and replaced. Failed records are retried. The exit status is 1 when any record failed and 2
-for unusable arguments.
+again and replaced. Failed records are retried.
+
+The exit status is 0 when every record is complete, 1 when any record failed unexpectedly, and 2
+for unusable arguments. Failures that ``--src`` declares as injected on purpose (a generated sample
+cohort's ``cohort.json``, see :func:`partnd.datasets.pc18_cohort.injected_faults`: a record whose
+declared flat channel fails it with ``flat_channel``) are reported as expected and do not count.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from typing import Any
 from partnd._validation import InputError, check
 from partnd.datasets.store import SIGNAL_DTYPES, SleepStore, remove_incomplete_records
 
-from .errors import UNEXPECTED_ERROR, RecordError
+from .errors import FLAT_CHANNEL, UNEXPECTED_ERROR, RecordError
 from .manifest import STATUS_DONE, STATUS_FAILED, Manifest
 from .parallel import BACKENDS, parallel_map_unordered
 from .pc18_reader import PC18_EEG_CHANNELS, PC18Record, find_records, read_eeg, read_sample_stages
@@ -57,6 +63,7 @@ __all__ = [
     "RecordTask",
     "RunReport",
     "build_parser",
+    "expected_failures",
     "main",
     "preprocess_physionet2018",
     "process_record",
@@ -66,6 +73,9 @@ PC18_SOURCE_SFREQ = 200.0
 OUTCOME_DONE = "done"
 OUTCOME_SKIPPED = "skipped"
 OUTCOME_FAILED = "failed"
+
+_FAILURE_OF_FAULT = {"flat_channel": FLAT_CHANNEL}
+"""Declared fault kind -> the failure reason it is expected to cause."""
 
 
 @dataclass(frozen=True)
@@ -96,18 +106,31 @@ class RunReport:
         outcomes: Record id -> ``"done"`` (processed now), ``"skipped"`` (already complete) or
             ``"failed"``.
         manifest: The store's manifest after the run.
+        expected: Failed record id -> why its failure was expected (a fault the source declares as
+            injected, see :func:`expected_failures`); the others failed unexpectedly.
     """
 
     outcomes: dict[str, str] = field(default_factory=dict)
     manifest: dict[str, dict[str, Any]] = field(default_factory=dict)
+    expected: dict[str, str] = field(default_factory=dict)
 
     @property
     def failed(self) -> list[str]:
-        """Ids of the records that failed in this run."""
+        """Ids of the records that failed in this run (expected failures included)."""
         return sorted(rid for rid, outcome in self.outcomes.items() if outcome == OUTCOME_FAILED)
 
+    @property
+    def expected_failures(self) -> list[str]:
+        """Failed records whose failure is a fault the source declares as injected."""
+        return [record_id for record_id in self.failed if record_id in self.expected]
+
+    @property
+    def unexpected_failures(self) -> list[str]:
+        """Failed records that the source does not declare as faulty: real problems."""
+        return [record_id for record_id in self.failed if record_id not in self.expected]
+
     def summary(self) -> str:
-        """A plain-text table: counts per outcome, then each failed record with its reason."""
+        """A plain-text table: counts per outcome, failed records with reasons, expected ones."""
         counts = Counter(self.outcomes.values())
         lines = [f"{'outcome':<10} {'records':>8}"]
         lines += [
@@ -119,8 +142,50 @@ class RunReport:
             lines.append(f"{'failed record':<16} {'reason':<22} detail")
             for record_id in self.failed:
                 entry = self.manifest[record_id]
-                lines.append(f"{record_id:<16} {entry['reason']:<22} {entry['detail']}")
+                note = " [expected: injected fault]" if record_id in self.expected else ""
+                lines.append(f"{record_id:<16} {entry['reason']:<22} {entry['detail']}{note}")
+        expected = self.expected_failures
+        if expected:
+            noun = "record" if len(expected) == 1 else "records"
+            listed = ", ".join(f"{rid} {self.expected[rid]}" for rid in expected)
+            lines.append("")
+            lines.append(f"{len(expected)} {noun} failed as expected: {listed}")
+        unexpected = self.unexpected_failures
+        if expected and unexpected:
+            noun = "record" if len(unexpected) == 1 else "records"
+            lines.append(f"{len(unexpected)} {noun} failed unexpectedly: {', '.join(unexpected)}")
         return "\n".join(lines)
+
+
+def expected_failures(src: str | Path, manifest: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Failed records whose failure is exactly a fault that ``src`` declares as injected.
+
+    Only a generated sample cohort declares faults (its ``cohort.json``, read with
+    :func:`partnd.datasets.pc18_cohort.injected_faults`); real data never does. A failure is
+    expected when its reason is the one the declared fault causes (a flat channel ->
+    ``flat_channel``) and its detail names the declared channel.
+
+    Args:
+        src: The source directory of the run.
+        manifest: Manifest entries of the run's records.
+
+    Returns:
+        Record id -> description, e.g. ``{"tr11-8157": "flat_channel (injected fault)"}``.
+    """
+    from partnd.datasets.pc18_cohort import injected_faults
+
+    faults = injected_faults(src)
+    expected = {}
+    for record_id, entry in manifest.items():
+        if entry.get("status") != STATUS_FAILED or record_id not in faults:
+            continue
+        for kind, details in faults[record_id].items():
+            channel = details.get("channel") if isinstance(details, dict) else None
+            if _FAILURE_OF_FAULT.get(kind) == entry.get("reason") and (
+                channel is None or f"'{channel}'" in str(entry.get("detail"))
+            ):
+                expected[record_id] = f"{entry['reason']} (injected fault)"
+    return expected
 
 
 def _entry_from_attrs(record: PC18Record, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -287,7 +352,7 @@ def preprocess_physionet2018(
     }
     metadata = {**config.store_metadata(source, PC18_SOURCE_SFREQ), "signal_dtype": dtype}
     store = open_or_create_store(
-        out, config, list(PC18_EEG_CHANNELS), metadata, overwrite=overwrite
+        out, config, list(PC18_EEG_CHANNELS), metadata, overwrite=overwrite, argument="out"
     )
     remove_incomplete_records(store.path)
     manifest = Manifest(store.path)
@@ -316,45 +381,93 @@ def preprocess_physionet2018(
         manifest.update(record_id, entry)
         report.outcomes[record_id] = outcome
     report.manifest = dict(manifest.entries)
+    failed = {rid: report.manifest[rid] for rid in report.failed if rid in report.manifest}
+    if failed:
+        report.expected = expected_failures(src, failed)
     return report
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Command-line parser of ``python -m preprocessing.physionet2018``."""
+def _record_ids(text: str) -> list[str]:
+    """One ``--records`` value: an id or comma-separated ids."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def build_parser(prog: str = "partnd preprocess") -> argparse.ArgumentParser:
+    """Command-line parser of ``partnd preprocess`` (``prog``: the name shown in usage)."""
     parser = argparse.ArgumentParser(
-        prog="python -m preprocessing.physionet2018",
+        prog=prog,
         description="Preprocess PhysioNet/CinC 2018 records into a partnd-sleep zarr store "
         "(6 EEG channels, 0.1-30 Hz zero-phase FIR over the whole night, 100 Hz, 30 s windows).",
     )
     parser.add_argument(
-        "--src", required=True, type=Path, help="directory with training/ and test/"
+        "--src", required=True, type=Path, help="directory with training/ and/or test/"
     )
-    parser.add_argument("--out", required=True, type=Path, help="output store, e.g. pc18.zarr")
+    parser.add_argument(
+        "--out", required=True, type=Path, help="store to create or resume, e.g. pc18.zarr"
+    )
     parser.add_argument("--n-jobs", type=int, default=1, help="parallel workers (-1: all cores)")
-    parser.add_argument("--backend", choices=BACKENDS, default="loky")
-    parser.add_argument("--scheduler-address", default=None, help="dask scheduler (backend dask)")
-    parser.add_argument("--dtype", choices=SIGNAL_DTYPES, default="float32")
-    parser.add_argument("--records", nargs="+", default=None, help="only these record ids")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.add_argument("--overwrite", action="store_true", help="delete an existing store first")
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="loky",
+        help="joblib processes (loky) or a dask.distributed cluster (dask)",
+    )
+    parser.add_argument(
+        "--scheduler-address",
+        default=None,
+        help="dask scheduler to use with --backend dask (default: a local cluster)",
+    )
+    parser.add_argument(
+        "--dtype", choices=SIGNAL_DTYPES, default="float32", help="on-disk signal dtype"
+    )
+    parser.add_argument(
+        "--records",
+        nargs="+",
+        type=_record_ids,
+        default=None,
+        metavar="ID",
+        help="only these record ids (comma- or space-separated)",
+    )
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="show a progress bar",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="delete an existing store at --out first (default: resume it)",
+    )
     parser.add_argument(
         "--verify-checksums",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=False,
         help="hash the sources of stored records instead of trusting sizes and mtimes",
     )
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+_CLI_NAMES = {"src": "--src", "out": "--out", "records": "--records"}
+
+
+def main(argv: list[str] | None = None, *, prog: str = "partnd preprocess") -> int:
     """Run the command.
 
+    Args:
+        argv: Command-line arguments (default ``sys.argv[1:]``).
+        prog: Program name shown in usage and error messages.
+
     Returns:
-        0 when every record is complete, 1 when any record failed, 2 for unusable arguments (no
-        record directory under ``--src``, an ``--out`` that is not a compatible store, unknown
-        ``--records``), reported on stderr without a traceback.
+        0 when every record is complete or failed exactly as the source declares (faults injected
+        into a generated sample cohort, listed as expected failures), 1 when any other record
+        failed, 2 for unusable arguments (no record directory under ``--src``, an ``--out`` that
+        is not a compatible store, unknown ``--records``), reported on stderr without a traceback.
     """
-    parser = build_parser()
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
+    records = None if args.records is None else [rid for ids in args.records for rid in ids]
     try:
         report = preprocess_physionet2018(
             args.src,
@@ -362,18 +475,22 @@ def main(argv: list[str] | None = None) -> int:
             n_jobs=args.n_jobs,
             backend=args.backend,
             dtype=args.dtype,
-            records=args.records,
-            progress=not args.no_progress,
+            records=records,
+            progress=args.progress,
             overwrite=args.overwrite,
             verify_checksums=args.verify_checksums,
             scheduler_address=args.scheduler_address,
         )
     except (InputError, FileNotFoundError, FileExistsError) as error:
-        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        message = str(error).replace("overwrite=True", "--overwrite")
+        name, sep, rest = message.partition(":")
+        if sep and name in _CLI_NAMES:
+            message = _CLI_NAMES[name] + sep + rest
+        print(f"{parser.prog}: error: {message}", file=sys.stderr)
         return 2
     print(report.summary())
-    return 1 if report.failed else 0
+    return 1 if report.unexpected_failures else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="python -m preprocessing.physionet2018"))

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from partnd._validation import check
+from partnd._validation import InputError, check
 from partnd.datasets.store import STAGE_NAMES, SleepStore, create_store, write_record
 
 from .errors import FLAT_CHANNEL, NO_WINDOWS, NON_FINITE, OUT_OF_RANGE, RecordError
@@ -261,17 +261,39 @@ def open_or_create_store(
     metadata: dict[str, Any],
     *,
     overwrite: bool = False,
+    argument: str = "path",
 ) -> SleepStore:
-    """Create the store for ``config`` or reopen a compatible existing one (to resume)."""
-    return create_store(
-        path,
-        sfreq=config.sfreq,
-        channels=channels,
-        window_seconds=config.window_seconds,
-        stage_names=STAGE_NAMES,
-        metadata=metadata,
-        overwrite=overwrite,
-    )
+    """Create the store for ``config`` or reopen a compatible existing one (to resume).
+
+    Args:
+        path: Store directory.
+        config: Preprocessing configuration (rate and window length of the store).
+        channels: Stored channel names.
+        metadata: Further store attributes.
+        overwrite: Delete an existing store first.
+        argument: Name of ``path`` in the caller's signature, used in error messages (e.g.
+            ``"store_path"``, ``"out"``).
+
+    Raises:
+        InputError: An existing store with another configuration, or a directory that is not a
+            partnd-sleep store (message starting with ``argument``).
+        FileExistsError: ``path`` exists and is not a zarr store.
+    """
+    try:
+        return create_store(
+            path,
+            sfreq=config.sfreq,
+            channels=channels,
+            window_seconds=config.window_seconds,
+            stage_names=STAGE_NAMES,
+            metadata=metadata,
+            overwrite=overwrite,
+        )
+    except (InputError, FileExistsError) as error:
+        message = str(error)
+        if argument == "path" or not message.startswith("path:"):
+            raise
+        raise type(error)(f"{argument}:{message[len('path:') :]}") from None
 
 
 def store_windowed_record(

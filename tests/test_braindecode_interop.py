@@ -58,11 +58,17 @@ def test_to_braindecode_matches_our_dataset(store_path: Path) -> None:
     for index in (0, 5, 9, 15):
         x, y, crop = converted[index]
         our_x, our_y = ours[index]
-        np.testing.assert_array_equal(x, our_x.numpy())
+        np.testing.assert_allclose(x, our_x.numpy() * 1e-6, rtol=1e-6)  # volts, as MNE holds EEG
         assert y == our_y
         record_id, window = ours.locate(index)
         start = round(SleepStore(store_path).start_times(record_id)[window] * SFREQ)
         assert crop == [window, start, start + N_TIMES]
+    store = SleepStore(store_path)
+    for dataset in converted.datasets:
+        record_id = dataset.description["record_id"]
+        stored = store.read_windows(record_id, 0, store.n_windows(record_id))
+        np.testing.assert_allclose(dataset.windows.get_data(units="uV"), stored, rtol=1e-12)
+        assert 1e-6 < np.median(np.abs(dataset.windows.get_data())) < 1e-4  # tens of µV, in V
     normalized = to_braindecode(store_path, ["tr01"], normalize=True, progress=False)
     ours_normalized = SleepWindowDataset(store_path, records=["tr01"], normalize=True)
     np.testing.assert_allclose(normalized[3][0], ours_normalized[3][0].numpy(), atol=1e-6)
@@ -79,7 +85,7 @@ def test_round_trip_store_braindecode_store(store_path: Path, tmp_path: Path) ->
     assert copy.channels == CHANNELS and copy.sfreq == SFREQ and copy.n_times == N_TIMES
     for record_id in copy.record_ids():
         n = original.n_windows(record_id)
-        np.testing.assert_allclose(
+        np.testing.assert_array_equal(  # µV -> V -> µV: exact after float32 rounding
             copy.read_windows(record_id, 0, n), original.read_windows(record_id, 0, n)
         )
         np.testing.assert_array_equal(copy.stages(record_id), original.stages(record_id))
@@ -90,9 +96,10 @@ def test_round_trip_store_braindecode_store(store_path: Path, tmp_path: Path) ->
     assert resumed.record_ids() == ["te01", "tr01"]
 
 
-def _sleep_edf_like(sfreq: float) -> BaseConcatDataset:
-    """Two continuous recordings annotated with Sleep-EDF stage descriptions, windowed by
-    braindecode's ``create_windows_from_events`` (EEGWindowsDataset)."""
+def _sleep_edf_like(sfreq: float, factor: float = 1.0) -> BaseConcatDataset:
+    """Two continuous recordings (about 10 µV in volts, times ``factor``) annotated with Sleep-EDF
+    stage descriptions, windowed by braindecode's ``create_windows_from_events``
+    (EEGWindowsDataset)."""
     rng = np.random.default_rng(3)
     stages = ["Sleep stage W", "Sleep stage 1", "Sleep stage 2", "Sleep stage 3", "Sleep stage R"]
     raws = []
@@ -100,7 +107,9 @@ def _sleep_edf_like(sfreq: float) -> BaseConcatDataset:
         n_windows = 6
         info = mne.create_info(["Fpz-Cz", "Pz-Oz"], sfreq, ch_types="eeg")
         raw = mne.io.RawArray(
-            rng.normal(size=(2, int(n_windows * 30 * sfreq))) * 1e-5, info, verbose="error"
+            rng.normal(size=(2, int(n_windows * 30 * sfreq))) * 1e-5 * factor,
+            info,
+            verbose="error",
         )
         descriptions = [stages[(subject + k) % 5] for k in range(n_windows)]
         raw.set_annotations(mne.Annotations(np.arange(n_windows) * 30.0, 30.0, descriptions))
@@ -118,7 +127,7 @@ def _sleep_edf_like(sfreq: float) -> BaseConcatDataset:
 
 def test_from_braindecode_eeg_windows_dataset(tmp_path: Path) -> None:
     windows = _sleep_edf_like(sfreq=SFREQ)
-    store = from_braindecode(windows, tmp_path / "edf.zarr", sfreq=SFREQ, scale=1e6, progress=False)
+    store = from_braindecode(windows, tmp_path / "edf.zarr", sfreq=SFREQ, progress=False)
     assert store.record_ids() == ["0-0", "1-1"]
     assert store.channels == ["Fpz-Cz", "Pz-Oz"]
     np.testing.assert_array_equal(store.stages("1-1"), [1, 2, 3, 4, 0, 1])
@@ -135,6 +144,27 @@ def test_from_braindecode_eeg_windows_dataset(tmp_path: Path) -> None:
         progress=False,
     )
     np.testing.assert_array_equal(by_name.stages("1-1"), [1, 2, -1, 4, 0, 1])
+
+
+def test_from_braindecode_stores_volts_as_microvolts_and_refuses_implausible_units(
+    tmp_path: Path,
+) -> None:
+    volts = _sleep_edf_like(sfreq=SFREQ)
+    x = volts[3][0]
+    assert 1e-6 < np.median(np.abs(x)) < 1e-4  # EEG in volts, as MNE holds it
+    store = from_braindecode(volts, tmp_path / "v.zarr", sfreq=SFREQ, progress=False)
+    np.testing.assert_allclose(store.read_windows("0-0", 3, 4)[0], x * 1e6, rtol=1e-6)
+
+    microvolts = _sleep_edf_like(sfreq=SFREQ, factor=1e6)  # e.g. scaled in a Preprocessor
+    with pytest.raises(InputError, match=r"^scale: expected scale=1.0 .* look like µV"):
+        from_braindecode(microvolts, tmp_path / "uv.zarr", sfreq=SFREQ, progress=False)
+    store = from_braindecode(
+        microvolts, tmp_path / "uv.zarr", sfreq=SFREQ, scale=1.0, progress=False
+    )
+    np.testing.assert_allclose(store.read_windows("0-0", 3, 4)[0], x * 1e6, rtol=1e-5)
+
+    with pytest.raises(InputError, match=r"^scale: .* look like volts stored as µV"):
+        from_braindecode(volts, tmp_path / "bad.zarr", sfreq=SFREQ, scale=1.0, progress=False)
 
 
 def test_from_braindecode_rejects_mismatches(tmp_path: Path) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import mne
 import numpy as np
@@ -12,10 +14,12 @@ from partnd._validation import InputError
 from partnd.datasets.store import SleepStore
 from preprocessing.errors import NON_FINITE, OUT_OF_RANGE, RecordError
 from preprocessing.ingest import (
+    annotation_sample_indices,
     annotations_to_sample_stages,
     epochs_to_sample_stages,
     ingest_file,
     ingest_raw,
+    is_ten_twenty_name,
 )
 
 SFREQ = 256.0
@@ -112,7 +116,7 @@ def test_ingest_raw_with_epoch_labels_and_channel_mapping(tmp_path):
     np.testing.assert_array_equal(
         store.read_windows("night-2", 0, 8), store.read_windows("night-3", 0, 8)
     )
-    with pytest.raises(InputError, match="channels"):
+    with pytest.raises(InputError, match=r"^store_path: .*\['channels'\] differ"):
         ingest_raw(raw, codes, tmp_path / "s.zarr", "night-4", hypnogram_onset=7.3)
 
 
@@ -125,21 +129,90 @@ def test_unlabelled_recording_keeps_all_windows(tmp_path):
     assert store.record_ids(labelled_only=True) == []
 
 
-def test_annotation_onsets_follow_mne_conventions():
-    raw = _raw().crop(tmin=10.0)
+@pytest.mark.parametrize("meas_date", [MEAS_DATE, None], ids=["meas_date", "no_meas_date"])
+def test_annotation_onsets_follow_mne_conventions(meas_date):
+    full = _raw(meas_date=meas_date)
+    full.set_annotations(_hypnogram(onset=17.3, orig_time=meas_date))
+    raw = full.crop(tmin=10.0)  # raw.annotations keep MNE's time reference through the crop
     assert raw.first_samp == 2560
-    hypnogram = _hypnogram(onset=17.3)
-    codes = annotations_to_sample_stages(raw, hypnogram)
-    with_annotations = raw.copy().set_annotations(hypnogram)
+    codes = annotations_to_sample_stages(raw, raw.annotations)
     events, _ = mne.events_from_annotations(
-        with_annotations, event_id={"Sleep stage 1": 1, "Sleep stage R": 4}, verbose="error"
+        raw, event_id={"Sleep stage 1": 1, "Sleep stage R": 4}, verbose="error"
     )
+    assert len(events) == 2
     for sample, code in zip(events[:, 0] - raw.first_samp, events[:, 2], strict=True):
         assert codes[sample] == code and codes[sample - 1] != code
     first = round(7.3 * SFREQ)
     assert codes[first] == 0 and codes[first - 1] == -1
-    relative = _hypnogram(onset=7.3, orig_time=None)
+    # orig_time None: seconds from the acquisition's sample 0 (10 s before this first sample)
+    relative = _hypnogram(onset=17.3, orig_time=None)
     np.testing.assert_array_equal(annotations_to_sample_stages(raw, relative), codes)
+    onsets = raw.annotations.onset
+    np.testing.assert_array_equal(
+        annotation_sample_indices(raw, raw.annotations, onsets),
+        raw.time_as_index(onsets, use_rounding=True, origin=raw.annotations.orig_time)
+        - (raw.first_samp if raw.annotations.orig_time is None else 0),
+    )
+
+
+# Stage encoded in the signal: a 10 Hz sine whose amplitude is that of the scored stage.
+ENCODED_SFREQ = 100.0
+STAGE_AMPLITUDES_UV = np.array([10.0, 25.0, 45.0, 70.0, 100.0])  # W, N1, N2, N3, REM
+ENCODED_STAGES = np.array([0, 1, 2, 3, 4, 2, 0, 4, 1, 3, 2, 0])  # neighbours always differ
+SCORING_ONSET = 61.25  # seconds after the acquisition's first sample
+UNSCORED_UV = 5.0
+
+
+def _stage_encoded_raw(meas_date: datetime | None) -> mne.io.RawArray:
+    """440 s at 100 Hz: ``SCORING_ONSET`` s unscored (5 µV), then one 30 s epoch per stage of
+    ``ENCODED_STAGES`` at its amplitude, annotated (on ``raw.annotations``) like a hypnogram."""
+    n_times = round(440 * ENCODED_SFREQ)
+    time = np.arange(n_times) / ENCODED_SFREQ
+    amplitude = np.full(n_times, UNSCORED_UV)
+    onsets = SCORING_ONSET + 30.0 * np.arange(len(ENCODED_STAGES))
+    for onset, stage in zip(onsets, ENCODED_STAGES, strict=True):
+        amplitude[round(onset * ENCODED_SFREQ) : round((onset + 30) * ENCODED_SFREQ)] = (
+            STAGE_AMPLITUDES_UV[stage]
+        )
+    signal_uv = amplitude * np.sin(2 * np.pi * 10.0 * time)
+    info = mne.create_info(["C3-M2", "C4-M1"], ENCODED_SFREQ, "eeg")
+    raw = mne.io.RawArray(np.vstack([signal_uv, 0.5 * signal_uv]) * 1e-6, info, verbose="error")
+    raw.set_meas_date(meas_date)
+    names = ["W", "N1", "N2", "N3", "R"]
+    descriptions = [f"Sleep stage {names[stage]}" for stage in ENCODED_STAGES]
+    raw.set_annotations(mne.Annotations(onsets, 30.0, descriptions))  # from the first sample
+    return raw
+
+
+def _assert_labels_match_signal(store: SleepStore, record_id: str, first_time: float) -> None:
+    """Every stored window's label is the stage encoded in its signal, at the exact time."""
+    stages = store.stages(record_id)
+    np.testing.assert_array_equal(stages, ENCODED_STAGES)
+    expected_starts = SCORING_ONSET - first_time + 30.0 * np.arange(len(ENCODED_STAGES))
+    np.testing.assert_allclose(store.start_times(record_id), expected_starts, atol=1e-9)
+    signal = store.read_windows(record_id, 0, len(stages))[:, 0, 300:2700]  # skip 3 s edges
+    encoded = np.abs(np.sqrt(2) * signal.std(axis=1)[:, None] - STAGE_AMPLITUDES_UV).argmin(1)
+    np.testing.assert_array_equal(encoded, stages)
+
+
+@pytest.mark.parametrize("crop", [0.0, 23.4], ids=["uncropped", "cropped"])
+@pytest.mark.parametrize("meas_date", [MEAS_DATE, None], ids=["meas_date", "no_meas_date"])
+def test_stored_labels_match_the_signal_with_or_without_meas_date(tmp_path, meas_date, crop):
+    raw = _stage_encoded_raw(meas_date).crop(tmin=crop)
+    assert raw.first_samp == round(crop * ENCODED_SFREQ)
+    assert (raw.annotations.orig_time is None) == (meas_date is None)
+    attrs = ingest_raw(raw, raw.annotations, tmp_path / "s.zarr", "night")
+    assert attrs["first_window_sample"] == round((SCORING_ONSET - crop) * ENCODED_SFREQ)
+    _assert_labels_match_signal(SleepStore(tmp_path / "s.zarr"), "night", crop)
+
+
+def test_cropped_fif_without_meas_date_keeps_labels_on_their_signal(tmp_path):
+    raw = _stage_encoded_raw(None).crop(tmin=23.4)
+    raw.save(tmp_path / "night_raw.fif", verbose="error")
+    fif = tmp_path / "night_raw.fif"
+    assert mne.io.read_raw(fif, verbose="error").first_samp == 2340
+    ingest_file(fif, fif, tmp_path / "s.zarr", "night")  # the FIF's own annotations
+    _assert_labels_match_signal(SleepStore(tmp_path / "s.zarr"), "night", 23.4)
 
 
 def test_overlapping_different_stages_conflict():
@@ -202,8 +275,72 @@ def test_ingest_file_reads_fif_and_annotation_files(tmp_path):
     store = SleepStore(tmp_path / "s.zarr")
     assert store.record_ids() == ["night_raw"]
     _check_windows(store, "night_raw", 7.3)
-    with pytest.raises(InputError, match="path"):
+    with pytest.raises(InputError, match=r"^path:"):
         ingest_file(tmp_path / "missing.edf", None, tmp_path / "s.zarr")
+    (tmp_path / "notes.txt").write_text("not a recording")
+    with pytest.raises(InputError, match=r"^path: .*mne.io.read_raw"):
+        ingest_file(tmp_path / "notes.txt", None, tmp_path / "s.zarr")
+    with pytest.raises(InputError, match=r"^hypnogram: .*mne.read_annotations"):
+        ingest_file(tmp_path / "night_raw.fif", tmp_path / "notes.txt", tmp_path / "s.zarr")
+
+
+def test_store_errors_name_store_path(tmp_path):
+    raw = _raw(seconds=100.0)
+    ingest_raw(raw, None, tmp_path / "s.zarr", "a", eeg_channels=["EEG Fpz-Cz"])
+    raw.save(tmp_path / "night_raw.fif", verbose="error")
+    with pytest.raises(InputError, match=r"^store_path: .*\['channels'\] differ"):
+        ingest_file(tmp_path / "night_raw.fif", None, tmp_path / "s.zarr")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "data.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"^store_path: "):
+        ingest_file(tmp_path / "night_raw.fif", None, tmp_path / "folder")
+
+
+EDF_LIKE_CHANNELS = [
+    "EEG Fpz-Cz",
+    "EEG Pz-Oz",
+    "EOG horizontal",
+    "EMG submental",
+    "squarewave",
+    "C3-M2",
+    "E1-M2",
+    "F4-A1",
+]
+
+
+def test_default_channels_are_the_eeg_channels_with_ten_twenty_names(tmp_path, caplog):
+    time = np.arange(round(100 * SFREQ)) / SFREQ
+    data = 20e-6 * np.sin(2 * np.pi * (3.0 + np.arange(8)[:, None]) * time[None])
+    info = mne.create_info(EDF_LIKE_CHANNELS, SFREQ, "eeg")  # as MNE types EDF channels
+    raw = mne.io.RawArray(data, info, verbose="error")
+    with caplog.at_level(logging.INFO, logger="preprocessing.ingest"):
+        attrs = ingest_raw(raw, None, tmp_path / "s.zarr", "night")
+    picked = ["EEG Fpz-Cz", "EEG Pz-Oz", "C3-M2", "F4-A1"]
+    assert attrs["source_channels"] == picked and SleepStore(tmp_path / "s.zarr").channels == picked
+    assert "picked ['EEG Fpz-Cz', 'EEG Pz-Oz', 'C3-M2', 'F4-A1']" in caplog.text
+    assert "squarewave" in caplog.text  # named among those left out
+
+
+def test_ten_twenty_names():
+    for name in ["EEG Fpz-Cz", "C3-M2", "F4-A1", "FP1-A2", "Oz", "EEG Fp1-REF", "cz", "T3-A1"]:
+        assert is_ten_twenty_name(name), name
+    for name in ["E1-M2", "Chin1-Chin2", "EEG(sec)", "squarewave", "M1", "A1-A2", "ECG", "C3-X"]:
+        assert not is_ten_twenty_name(name), name
+
+
+PYEDFLIB_DATA = Path(__import__("pyedflib").__file__).parent / "data"
+
+
+def test_edf_test_signals_are_refused_and_a_real_fp1_channel_is_taken(tmp_path):
+    generator = PYEDFLIB_DATA / "test_generator.edf"  # squarewave, ramp, pulse, noise, sines
+    with pytest.raises(InputError, match=r"^eeg_channels: .*10-20.*'squarewave', 'ramp'"):
+        ingest_file(generator, None, tmp_path / "s.zarr")
+    assert not (tmp_path / "s.zarr").exists()
+    real = Path(__import__("pyedflib").__file__).parent / "tests" / "data" / "test_subsecond.edf"
+    if not real.is_file():
+        pytest.skip("this pyedflib wheel ships no test_subsecond.edf")
+    attrs = ingest_file(real, None, tmp_path / "s.zarr")  # one real 128 Hz Fp1 channel
+    assert attrs["source_channels"] == ["Fp1"] and attrs["n_windows"] == 23
 
 
 def test_ingest_file_reads_edf(tmp_path):

@@ -18,9 +18,11 @@ from partnd.datasets import pc18_cohort
 from partnd.datasets.hypnogram import STAGE_LABELS, hypnogram_from_string
 from partnd.datasets.pc18_cohort import (
     COHORT_FILE,
+    FAULT_KINDS,
     CohortInfo,
     default_cache_dir,
     ensure_sample_cohort,
+    injected_faults,
     make_pc18_cohort,
     plan_cohort,
     synthesize_record,
@@ -241,6 +243,11 @@ def test_faulty_records_are_declared_in_cohort_json(tmp_path: Path) -> None:
             clip = a["clipped_channel"]
             assert a["quantisation_clipped_samples"][clip["channel"]] > 0
             assert 30 * FS <= clip["stop"] - clip["start"] <= 180 * FS
+    faults = injected_faults(info.root)  # what preprocessing reads to expect failures
+    assert faults[flat[0]]["flat_channel"] == artefacts[flat[0]]["flat_channel"]
+    assert sorted(n for n, f in faults.items() if "line_noise" in f) == sorted(noisy)
+    assert set(faults) == {n for n, a in artefacts.items() if any(a[k] for k in FAULT_KINDS)}
+    assert injected_faults(tmp_path / "training") == {}  # no cohort.json: nothing declared
 
 
 def test_same_seed_gives_identical_bytes_and_other_seed_differs(tmp_path: Path) -> None:

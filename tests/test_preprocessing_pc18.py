@@ -16,7 +16,7 @@ import pytest
 
 from partnd import cli
 from partnd._validation import InputError
-from partnd.datasets import pc18_format
+from partnd.datasets import pc18_cohort, pc18_format
 from partnd.datasets.hypnogram import hypnogram_from_string
 from partnd.datasets.pc18_cohort import make_pc18_cohort
 from partnd.datasets.store import SleepStore
@@ -404,8 +404,33 @@ def test_unusable_arguments_exit_with_status_2_and_a_message(cohort, tmp_path, c
     assert "tr77-0001" in capsys.readouterr().err
     assert _run(tmp_path / "missing", tmp_path / "y.zarr") == 2
     error = capsys.readouterr().err
-    assert error.startswith("python -m preprocessing.physionet2018: error: src:")
+    assert error.startswith("partnd preprocess: error: --src:")
     assert "Traceback" not in error
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "mine.txt").write_text("not a store")
+    assert _run(cohort, tmp_path / "folder") == 2
+    assert capsys.readouterr().err.startswith("partnd preprocess: error: --out: ")
+    assert SleepStore(out).record_ids() == ["te01-0001"]
+
+
+def test_command_usage_says_partnd_preprocess_and_spells_options_like_the_others(
+    cohort, tmp_path, capsys
+):
+    parser = physionet2018.build_parser()
+    assert parser.prog == "partnd preprocess"
+    assert all(action.help for action in parser._actions), "every option has help text"
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["preprocess", "--help"])
+    assert exit_info.value.code == 0
+    usage = capsys.readouterr().out
+    assert usage.startswith("usage: partnd preprocess")
+    for flag in ("--out", "--overwrite, --no-overwrite", "--progress, --no-progress"):
+        assert flag in usage
+    out = tmp_path / "pc18.zarr"
+    argv = ["--src", str(cohort), "--out", str(out), "--no-progress"]
+    assert physionet2018.main([*argv, "--records", "te01-0001,tr01-0001"]) == 0
+    assert SleepStore(out).record_ids() == ["te01-0001", "tr01-0001"]
+    assert physionet2018.main([*argv, "--records", "te01-0001", "--overwrite"]) == 0
     assert SleepStore(out).record_ids() == ["te01-0001"]
 
 
@@ -419,6 +444,45 @@ def test_partnd_cli_runs_the_command(cohort, tmp_path, capsys):
     assert cli.main(argv) == 1
     assert SleepStore(out).manifest["te01-0001"]["reason"] == UNREADABLE_SIGNAL
     assert SleepStore(out).record_ids() == ["te01-0001", "tr01-0001", "tr01-0002"]
+
+
+def _declare_faults(src: Path, faults: dict[str, dict]) -> None:
+    """Write a generated cohort's ``cohort.json`` declaring ``{record: artefacts}`` as injected."""
+    records = {record_id: {"artefacts": artefacts} for record_id, artefacts in faults.items()}
+    manifest = {"format": pc18_cohort.COHORT_FORMAT, "records": records}
+    (src / pc18_cohort.COHORT_FILE).write_text(json.dumps(manifest))
+
+
+def test_declared_injected_faults_are_expected_failures_and_others_are_not(tmp_path, capsys):
+    src = tmp_path / "pc18"
+    write_record(src, "training", "tr09-0001", seconds=120.0)
+    write_record(src, "training", "tr09-0005", seconds=120.0, break_as="flat")  # C4-M1 flat
+    flat = {"flat_channel": {"channel": "C4-M1", "start": 0, "stop": 24000}}
+    _declare_faults(src, {"tr09-0005": flat})
+    assert _run(src, tmp_path / "a.zarr") == 0
+    printed = capsys.readouterr().out
+    assert "1 record failed as expected: tr09-0005 flat_channel (injected fault)" in printed
+    assert "failed            1" in printed and "unexpectedly" not in printed
+    report = physionet2018.preprocess_physionet2018(src, tmp_path / "a.zarr", progress=False)
+    assert report.failed == report.expected_failures == ["tr09-0005"]
+    assert report.unexpected_failures == []
+
+    # a flat channel other than the declared one is a real problem
+    _declare_faults(src, {"tr09-0005": {"flat_channel": {"channel": "F3-M2"}}})
+    assert _run(src, tmp_path / "b.zarr") == 1
+    assert "failed as expected" not in capsys.readouterr().out
+
+    # any failure the source does not declare still fails the run
+    _declare_faults(src, {"tr09-0005": flat})
+    write_record(src, "training", "tr09-0004", seconds=120.0, break_as="nan")
+    assert _run(src, tmp_path / "c.zarr") == 1
+    printed = capsys.readouterr().out
+    assert "1 record failed as expected: tr09-0005 flat_channel (injected fault)" in printed
+    assert "1 record failed unexpectedly: tr09-0004" in printed
+
+    # without cohort.json (real data) nothing is expected
+    (src / pc18_cohort.COHORT_FILE).unlink()
+    assert _run(src, tmp_path / "d.zarr", "--records", "tr09-0005") == 1
 
 
 def test_generated_cohort_windows_match_the_ground_truth_hypnogram(tmp_path):

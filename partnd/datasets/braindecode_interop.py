@@ -10,9 +10,13 @@
   ``create_windows_from_events`` on Sleep-EDF-like recordings) into a store with
   :func:`~partnd.datasets.store.create_store` / :func:`~partnd.datasets.store.write_record`.
 
-Units: store signals are µV and are passed through unchanged, so the mne objects hold µV although
-mne's nominal EEG unit is volts (braindecode's sleep examples also scale to µV). Data coming from an
-mne pipeline in volts needs ``scale=1e6`` in :func:`from_braindecode`.
+Units: the store holds µV and MNE objects hold volts (MNE's unit for EEG), so
+:func:`to_braindecode` divides by 1e6 (``epochs.get_data(units="uV")`` gives the stored values
+back) and :func:`from_braindecode` multiplies by 1e6; store -> braindecode -> store is exact up to
+float rounding. Many braindecode pipelines scale their data to µV themselves (its sleep examples
+multiply by 1e6): :func:`from_braindecode` refuses data whose amplitude is impossible for EEG in
+volts (median absolute value above :data:`MAX_MEDIAN_VOLTS`) and says to pass ``scale=1.0``.
+Instance-normalised windows (``normalize=True``) are unitless z-scores and are not rescaled.
 
 No resampling or re-windowing happens here: :func:`from_braindecode` requires the dataset's sampling
 rate and window length to match ``sfreq`` / ``window_seconds`` (100 Hz and 30 s by default, the
@@ -37,7 +41,26 @@ from partnd._validation import InputError, check
 from partnd.datasets.sleep_windows import instance_normalize
 from partnd.datasets.store import STAGE_NAMES, UNLABELLED, SleepStore, create_store, write_record
 
-__all__ = ["START_TIME_COLUMN", "from_braindecode", "to_braindecode"]
+__all__ = [
+    "MAX_MEDIAN_VOLTS",
+    "MIN_MEDIAN_UV",
+    "START_TIME_COLUMN",
+    "UV_PER_VOLT",
+    "from_braindecode",
+    "to_braindecode",
+]
+
+UV_PER_VOLT = 1e6
+"""Store values (µV) per MNE value (V)."""
+
+MAX_MEDIAN_VOLTS = 0.5
+"""Largest plausible median absolute amplitude of EEG in volts. Half a volt is beyond every EEG
+amplifier's input range (BioSemi's DC-coupled ±262 mV is among the widest); data above it are µV
+(median tens) or z-scores (median about 0.67) already."""
+
+MIN_MEDIAN_UV = 1e-3
+"""Smallest plausible median absolute amplitude of non-zero EEG in µV (1 nV): below it the values
+are volts that were not converted."""
 
 START_TIME_COLUMN = "start_time"
 """Window metadata column with the exact window start in seconds from the recording start.
@@ -76,16 +99,18 @@ def to_braindecode(
         store: Path of a sleep store or an open :class:`SleepStore`.
         records: Record ids to convert (order kept); ``None`` for all. Each record costs
             ``n_windows × C × T × 8`` bytes (float64, as mne keeps it): about 140 MB for a night.
-        normalize: Instance-normalise each window (as :class:`SleepWindowDataset` does).
+        normalize: Instance-normalise each window (as :class:`SleepWindowDataset` does); the
+            values are then unitless z-scores, passed to mne unscaled.
         labelled_only: Keep only windows whose stage is not ``-1``.
         progress: Show a progress bar over records.
 
     Returns:
-        A ``BaseConcatDataset`` of one ``WindowsDataset`` per record whose ``description`` holds
-        ``subject``, ``record_id`` and ``split`` and whose epochs' ``metadata`` has
-        ``i_window_in_trial`` (window index in the record), ``i_start_in_trial`` /
-        ``i_stop_in_trial`` (samples from the recording start, rounded), ``target`` (stage code)
-        and ``start_time`` (the store's exact window start in seconds).
+        A ``BaseConcatDataset`` of one ``WindowsDataset`` per record, in volts as MNE expects (the
+        store's µV / 1e6; ``windows.get_data(units="uV")`` gives the stored values), whose
+        ``description`` holds ``subject``, ``record_id`` and ``split`` and whose epochs'
+        ``metadata`` has ``i_window_in_trial`` (window index in the record), ``i_start_in_trial``
+        / ``i_stop_in_trial`` (samples from the recording start, rounded), ``target`` (stage
+        code) and ``start_time`` (the store's exact window start in seconds).
 
     Raises:
         InputError: Unknown record ids, or a selected record left without windows.
@@ -118,8 +143,11 @@ def to_braindecode(
             }
         )
         events = np.column_stack([starts, np.zeros_like(starts), np.ones_like(starts)])
+        values = signal.astype(np.float64)
+        if not normalize:
+            values /= UV_PER_VOLT
         epochs = mne.EpochsArray(
-            signal.astype(np.float64),
+            values,
             info,
             events=events,
             event_id={"window": 1},
@@ -202,7 +230,7 @@ def from_braindecode(
     sfreq: float | None = 100.0,
     window_seconds: float | None = 30.0,
     channels: Sequence[str] | None = None,
-    scale: float = 1.0,
+    scale: float | None = None,
     dtype: str = "float32",
     metadata: Mapping[str, Any] | None = None,
     overwrite: bool = False,
@@ -210,11 +238,13 @@ def from_braindecode(
 ) -> SleepStore:
     """Write a braindecode windows dataset into a partnd sleep store (one record per sub-dataset).
 
-    Targets must come from the windows' metadata (``targets_from="metadata"``). Window starts are
-    taken from a ``start_time`` metadata column (seconds) when present, as :func:`to_braindecode`
-    writes it, else from ``i_start_in_trial / sfreq``. The conversion
-    resumes: when ``store_path`` already holds a store of the same configuration, records already
-    written are skipped.
+    The windows are taken to be in volts, as MNE holds EEG, and stored in µV (``scale=None``:
+    times 1e6); a dataset already scaled to µV (or normalised) is refused with a message, pass
+    ``scale=1.0`` for it. Targets must come from the windows' metadata
+    (``targets_from="metadata"``). Window starts are taken from a ``start_time`` metadata column
+    (seconds) when present, as :func:`to_braindecode` writes it, else from
+    ``i_start_in_trial / sfreq``. The conversion resumes: when ``store_path`` already holds a
+    store of the same configuration, records already written are skipped.
 
     Args:
         windows_dataset: ``BaseConcatDataset`` of ``WindowsDataset`` / ``EEGWindowsDataset``.
@@ -230,7 +260,12 @@ def from_braindecode(
         sfreq: Required sampling rate in Hz (``None``: take the dataset's).
         window_seconds: Required window duration in s (``None``: take the dataset's).
         channels: Channels to write, in order (``None``: all channels of the first dataset).
-        scale: Factor applied to the values (``1e6`` for windows in volts; the store holds µV).
+        scale: Factor turning the dataset's values into µV. ``None`` (default): the values are
+            volts (MNE's unit), scaled by 1e6, and a record whose median absolute value exceeds
+            :data:`MAX_MEDIAN_VOLTS` is refused as not volts. ``1.0`` for data already in µV
+            (e.g. multiplied by 1e6 in a braindecode ``Preprocessor``); any other factor as given.
+            With any scale, non-zero data whose median absolute value ends below
+            :data:`MIN_MEDIAN_UV` µV are refused as unconverted volts.
         dtype: On-disk signal dtype, ``"float32"`` or ``"float16"``.
         metadata: Extra store attributes (default records the braindecode source).
         overwrite: Replace an existing store at ``store_path``.
@@ -241,7 +276,8 @@ def from_braindecode(
 
     Raises:
         InputError: Mismatched sampling rate, window length or channels, unmapped targets, missing
-            description keys or duplicate record ids.
+            description keys, duplicate record ids, or amplitudes implausible for the units
+            (``scale``).
     """
     check(
         isinstance(windows_dataset, BaseConcatDataset) and len(windows_dataset.datasets) > 0,
@@ -249,7 +285,12 @@ def from_braindecode(
         "a non-empty braindecode BaseConcatDataset",
         windows_dataset,
     )
-    check(scale > 0 and np.isfinite(scale), "scale", "a positive finite factor", scale)
+    check(
+        scale is None or (scale > 0 and bool(np.isfinite(scale))),
+        "scale",
+        "None (volts) or a positive finite factor",
+        scale,
+    )
     store: SleepStore | None = None
     existing: set[str] = set()
     record_ids: set[str] = set()
@@ -321,16 +362,45 @@ def from_braindecode(
         else:
             start_times = dataset.metadata["i_start_in_trial"].to_numpy(dtype=np.float64)
             start_times = start_times / data_sfreq
+        _check_amplitude(windows, scale, record_id)
         write_record(
             store.path,
             record_id,
-            (windows * scale).astype(np.float32),
+            (windows * (UV_PER_VOLT if scale is None else scale)).astype(np.float32),
             stages,
             start_times,
             attrs={"subject_id": subject_id, "split": split, "source": "braindecode"},
             dtype=dtype,
         )
     return SleepStore(store_path)
+
+
+def _check_amplitude(windows: np.ndarray, scale: float | None, record_id: str) -> None:
+    """Refuse amplitudes that cannot be EEG in the units ``scale`` assumes (see its doc)."""
+    step = max(1, windows.shape[-1] // 500)  # a strided sample is enough for a median
+    median = float(np.median(np.abs(windows[..., ::step])))
+    if median == 0.0:
+        return
+    if scale is None:
+        check(
+            median <= MAX_MEDIAN_VOLTS,
+            "scale",
+            "scale=1.0 for a dataset already in µV or normalised (the default reads the values "
+            "as volts, as MNE holds EEG, and multiplies them by 1e6)",
+            f"a median absolute amplitude of {median:.3g} 'V' in record {record_id!r}, above "
+            f"{MAX_MEDIAN_VOLTS} V: no EEG in volts is that large, so these look like µV (or "
+            "normalised values) already",
+        )
+        median_uv = median * UV_PER_VOLT
+    else:
+        median_uv = median * scale
+    check(
+        median_uv >= MIN_MEDIAN_UV,
+        "scale",
+        "a factor giving µV (scale=None for a dataset in volts, as MNE holds EEG)",
+        f"scale={scale} giving a median absolute amplitude of {median_uv:.3g} µV in record "
+        f"{record_id!r}: these look like volts stored as µV",
+    )
 
 
 def _check_timing(

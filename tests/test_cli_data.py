@@ -1,0 +1,163 @@
+"""Tests of the data subcommands ``partnd ingest`` and ``partnd cohort`` (and the cohort's
+injected fault seen through ``partnd preprocess``)."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime, timezone
+from pathlib import Path
+
+import mne
+import numpy as np
+import pytest
+
+from partnd import cli
+from partnd.datasets import pc18_cohort
+from partnd.datasets.store import SleepStore
+from preprocessing import ingest
+
+SFREQ = 100.0
+STAGES = ["W", "1", "2", "3", "R", "2", "W", "2"]
+STAGE_CODES = [0, 1, 2, 3, 4, 2, 0, 2]
+ONSET = 12.5
+
+
+def _recording(tmp_path: Path, *, nan: bool = False) -> mne.io.RawArray:
+    """300 s at 100 Hz: two 10-20 EEG derivations, an EOG and an EDF test signal, all typed EEG
+    (as MNE reads EDF), with Sleep-EDF stage annotations from ``ONSET`` s."""
+    time = np.arange(round(300 * SFREQ)) / SFREQ
+    data = 20e-6 * np.sin(2 * np.pi * np.array([[3.0], [5.0], [0.5], [1.0]]) * time[None])
+    if nan:
+        data[0, 500] = np.nan
+    names = ["EEG Fpz-Cz", "EEG Pz-Oz", "EOG horizontal", "squarewave"]
+    raw = mne.io.RawArray(data, mne.create_info(names, SFREQ, "eeg"), verbose="error")
+    raw.set_meas_date(datetime(2021, 3, 4, 23, 0, tzinfo=timezone.utc))
+    onsets = ONSET + 30.0 * np.arange(len(STAGES))
+    raw.set_annotations(mne.Annotations(onsets, 30.0, [f"Sleep stage {s}" for s in STAGES]))
+    return raw
+
+
+def _has_help_everywhere(parser: argparse.ArgumentParser) -> bool:
+    return all(action.help for action in parser._actions)
+
+
+def test_subcommands_are_registered_with_their_own_usage(capsys: pytest.CaptureFixture) -> None:
+    assert cli.SUBCOMMANDS["ingest"].resolve("ingest") is ingest.main
+    assert cli.SUBCOMMANDS["cohort"].resolve("cohort") is pc18_cohort.main
+    assert _has_help_everywhere(ingest.build_parser())
+    assert _has_help_everywhere(pc18_cohort.build_parser())
+    for name, flags in [
+        ("ingest", ["--out", "--overwrite, --no-overwrite", "--eeg-channels"]),
+        ("cohort", ["--out", "--records", "--hours", "--seed", "--progress, --no-progress"]),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main([name, "--help"])
+        assert exit_info.value.code == 0
+        usage = capsys.readouterr().out
+        assert usage.startswith(f"usage: partnd {name}")
+        assert all(flag in usage for flag in flags)
+    assert cli.main(["--help"]) == 0
+    listing = capsys.readouterr().out
+    assert "ingest" in listing and "cohort" in listing
+
+
+def test_partnd_ingest_edf_with_its_hypnogram(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    pytest.importorskip("edfio")
+    edf = tmp_path / "night.edf"
+    mne.export.export_raw(edf, _recording(tmp_path), fmt="edf")
+    out = tmp_path / "sleep.zarr"
+    assert cli.main(["ingest", str(edf), str(edf), "--out", str(out)]) == 0  # EDF+ annotations
+    printed = capsys.readouterr().out
+    assert "from channels ['EEG Fpz-Cz', 'EEG Pz-Oz'] (picked by their 10-20 names" in printed
+    store = SleepStore(out)
+    assert store.record_ids() == ["night"] and store.channels == ["EEG Fpz-Cz", "EEG Pz-Oz"]
+    np.testing.assert_array_equal(store.stages("night"), STAGE_CODES)
+    np.testing.assert_allclose(store.start_times("night"), ONSET + 30.0 * np.arange(8))
+
+    assert cli.main(["ingest", str(edf), str(edf), "--out", str(out)]) == 2
+    assert capsys.readouterr().err.startswith("partnd ingest: error: --record-id: ")
+    assert cli.main(["ingest", str(edf), str(edf), "--out", str(out), "--overwrite"]) == 0
+
+    hypnogram = tmp_path / "night-hypnogram.csv"  # a separate annotation file
+    _recording(tmp_path).annotations.save(hypnogram)
+    renamed = ["--eeg-channels", "EEG Fpz-Cz=Fpz-Cz", "--record-id", "n2", "--subject-id", "S2"]
+    other = tmp_path / "fpz.zarr"
+    assert cli.main(["ingest", str(edf), str(hypnogram), "--out", str(other), *renamed]) == 0
+    store = SleepStore(other)
+    assert store.channels == ["Fpz-Cz"] and store.record_attrs("n2")["subject_id"] == "S2"
+    np.testing.assert_array_equal(store.stages("n2"), STAGE_CODES)
+    capsys.readouterr()
+    assert cli.main(["ingest", str(edf), str(hypnogram), "--out", str(out), *renamed]) == 2
+    assert capsys.readouterr().err.startswith("partnd ingest: error: --out: ")
+
+
+def test_partnd_ingest_usage_errors_and_failed_records(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["ingest", str(tmp_path / "x.edf")])  # no --out
+    assert exit_info.value.code == 2
+    assert "the following arguments are required: --out" in capsys.readouterr().err
+    out = str(tmp_path / "s.zarr")
+    assert cli.main(["ingest", str(tmp_path / "missing.edf"), "--out", out]) == 2
+    assert capsys.readouterr().err.startswith("partnd ingest: error: RECORDING: ")
+    generator = Path(__import__("pyedflib").__file__).parent / "data" / "test_generator.edf"
+    assert cli.main(["ingest", str(generator), "--out", out]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("partnd ingest: error: --eeg-channels: ") and "squarewave" in error
+    assert cli.main(["ingest", str(generator), "--out", out, "--eeg-channels", "C3"]) == 2
+    assert "--eeg-channels: expected names among" in capsys.readouterr().err
+
+    fif = tmp_path / "bad_raw.fif"
+    _recording(tmp_path, nan=True).save(fif, verbose="error")
+    assert cli.main(["ingest", str(fif), str(fif), "--out", out]) == 1
+    assert "failed: nan:" in capsys.readouterr().out
+    assert SleepStore(out).manifest["bad_raw"]["reason"] == "nan"
+
+
+def test_partnd_cohort_then_preprocess_reports_the_injected_fault_as_expected(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    root = tmp_path / "cohort"
+    argv = ["cohort", "--out", str(root), "--records", "12", "--hours", "0.25", "--no-progress"]
+    assert cli.main(argv) == 0  # 12 records: the smallest cohort with a flat-channel record
+    printed = capsys.readouterr().out
+    faults = pc18_cohort.injected_faults(root)
+    (flat,) = [name for name, kinds in faults.items() if "flat_channel" in kinds]
+    channel = faults[flat]["flat_channel"]["channel"]
+    assert f"{flat} flat {channel}" in printed and "12 records (9 training, 3 test)" in printed
+    clean = next(p.name for p in (root / "training").iterdir() if p.name not in faults)
+
+    store = tmp_path / "pc18.zarr"
+    preprocess = ["preprocess", "--src", str(root), "--out", str(store), "--no-progress"]
+    assert cli.main([*preprocess, "--records", f"{flat},{clean}"]) == 0
+    printed = capsys.readouterr().out
+    assert f"1 record failed as expected: {flat} flat_channel (injected fault)" in printed
+    assert SleepStore(store).record_ids() == [clean]
+
+    assert cli.main(argv) == 0  # idempotent: the cohort is there already
+    capsys.readouterr()
+
+
+def test_partnd_cohort_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    root = tmp_path / "cohort"
+    assert cli.main(["cohort", "--out", str(root), "--records", "0"]) == 2
+    assert capsys.readouterr().err.startswith("partnd cohort: error: --records: ")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["cohort", "--out", str(root), "--hours", "long"])
+    assert exit_info.value.code == 2
+    assert "--hours: invalid float value" in capsys.readouterr().err
+    one = ["--records", "1", "--hours", "0.25", "--test-fraction", "0", "--no-progress"]
+    assert cli.main(["cohort", "--out", str(root), *one]) == 0
+    capsys.readouterr()
+    assert cli.main(["cohort", "--out", str(root), *one, "--seed", "1"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("partnd cohort: error: --out: ") and "--overwrite" in error
+    assert cli.main(["cohort", "--out", str(root), *one, "--seed", "1", "--overwrite"]) == 0
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    assert cli.main(["cohort", "--out", str(foreign)]) == 2
+    assert capsys.readouterr().err.startswith("partnd cohort: error: --out: ")
