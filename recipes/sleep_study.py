@@ -309,11 +309,12 @@ class SleepStudy:
         report = preprocess_physionet2018(
             src, config.store_path, n_jobs=config.n_jobs, progress=config.progress
         )
-        if report.failed:
+        unexpected = report.unexpected_failures
+        if unexpected:
             manifest = config.store_path / "manifest.json"
             warnings.warn(
-                f"{len(report.failed)} record(s) failed preprocessing and are left out: "
-                f"{', '.join(report.failed[:10])}; reasons in {manifest}",
+                f"{len(unexpected)} record(s) failed preprocessing and are left out: "
+                f"{', '.join(unexpected[:10])}; reasons in {manifest}",
                 stacklevel=2,
             )
         return SleepStore(config.store_path)

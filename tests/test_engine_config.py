@@ -15,8 +15,9 @@ def test_eeg_sleep_preset_matches_the_paper() -> None:
     config = PretrainConfig.preset("eeg_sleep")
     assert (config.encoder, config.patch_size, config.num_patches) == ("vit_eeg_12m", 100, 40)
     assert config.head == "cross_attention"
-    assert config.method == "part" and "pos_embed" not in config.to_dict()  # no leak by default
-    assert config.integer_boxes
+    assert config.method == "part" and config.integer_boxes
+    assert config.pos_embed and config.pos_mask_ratio == 0.2  # anchored: leak-free (docs/part.md)
+    assert PretrainConfig().pos_embed is False  # the library default: no position embedding
     assert (config.lr, config.lr_reference_batch, config.weight_decay) == (5e-4, 512, 0.05)
     assert config.precision == "bf16" and config.ema_decay is not None
     assert config.warmup_epochs > 0 and config.scale_range is None
@@ -41,6 +42,7 @@ def test_image_presets() -> None:
         "eeg_sleep",
         "images_cifar",
         "images_imagenet",
+        "images_small",
         "test",
     }
     assert {"eeg_sleep", "test"} <= set(FinetuneConfig.list_presets())

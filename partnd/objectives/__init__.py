@@ -148,13 +148,7 @@ def _build_part(config: PretrainConfig, spec: SignalSpec, grid: bool) -> PARTMod
         "at least 2 patches per example (PART predicts relations between pairs)",
         f"{num_patches} for items of shape {spec.item_shape} and patch size {encoder.patch_size}",
     )
-    if config.pos_embed:
-        check(
-            not grid,
-            "PretrainConfig.pos_embed",
-            "False for part_grid (on the grid every slot embedding is the answer)",
-            "True",
-        )
+    if config.pos_embed:  # anchored PART (also on the grid: the hidden slots carry the loss)
         num_slots = math.prod(
             length // p for length, p in zip(spec.spatial_shape, encoder.patch_size, strict=True)
         )
