@@ -25,6 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from partnd._validation import InputError
+    from partnd.capabilities import (
+        antisymmetry_score,
+        negative_symmetry,
+        offgrid_reconstruction,
+        patch_uncertainty,
+        scale_prediction,
+    )
     from partnd.engine.config import FinetuneConfig, PretrainConfig
     from partnd.engine.trainer import NonFiniteLossError
     from partnd.evaluation import KNNMonitor, extract_features, knn_eval, linear_probe
@@ -80,6 +87,11 @@ _EXPORTS: dict[str, str] = {
     "evaluate": "partnd.finetuning",
     "classification_metrics": "partnd.metrics",
     "ClassificationReport": "partnd.metrics",
+    "offgrid_reconstruction": "partnd.capabilities",
+    "patch_uncertainty": "partnd.capabilities",
+    "negative_symmetry": "partnd.capabilities",
+    "scale_prediction": "partnd.capabilities",
+    "antisymmetry_score": "partnd.capabilities",
 }
 
 __all__ = [
@@ -100,6 +112,7 @@ __all__ = [
     "ViTEncoder",
     "__version__",
     "all_pairs",
+    "antisymmetry_score",
     "build_head",
     "classification_metrics",
     "create_encoder",
@@ -113,10 +126,14 @@ __all__ = [
     "list_objectives",
     "load_classifier",
     "load_encoder",
+    "negative_symmetry",
+    "offgrid_reconstruction",
+    "patch_uncertainty",
     "predict",
     "pretrain",
     "relative_targets",
     "sample_pairs",
+    "scale_prediction",
 ]
 
 
