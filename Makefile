@@ -24,7 +24,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest tests -m "not slow"
 
 demo: $(STAMP)
-	$(PY) -m recipes.sleep_staging all --out $(DEMO_OUT) --overwrite
+	$(PY) -m partnd.recipes.sleep_staging all --out $(DEMO_OUT) --overwrite
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -7,7 +7,8 @@ imported nothing heavy, so that its peak resident memory
 (``resource.getrusage(RUSAGE_SELF).ru_maxrss``, interpreter and imports included) is what one
 worker needs; a last run under :mod:`tracemalloc` gives the peak of the run's own allocations:
 
-- **partnd**: :func:`preprocessing.physionet2018.process_record` — SHA-256 of the sources, wfdb read
+- **partnd**: :func:`partnd.preprocessing.physionet2018.process_record` — SHA-256 of the sources,
+  wfdb read
   of the six EEG channels (int16 -> float32 µV), h5py labels, whole-night FIR band-pass (MNE design,
   float32 overlap-add), decimation 200 -> 100 Hz, window cutting and the atomic zarr write;
 - **braindecode**: wfdb ``rdrecord`` (physical, six EEG channels) -> ``mne.io.RawArray`` ->
@@ -56,9 +57,9 @@ def _peak_mb() -> float:
 
 
 def _partnd_once(record_dir: Path, out: Path) -> tuple[float, None]:
-    from preprocessing.pc18_reader import PC18_EEG_CHANNELS, PC18Record
-    from preprocessing.physionet2018 import PC18_SOURCE_SFREQ, RecordTask, process_record
-    from preprocessing.pipeline import PreprocessingConfig, open_or_create_store
+    from partnd.preprocessing.pc18_reader import PC18_EEG_CHANNELS, PC18Record
+    from partnd.preprocessing.physionet2018 import PC18_SOURCE_SFREQ, RecordTask, process_record
+    from partnd.preprocessing.pipeline import PreprocessingConfig, open_or_create_store
 
     config = PreprocessingConfig()
     metadata = config.store_metadata({"dataset": "benchmark"}, PC18_SOURCE_SFREQ)
@@ -110,7 +111,7 @@ def _measure(
 def run_partnd(record_dir: Path, out: Path, repeats: int) -> dict[str, Any]:
     """Preprocess the record into ``out`` with partnd's worker: one cold, ``repeats`` warm runs."""
     from partnd.datasets.store import SleepStore
-    from preprocessing.physionet2018 import process_record
+    from partnd.preprocessing.physionet2018 import process_record
 
     del process_record
     row, _ = _measure(lambda: _partnd_once(record_dir, out), repeats)
@@ -129,7 +130,7 @@ def _braindecode_once(record_dir: Path) -> tuple[float, Any]:
     from braindecode.datasets import BaseConcatDataset, RawDataset
     from braindecode.preprocessing import create_windows_from_events
 
-    from preprocessing.pc18_reader import PC18_EEG_CHANNELS, read_sample_stages
+    from partnd.preprocessing.pc18_reader import PC18_EEG_CHANNELS, read_sample_stages
 
     record_path = str(record_dir / record_dir.name)
     started = time.perf_counter()

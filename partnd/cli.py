@@ -454,12 +454,12 @@ register_subcommand("evaluate", _evaluate_main, "evaluate a fine-tuned classifie
 register_subcommand("predict", _predict_main, "predict stages and write hypnograms")
 register_subcommand(
     "preprocess",
-    "preprocessing.physionet2018:main",
+    "partnd.preprocessing.physionet2018:main",
     "preprocess PhysioNet 2018 recordings into a zarr sleep store",
 )
 register_subcommand(
     "ingest",
-    "preprocessing.ingest:main",
+    "partnd.preprocessing.ingest:main",
     "preprocess one EDF/BDF/FIF/... recording and its hypnogram into a zarr sleep store",
 )
 register_subcommand(
@@ -467,7 +467,9 @@ register_subcommand(
     "partnd.datasets.pc18_cohort:main",
     "generate the synthetic PC18-format sample cohort",
 )
-register_subcommand("demo", "recipes.sleep_staging:main", "run the sleep-staging demo recipe")
+register_subcommand(
+    "demo", "partnd.recipes.sleep_staging:main", "run the sleep-staging demo recipe"
+)
 
 
 def _usage() -> str:

@@ -1,10 +1,13 @@
 """Turn raw sleep recordings into ``partnd-sleep`` zarr stores.
 
-Modules: :mod:`~preprocessing.physionet2018` (the PC18 command), :mod:`~preprocessing.ingest`
-(any MNE-readable recording), :mod:`~preprocessing.pipeline` (the shared record pipeline),
-:mod:`~preprocessing.signal_processing`, :mod:`~preprocessing.windowing`,
-:mod:`~preprocessing.pc18_reader`, :mod:`~preprocessing.parallel`, :mod:`~preprocessing.manifest`
-and :mod:`~preprocessing.errors`. See ``docs/preprocessing.md``.
+Installed as ``partnd.preprocessing`` (the folder sits at the top of the repository).
+Modules: :mod:`~partnd.preprocessing.physionet2018` (the PC18 command),
+:mod:`~partnd.preprocessing.ingest` (any MNE-readable recording),
+:mod:`~partnd.preprocessing.pipeline` (the shared record pipeline),
+:mod:`~partnd.preprocessing.signal_processing`, :mod:`~partnd.preprocessing.windowing`,
+:mod:`~partnd.preprocessing.pc18_reader`, :mod:`~partnd.preprocessing.parallel`,
+:mod:`~partnd.preprocessing.manifest` and :mod:`~partnd.preprocessing.errors`.
+See ``docs/preprocessing.md``.
 """
 
 __all__: list[str] = []

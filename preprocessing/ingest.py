@@ -1,7 +1,7 @@
 """Ingest any recording MNE can read (EDF first) with its hypnogram into a ``partnd-sleep`` store.
 
 The recording goes through the same pipeline as the PC18 command
-(:func:`preprocessing.pipeline.preprocess_continuous`: whole-night 0.1-30 Hz FIR, polyphase
+(:func:`partnd.preprocessing.pipeline.preprocess_continuous`: whole-night 0.1-30 Hz FIR, polyphase
 resampling to 100 Hz, 30 s windows aligned to the first scored sample). The hypnogram is either
 
 - :class:`mne.Annotations` whose descriptions are mapped to stage codes (default mapping

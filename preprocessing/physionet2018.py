@@ -6,12 +6,12 @@ Usage::
         [--dtype float32|float16] [--records ID,ID ...] [--no-progress] [--overwrite]
         [--verify-checksums]
 
-(also ``python -m preprocessing.physionet2018`` with the same options).
+(also ``python -m partnd.preprocessing.physionet2018`` with the same options).
 
 Every record under ``DIR/training/`` and ``DIR/test/`` is read (the six EEG channels, by name),
 band-passed over the whole night, resampled to 100 Hz and cut into 30 s windows (see
-:mod:`preprocessing.pipeline`). Workers write their record atomically; the parent process writes
-``manifest.json`` as results arrive.
+:mod:`partnd.preprocessing.pipeline`). Workers write their record atomically; the parent process
+writes ``manifest.json`` as results arrive.
 
 Re-running the same command resumes: temporary directories of killed writers are deleted; a record
 already in the store is skipped when its manifest entry says ``done`` and the sizes and modification
@@ -493,4 +493,4 @@ def main(argv: list[str] | None = None, *, prog: str = "partnd preprocess") -> i
 
 
 if __name__ == "__main__":
-    sys.exit(main(prog="python -m preprocessing.physionet2018"))
+    sys.exit(main(prog="python -m partnd.preprocessing.physionet2018"))

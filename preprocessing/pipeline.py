@@ -198,8 +198,8 @@ def preprocess_continuous(
     Args:
         data: ``[C, N]`` signals in µV at ``sfreq`` (float32 or float64); not modified.
         sfreq: Source sampling frequency in Hz.
-        sample_stages: ``[N]`` int8 per-sample stage codes (see :mod:`preprocessing.windowing`), or
-            None for an unlabelled recording.
+        sample_stages: ``[N]`` int8 per-sample stage codes (see
+            :mod:`partnd.preprocessing.windowing`), or None for an unlabelled recording.
         config: Preprocessing configuration.
         channels: Channel names, only used in error messages.
 

@@ -4,16 +4,17 @@ The paper's appendix: fine-tune on 10 / 50 / 100 / 657 subjects (nested subsets,
 seed from the saved split), 5 seeds, every method; test on the same held-out subjects. Each
 (method, budget, seed) *cell* is its own resumable run under ``OUT/finetune/<method>/b<B>_s<S>``
 and is never recomputed once finished; the pretrained encoders (``OUT/pretrain/<method>``) are
-shared by all cells of a method (and with ``recipes.sleep_staging`` on the same ``--out``).
+shared by all cells of a method (and with ``partnd.recipes.sleep_staging`` on the same ``--out``).
 
 Commands (each skips what is finished)::
 
-    python -m recipes.sample_efficiency pretrain  --out runs/se --methods part mae
-    python -m recipes.sample_efficiency cells     --out runs/se --methods part mae supervised
-    python -m recipes.sample_efficiency run-cell  --out runs/se --cell part:10:3
-    python -m recipes.sample_efficiency run-cell  --out runs/se --cell-index $SLURM_ARRAY_TASK_ID
-    python -m recipes.sample_efficiency run       --out runs/se --jobs 2   # pretrain, then cells
-    python -m recipes.sample_efficiency aggregate --out runs/se
+    python -m partnd.recipes.sample_efficiency pretrain  --out runs/se --methods part mae
+    python -m partnd.recipes.sample_efficiency cells     --out runs/se --methods part mae supervised
+    python -m partnd.recipes.sample_efficiency run-cell  --out runs/se --cell part:10:3
+    python -m partnd.recipes.sample_efficiency run-cell  --out runs/se \
+        --cell-index $SLURM_ARRAY_TASK_ID
+    python -m partnd.recipes.sample_efficiency run       --out runs/se --jobs 2  # pretrain, cells
+    python -m partnd.recipes.sample_efficiency aggregate --out runs/se
 
 ``cells`` prints one cell per line (``method:budget:seed``), in a fixed order, so a cluster job
 array can run cell ``--cell-index i`` per task after one ``pretrain`` job. ``run --jobs N`` runs
@@ -30,9 +31,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from partnd._validation import check
-from recipes.sleep_report import plot_sample_efficiency, sample_efficiency_tables, write_table
-from recipes.sleep_staging import DEFAULT_METHODS, add_study_arguments, study_from_args
-from recipes.sleep_study import SCRATCH_METHODS, CellResult, SleepStudy, available_methods
+from partnd.recipes.sleep_report import (
+    plot_sample_efficiency,
+    sample_efficiency_tables,
+    write_table,
+)
+from partnd.recipes.sleep_staging import DEFAULT_METHODS, add_study_arguments, study_from_args
+from partnd.recipes.sleep_study import SCRATCH_METHODS, CellResult, SleepStudy, available_methods
 
 __all__ = ["COMMANDS", "aggregate", "cell_list", "main", "parse_cell", "run_cells"]
 
@@ -102,7 +107,7 @@ def aggregate(study: SleepStudy, methods: Sequence[str]) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The command line of the recipe (the study options are those of ``sleep_staging``)."""
     parser = argparse.ArgumentParser(
-        prog="python -m recipes.sample_efficiency",
+        prog="python -m partnd.recipes.sample_efficiency",
         description="Kappa by number of fine-tuning subjects, seeds and methods; every cell "
         "resumable and never recomputed.",
     )

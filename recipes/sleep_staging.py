@@ -8,12 +8,12 @@ baselines) on the same few subjects with the same protocol; test on the held-out
 
 One command per stage, and one for the whole chain (each skips what is finished)::
 
-    python -m recipes.sleep_staging prepare  --out runs/sleep            # cohort, store, split
-    python -m recipes.sleep_staging pretrain --out runs/sleep --methods part mae
-    python -m recipes.sleep_staging finetune --out runs/sleep --methods part mae supervised
-    python -m recipes.sleep_staging report   --out runs/sleep
-    python -m recipes.sleep_staging all      --out runs/sleep            # the chain
-    python -m recipes.sleep_staging all --src /data/physionet2018 --scale paper --out runs/pc18
+    python -m partnd.recipes.sleep_staging prepare  --out runs/sleep       # cohort, store, split
+    python -m partnd.recipes.sleep_staging pretrain --out runs/sleep --methods part mae
+    python -m partnd.recipes.sleep_staging finetune --out runs/sleep --methods part mae supervised
+    python -m partnd.recipes.sleep_staging report   --out runs/sleep
+    python -m partnd.recipes.sleep_staging all      --out runs/sleep       # the chain
+    python -m partnd.recipes.sleep_staging all --src /data/pc18 --scale paper --out runs/pc18
 
 Without ``--src`` the built-in PC18-format sample cohort (generated EEG) is used at a CPU-sized
 ``demo`` scale: the data are synthetic and the models small, so the numbers say whether the code
@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from partnd._validation import check
-from recipes.sleep_report import (
+from partnd.recipes.sleep_report import (
     plot_confusion_matrices,
     plot_finetune_validation,
     plot_hypnogram,
@@ -43,7 +43,7 @@ from recipes.sleep_report import (
     staging_table,
     write_table,
 )
-from recipes.sleep_study import (
+from partnd.recipes.sleep_study import (
     SCALES,
     SCRATCH_METHODS,
     CellResult,
@@ -147,7 +147,7 @@ def run(study: SleepStudy, stage: str, methods: Sequence[str]) -> None:
 def add_study_arguments(
     parser: argparse.ArgumentParser, default_out: Path, default_methods: Sequence[str]
 ) -> None:
-    """The options that describe a study (shared with ``recipes.sample_efficiency``)."""
+    """The options that describe a study (shared with ``partnd.recipes.sample_efficiency``)."""
     parser.add_argument("--out", type=Path, default=default_out, help="study directory")
     parser.add_argument(
         "--src", type=Path, default=None, help="local PhysioNet 2018 root (default: sample cohort)"
@@ -188,7 +188,7 @@ def add_study_arguments(
 def build_parser() -> argparse.ArgumentParser:
     """The command line of the recipe."""
     parser = argparse.ArgumentParser(
-        prog="python -m recipes.sleep_staging",
+        prog="python -m partnd.recipes.sleep_staging",
         description="Sleep staging on PhysioNet 2018 (or the sample cohort): every method on the "
         "same split, kappa with bootstrap intervals over test subjects.",
     )

@@ -47,8 +47,8 @@ from partnd.inference import predict_logits
 from partnd.metrics import ClassificationReport, classification_metrics
 from partnd.models.serialization import ENCODER_FILE, load_encoder
 from partnd.objectives import list_objectives
+from partnd.preprocessing.physionet2018 import preprocess_physionet2018
 from partnd.pretraining import pretrain
-from preprocessing.physionet2018 import preprocess_physionet2018
 
 __all__ = [
     "SCALES",

@@ -35,7 +35,7 @@ def test_top_level_names_are_the_implementations():
 def test_store_and_preprocessing_do_not_import_torch():
     # Preprocessing workers import these; torch alone costs ~0.5 GB of memory per worker.
     code = (
-        "import sys, partnd, partnd.datasets.store, preprocessing.physionet2018;"
+        "import sys, partnd, partnd.datasets.store, partnd.preprocessing.physionet2018;"
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

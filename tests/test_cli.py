@@ -116,8 +116,8 @@ def test_subcommand_registry_is_lazy(capsys: pytest.CaptureFixture) -> None:
         assert "echo-test" in usage and "preprocess" in usage and "demo" in usage
     finally:
         del cli.SUBCOMMANDS["echo-test"], cli.SUBCOMMANDS["missing-test"]
-    assert cli.SUBCOMMANDS["preprocess"].target == "preprocessing.physionet2018:main"
-    assert cli.SUBCOMMANDS["demo"].target == "recipes.sleep_staging:main"
+    assert cli.SUBCOMMANDS["preprocess"].target == "partnd.preprocessing.physionet2018:main"
+    assert cli.SUBCOMMANDS["demo"].target == "partnd.recipes.sleep_staging:main"
 
 
 @pytest.mark.slow

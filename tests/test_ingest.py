@@ -12,8 +12,8 @@ import pytest
 
 from partnd._validation import InputError
 from partnd.datasets.store import SleepStore
-from preprocessing.errors import NON_FINITE, OUT_OF_RANGE, RecordError
-from preprocessing.ingest import (
+from partnd.preprocessing.errors import NON_FINITE, OUT_OF_RANGE, RecordError
+from partnd.preprocessing.ingest import (
     annotation_sample_indices,
     annotations_to_sample_stages,
     epochs_to_sample_stages,
@@ -313,7 +313,7 @@ def test_default_channels_are_the_eeg_channels_with_ten_twenty_names(tmp_path, c
     data = 20e-6 * np.sin(2 * np.pi * (3.0 + np.arange(8)[:, None]) * time[None])
     info = mne.create_info(EDF_LIKE_CHANNELS, SFREQ, "eeg")  # as MNE types EDF channels
     raw = mne.io.RawArray(data, info, verbose="error")
-    with caplog.at_level(logging.INFO, logger="preprocessing.ingest"):
+    with caplog.at_level(logging.INFO, logger="partnd.preprocessing.ingest"):
         attrs = ingest_raw(raw, None, tmp_path / "s.zarr", "night")
     picked = ["EEG Fpz-Cz", "EEG Pz-Oz", "C3-M2", "F4-A1"]
     assert attrs["source_channels"] == picked and SleepStore(tmp_path / "s.zarr").channels == picked

@@ -8,8 +8,8 @@ import os
 import pytest
 
 from partnd._validation import InputError
-from preprocessing.manifest import Manifest, read_manifest, write_manifest
-from preprocessing.parallel import parallel_map_unordered, resolve_n_jobs
+from partnd.preprocessing.manifest import Manifest, read_manifest, write_manifest
+from partnd.preprocessing.parallel import parallel_map_unordered, resolve_n_jobs
 
 
 def _square(value: int) -> int:

@@ -1,4 +1,4 @@
-"""End-to-end tests of the PC18 reader and the ``preprocessing.physionet2018`` command.
+"""End-to-end tests of the PC18 reader and the ``partnd.preprocessing.physionet2018`` command.
 
 Tiny records are written in the challenge layout with :mod:`partnd.datasets.pc18_format`: EEG
 channels are pure sinusoids (known µV values at every instant), stages change every 30 s after an
@@ -20,8 +20,8 @@ from partnd.datasets import pc18_cohort, pc18_format
 from partnd.datasets.hypnogram import hypnogram_from_string
 from partnd.datasets.pc18_cohort import make_pc18_cohort
 from partnd.datasets.store import SleepStore
-from preprocessing import physionet2018
-from preprocessing.errors import (
+from partnd.preprocessing import physionet2018
+from partnd.preprocessing.errors import (
     ALL_UNDEFINED,
     FLAT_CHANNEL,
     LABEL_LENGTH_MISMATCH,
@@ -32,8 +32,8 @@ from preprocessing.errors import (
     UNREADABLE_SIGNAL,
     RecordError,
 )
-from preprocessing.manifest import Manifest
-from preprocessing.pc18_reader import (
+from partnd.preprocessing.manifest import Manifest
+from partnd.preprocessing.pc18_reader import (
     PC18_EEG_CHANNELS,
     PC18Record,
     find_records,

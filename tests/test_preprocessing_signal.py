@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 from partnd._validation import InputError
-from preprocessing.errors import ALL_UNDEFINED, TOO_SHORT, RecordError
-from preprocessing.signal_processing import (
+from partnd.preprocessing.errors import ALL_UNDEFINED, TOO_SHORT, RecordError
+from partnd.preprocessing.signal_processing import (
     BandpassFilter,
     bandpass_resample,
     resampling_factors,
     resampling_method,
 )
-from preprocessing.windowing import plan_windows
+from partnd.preprocessing.windowing import plan_windows
 
 SFREQ = 200.0
 

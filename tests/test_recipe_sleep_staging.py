@@ -10,8 +10,8 @@ import pytest
 
 from partnd._validation import InputError
 from partnd.datasets.pc18_cohort import make_pc18_cohort
-from recipes import sample_efficiency, sleep_staging
-from recipes.sleep_study import SleepStudy, StudyConfig
+from partnd.recipes import sample_efficiency, sleep_staging
+from partnd.recipes.sleep_study import SleepStudy, StudyConfig
 
 TINY_PRETRAIN = {
     "encoder": "vit_test",
@@ -69,13 +69,13 @@ def test_sleep_staging_table_figures_and_a_resume_that_recomputes_nothing(
 
     real_pretrain = pretraining.pretrain
     monkeypatch.setattr(
-        "recipes.sleep_study.pretrain",
+        "partnd.recipes.sleep_study.pretrain",
         lambda *args, **kwargs: real_pretrain(*args, **{**kwargs, "max_steps": 3}),
     )
     study.run_pretraining("part")
     assert not study.pretrained("part")  # stopped after 3 of 2 x 12 steps
     assert (out / "pretrain" / "part" / "checkpoints" / "last.pt").is_file()
-    monkeypatch.setattr("recipes.sleep_study.pretrain", real_pretrain)
+    monkeypatch.setattr("partnd.recipes.sleep_study.pretrain", real_pretrain)
     sleep_staging.run(study, "all", ["part", "supervised"])
     history = [json.loads(line) for line in (out / "pretrain/part/metrics.jsonl").open()]
     steps = [r["step"] for r in history if r["phase"] == "train"]
@@ -105,8 +105,8 @@ def test_sleep_staging_table_figures_and_a_resume_that_recomputes_nothing(
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a finished stage was recomputed")
 
-    monkeypatch.setattr("recipes.sleep_study.pretrain", refuse)
-    monkeypatch.setattr("recipes.sleep_study.finetune", refuse)
+    monkeypatch.setattr("partnd.recipes.sleep_study.pretrain", refuse)
+    monkeypatch.setattr("partnd.recipes.sleep_study.finetune", refuse)
     again = tiny_study(out, cohort_root)
     sleep_staging.run(again, "all", ["part", "supervised"])
     # and the settings of a study cannot silently change
