@@ -4,12 +4,37 @@
 ``dask.distributed`` cluster (the optional ``dask`` extra): a local cluster of ``n_jobs``
 single-threaded worker processes, or an existing scheduler given by ``scheduler_address``.
 ``n_jobs`` follows MNE / joblib: ``-1`` means all cores, ``-2`` all but one, and so on.
+
+**Workers end with their parent.** loky's workers only stop when told to, or after 300 s without a
+task; a parent killed with SIGKILL (or SIGTERM, whose default action ends Python at once) tells
+them nothing, so they would keep running, reparented to PID 1, and keep loky's resource trackers
+alive through the pipes they hold. Each loky worker therefore runs :func:`end_with_parent` before
+its first task (loky's documented ``initializer``/``initargs``, passed through
+``joblib.Parallel(**backend_kwargs)``):
+
+- on Linux it asks the kernel to send the worker SIGTERM when its parent dies
+  (``prctl(PR_SET_PDEATHSIG, SIGTERM)`` through :mod:`ctypes`). The kernel delivers it even while
+  the worker is busy in C code holding the GIL, and SIGTERM keeps its default action (end the
+  process) in loky workers. The "parent" is the thread that started the worker; loky starts
+  workers from the thread that submits tasks or from its executor manager thread, both of which
+  live as long as the pool.
+- elsewhere, or if ``prctl`` fails, a daemon thread checks ``os.getppid()`` once per second and
+  ends the worker with ``os._exit`` once it changes.
+
+Either way the initializer then compares ``os.getppid()`` with the parent's PID, so a parent that
+died while the worker was starting is noticed too. Once the workers are gone, loky's resource
+trackers see their pipes close and exit on their own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import signal
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -18,9 +43,12 @@ from tqdm.auto import tqdm
 
 from partnd._validation import check
 
-__all__ = ["BACKENDS", "parallel_map_unordered", "resolve_n_jobs"]
+__all__ = ["BACKENDS", "end_with_parent", "parallel_map_unordered", "resolve_n_jobs"]
 
 BACKENDS: tuple[str, ...] = ("loky", "dask")
+
+_PR_SET_PDEATHSIG = 1
+_PARENT_POLL_SECONDS = 1.0
 
 Task = TypeVar("Task")
 Result = TypeVar("Result")
@@ -33,6 +61,46 @@ def resolve_n_jobs(n_jobs: int | None) -> int:
     check(n_jobs != 0, "n_jobs", "a non-zero integer (-1 = all cores)", n_jobs)
     cores = os.cpu_count() or 1
     return n_jobs if n_jobs > 0 else max(1, cores + 1 + n_jobs)
+
+
+def _set_parent_death_signal() -> bool:
+    """Ask Linux to send this process SIGTERM when its parent dies; whether that worked."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent_pid: int, interval: float) -> None:
+    """End this process once its parent is no longer ``parent_pid`` (it died: reparented)."""
+    while os.getppid() == parent_pid:
+        time.sleep(interval)
+    os._exit(1)
+
+
+def end_with_parent(parent_pid: int, *, poll_seconds: float = _PARENT_POLL_SECONDS) -> None:
+    """Worker initializer: end this process when its parent ``parent_pid`` dies.
+
+    Uses ``prctl(PR_SET_PDEATHSIG, SIGTERM)`` on Linux, else a daemon thread polling
+    ``os.getppid()`` every ``poll_seconds`` (see the module docstring). Exits at once if the parent
+    is already gone.
+
+    Args:
+        parent_pid: PID of the process that started this one (``os.getpid()`` in the parent).
+        poll_seconds: Polling interval of the fallback thread.
+    """
+    if not _set_parent_death_signal():
+        threading.Thread(
+            target=_watch_parent,
+            args=(parent_pid, poll_seconds),
+            name="partnd-end-with-parent",
+            daemon=True,
+        ).start()
+    if os.getppid() != parent_pid:
+        os._exit(1)
 
 
 @contextlib.contextmanager
@@ -92,7 +160,11 @@ def parallel_map_unordered(
             runner = joblib.Parallel(return_as="generator_unordered")
         else:
             runner = joblib.Parallel(
-                n_jobs=n_workers, backend="loky", return_as="generator_unordered"
+                n_jobs=n_workers,
+                backend="loky",
+                return_as="generator_unordered",
+                initializer=end_with_parent,
+                initargs=(os.getpid(),),
             )
         for result in runner(joblib.delayed(function)(task) for task in tasks):
             bar.update(1)
