@@ -43,7 +43,6 @@ __all__ = [
     "store_windowed_record",
 ]
 
-_FLAT_BLOCK_WINDOWS = 64
 _VERSIONED_LIBRARIES = ("partnd", "numpy", "scipy", "mne", "wfdb", "h5py", "xarray", "zarr")
 
 
@@ -173,15 +172,24 @@ def library_versions() -> dict[str, str]:
 def _flat_windows(
     data: np.ndarray, starts: np.ndarray, window_samples: int, threshold: float
 ) -> np.ndarray:
-    """``[C, W]`` bool: channel ``c`` has raw std below ``threshold`` in window ``w``."""
-    flat = np.empty((data.shape[0], len(starts)), dtype=bool)
-    offsets = np.arange(window_samples)
-    for block in range(0, len(starts), _FLAT_BLOCK_WINDOWS):
-        block_starts = starts[block : block + _FLAT_BLOCK_WINDOWS]
-        indices = block_starts[:, None] + offsets[None, :]
-        for index, channel in enumerate(data):
-            deviation = channel[indices].std(axis=1, dtype=np.float64)
-            flat[index, block : block + len(block_starts)] = deviation < threshold
+    """``[C, W]`` bool: channel ``c`` has raw std below ``threshold`` in window ``w``.
+
+    A window's standard deviation is at least its range (max - min) divided by
+    ``2 * sqrt(window_samples)``, so only windows with a smaller range can be flat; their float64
+    standard deviation decides. The ranges come from one pass of ``np.maximum.reduceat`` /
+    ``np.minimum.reduceat`` over each channel (the windows are sorted and do not overlap).
+    """
+    flat = np.zeros((data.shape[0], len(starts)), dtype=bool)
+    bounds = np.stack([starts, starts + window_samples], axis=1).ravel()
+    bounds = bounds[bounds < data.shape[1]]
+    largest_flat_range = 2.0 * np.sqrt(window_samples) * threshold
+    for index, channel in enumerate(data):
+        high = np.maximum.reduceat(channel, bounds)[::2]
+        low = np.minimum.reduceat(channel, bounds)[::2]
+        spread = high.astype(np.float64) - low
+        for window in np.flatnonzero(spread < largest_flat_range):
+            samples = channel[starts[window] : starts[window] + window_samples]
+            flat[index, window] = samples.std(dtype=np.float64) < threshold
     return flat
 
 
