@@ -8,9 +8,9 @@ imported nothing heavy, so that its peak resident memory
 worker needs; a last run under :mod:`tracemalloc` gives the peak of the run's own allocations:
 
 - **partnd**: :func:`partnd.preprocessing.physionet2018.process_record` — SHA-256 of the sources,
-  wfdb read
-  of the six EEG channels (int16 -> float32 µV), h5py labels, whole-night FIR band-pass (MNE design,
-  float32 overlap-add), decimation 200 -> 100 Hz, window cutting and the atomic zarr write;
+  wfdb read of the six EEG channels (int16 -> float32 µV), h5py labels, whole-night FIR band-pass
+  (MNE design, float32 FFT overlap-save) keeping every second sample (200 -> 100 Hz), window
+  cutting and the atomic zarr write;
 - **braindecode**: wfdb ``rdrecord`` (physical, six EEG channels) -> ``mne.io.RawArray`` ->
   ``raw.filter(0.1, 30)`` -> ``raw.resample(100)`` -> stage annotations (one per run of a defined
   stage, from the same per-sample labels) -> braindecode ``create_windows_from_events``
@@ -18,7 +18,11 @@ worker needs; a last run under :mod:`tracemalloc` gives the peak of the run's ow
 
 Each pipeline processes the record ``1 + --repeats`` times in its subprocess: the first ("cold")
 run pays one-off lazy imports and caches, the fastest of the others ("warm", what every further
-record of a batch costs, least disturbed by other load) gives the speed ratio. It prints each wall
+record of a batch costs, least disturbed by other load) gives the speed ratio. Both subprocesses
+are started first and the parent has them run one record at a time in turn (partnd, braindecode,
+braindecode, partnd, ...; the idle one waits on its stdin), so that load from other jobs on a
+shared machine falls on both pipelines alike instead of on whichever ran during a busy spell;
+their memory is measured per process as before. It prints each wall
 time, the speed ratio (goal >= 3x), each peak memory (goal <= 1 GB), whether the window labels are
 identical, how the window starts differ, the largest difference between the two pipelines' window
 values (when their sample grids coincide), the store's compression ratio and its decode time per
@@ -49,6 +53,7 @@ import numpy as np
 __all__ = ["main", "run_braindecode", "run_partnd"]
 
 STAGE_NAMES = ("W", "N1", "N2", "N3", "REM")
+RUN, FINISH = "run", "finish"
 MEGABYTE = 1024.0
 
 
@@ -79,20 +84,24 @@ def _partnd_once(record_dir: Path, out: Path) -> tuple[float, None]:
     return seconds, None
 
 
-def _measure(
-    run_once: Callable[[], tuple[float, Any]], repeats: int
-) -> tuple[dict[str, float], Any]:
-    """Time one cold and ``repeats`` warm runs, then peak RSS and traced Python allocations.
+def _measure(run_once: Callable[[], tuple[float, Any]]) -> tuple[dict[str, float], Any]:
+    """Run once per ``run`` line on stdin (printing its time), until ``finish``; then peak RSS and
+    a traced run.
 
     Returns:
-        The timing/memory fields of a result row, and what the last warm (or cold) run returned.
+        The timing/memory fields of a result row (the first run is cold, the fastest other one
+        warm), and what the last run returned.
     """
     baseline_mb = _peak_mb()
-    cold, result = run_once()
-    warm = cold
-    for repeat in range(repeats):
+    times: list[float] = []
+    result = None
+    for line in sys.stdin:
+        if line.strip() != RUN:
+            break
         seconds, result = run_once()
-        warm = seconds if repeat == 0 else min(warm, seconds)
+        times.append(seconds)
+        print(json.dumps({"seconds": seconds}), flush=True)
+    cold, warm = times[0], min(times[1:] or times)
     peak_mb = _peak_mb()
     tracemalloc.start()
     run_once()
@@ -108,13 +117,13 @@ def _measure(
     return row, result
 
 
-def run_partnd(record_dir: Path, out: Path, repeats: int) -> dict[str, Any]:
-    """Preprocess the record into ``out`` with partnd's worker: one cold, ``repeats`` warm runs."""
+def run_partnd(record_dir: Path, out: Path) -> dict[str, Any]:
+    """Preprocess the record into ``out`` with partnd's worker, once per ``run`` line on stdin."""
     from partnd.datasets.store import SleepStore
     from partnd.preprocessing.physionet2018 import process_record
 
     del process_record
-    row, _ = _measure(lambda: _partnd_once(record_dir, out), repeats)
+    row, _ = _measure(lambda: _partnd_once(record_dir, out))
     reader = SleepStore(out)
     start_times = reader.start_times(record_dir.name)
     return {
@@ -165,14 +174,14 @@ def _braindecode_once(record_dir: Path) -> tuple[float, Any]:
     return seconds, (data * 1e6, labels, starts)
 
 
-def run_braindecode(record_dir: Path, out: Path, repeats: int) -> dict[str, Any]:
-    """Preprocess the record the braindecode way (one cold, ``repeats`` warm runs); save windows."""
+def run_braindecode(record_dir: Path, out: Path) -> dict[str, Any]:
+    """Preprocess the record the braindecode way once per ``run`` line on stdin; save windows."""
     import braindecode.preprocessing
     import mne
 
     del braindecode.preprocessing
     mne.set_log_level("ERROR")
-    row, (data, labels, starts) = _measure(lambda: _braindecode_once(record_dir), repeats)
+    row, (data, labels, starts) = _measure(lambda: _braindecode_once(record_dir))
     np.savez(out, data=data, labels=labels, starts=starts)
     return {**row, "stages": labels.tolist(), "start_samples": starts.tolist()}
 
@@ -193,19 +202,66 @@ def generate_record(workdir: Path, hours: float, seed: int) -> dict[str, Any]:
     return {"record_dir": str(cohort.training_records[0])}
 
 
-def _child(
-    pipeline: str, first: Path, second: Path, hours: float, seed: int, repeats: int
-) -> dict[str, Any]:
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-    }
+def _child_command(pipeline: str, first: Path, second: Path, hours: float, seed: int) -> list[str]:
     command = [sys.executable, __file__, "--child", pipeline, str(first), str(second)]
-    command += ["--hours", str(hours), "--seed", str(seed), "--repeats", str(repeats)]
+    return [*command, "--hours", str(hours), "--seed", str(seed)]
+
+
+_CHILD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _generate(workdir: Path, hours: float, seed: int) -> dict[str, Any]:
+    command = _child_command("generate", workdir, workdir, hours, seed)
+    env = {**os.environ, **_CHILD_ENV}
     completed = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
     return dict(json.loads(completed.stdout.strip().splitlines()[-1]))
+
+
+def _read_reply(child: subprocess.Popen, log: Path) -> dict[str, Any]:
+    """The next JSON line the child prints (other output is skipped)."""
+    assert child.stdout is not None
+    while line := child.stdout.readline():
+        if line.startswith("{"):
+            return dict(json.loads(line))
+    child.wait()
+    raise RuntimeError(f"{' '.join(child.args)} failed:\n{log.read_text()[-4000:]}")
+
+
+def _run_in_turn(
+    pipelines: dict[str, tuple[Path, Path]], workdir: Path, hours: float, seed: int, runs: int
+) -> dict[str, dict[str, Any]]:
+    """Start one subprocess per pipeline and have them process the record ``runs`` times each,
+    one run at a time, alternating (ABBA...); return each subprocess's result row."""
+    children: dict[str, tuple[subprocess.Popen, Path]] = {}
+    env = {**os.environ, **_CHILD_ENV}
+    for name, (first, second) in pipelines.items():
+        log = workdir / f"{name}.log"
+        with open(log, "w") as stderr:
+            child = subprocess.Popen(
+                _child_command(name, first, second, hours, seed),
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
+        children[name] = (child, log)
+    names = list(pipelines)
+    for index in range(runs):
+        for name in names if index % 2 == 0 else names[::-1]:
+            child, log = children[name]
+            assert child.stdin is not None
+            child.stdin.write(RUN + "\n")
+            child.stdin.flush()
+            _read_reply(child, log)
+    rows = {}
+    for name, (child, log) in children.items():
+        assert child.stdin is not None
+        child.stdin.write(FINISH + "\n")
+        child.stdin.close()
+        rows[name] = _read_reply(child, log)
+        child.wait()
+    return rows
 
 
 def _decode_time_per_window(store_path: Path, record_id: str) -> tuple[float, float]:
@@ -240,17 +296,23 @@ def main(argv: list[str] | None = None) -> int:
             result = generate_record(Path(first), args.hours, args.seed)
         else:
             run = run_partnd if pipeline == "partnd" else run_braindecode
-            result = run(Path(first), Path(second), args.repeats)
+            result = run(Path(first), Path(second))
         print(json.dumps(result))
         return 0
 
     args.workdir.mkdir(parents=True, exist_ok=True)
-    generated = _child("generate", args.workdir, args.workdir, args.hours, args.seed, 0)
+    generated = _generate(args.workdir, args.hours, args.seed)
     record_dir = Path(generated["record_dir"])
     store_path = args.workdir / "bench.zarr"
     windows_path = args.workdir / "braindecode_windows.npz"
-    ours = _child("partnd", record_dir, store_path, args.hours, args.seed, args.repeats)
-    theirs = _child("braindecode", record_dir, windows_path, args.hours, args.seed, args.repeats)
+    rows = _run_in_turn(
+        {"partnd": (record_dir, store_path), "braindecode": (record_dir, windows_path)},
+        args.workdir,
+        args.hours,
+        args.seed,
+        1 + args.repeats,
+    )
+    ours, theirs = rows["partnd"], rows["braindecode"]
 
     from partnd.datasets.store import SleepStore
 
