@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -56,7 +55,6 @@ __all__ = [
     "DeiTTask",
     "build_mixer",
     "deit_finetune",
-    "labels_in_range",
     "set_drop_path",
     "smooth_targets",
     "soft_target_cross_entropy",
@@ -484,14 +482,3 @@ def deit_finetune(
         config=config,
         settings=settings,
     )
-
-
-def labels_in_range(labels: np.ndarray, num_classes: int, argument: str) -> None:
-    """Refuse labels outside ``[0, num_classes)`` (read without touching the images)."""
-    if labels.size:
-        check(
-            int(labels.min()) >= 0 and int(labels.max()) < num_classes,
-            argument,
-            f"labels in [0, {num_classes})",
-            f"labels in [{int(labels.min())}, {int(labels.max())}]",
-        )

@@ -432,8 +432,15 @@ class ImageStudy:
 
     @property
     def class_names(self) -> list[str]:
-        """The dataset's class names."""
-        return class_names(self.test_set)
+        """The dataset's class names (the training and test splits must have the same)."""
+        names = class_names(self.train_set)
+        check(
+            class_names(self.test_set) == names,
+            "--root",
+            "the same classes in the training and test splits",
+            f"{len(names)} training and {len(class_names(self.test_set))} test classes",
+        )
+        return names
 
     def pretrain_dir(self, name: str) -> Path:
         """Directory of a variant's pretraining."""

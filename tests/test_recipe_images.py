@@ -37,7 +37,6 @@ from partnd.recipes.image_finetune import (
     DeiTSettings,
     DeiTTask,
     build_mixer,
-    labels_in_range,
     set_drop_path,
     smooth_targets,
     soft_target_cross_entropy,
@@ -167,6 +166,12 @@ def test_imagefolder_tree_is_read_and_a_missing_split_refused(
     assert np.bincount(targets_of(val)).tolist() == [3, 3, 3, 3]
     assert train[0][0].shape == (3, 64, 64)
     (tmp_path / "train" / "a").mkdir(parents=True)
+    mismatched = tmp_path / "mismatched"
+    shutil.copytree(folder_root, mismatched)
+    shutil.rmtree(mismatched / "val" / PHOTOS[0])
+    study = _study(mismatched, tmp_path / "study", dataset="imagenet")
+    with pytest.raises(InputError, match="same classes"):
+        study.run_finetuning("supervised")
     with pytest.raises(InputError, match="no val/ folder"):
         load_image_dataset("imagenet", tmp_path, train=False, transform=None)
     with pytest.raises(InputError, match="--dataset"):
@@ -287,10 +292,7 @@ def test_topk_accuracy_counts_hits() -> None:
         topk_accuracy(model, [])
 
 
-def test_labels_in_range_and_settings_round_trip() -> None:
-    labels_in_range(np.array([0, 3]), 4, "labels")
-    with pytest.raises(InputError, match=r"labels in \[0, 4\)"):
-        labels_in_range(np.array([0, 4]), 4, "labels")
+def test_deit_settings_round_trip_and_refusals() -> None:
     settings = DeiTSettings(rand_augment=[1, 5], mixup_alpha=0.0)  # type: ignore[arg-type]
     assert settings.rand_augment == (1, 5)
     assert DeiTSettings.from_dict(settings.to_dict()) == settings
