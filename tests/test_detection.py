@@ -240,6 +240,23 @@ def test_backbone_takes_the_encoders_position_embedding() -> None:
     assert fresh.pos_embed.shape == (1, 32, 8, 8)
 
 
+def test_optimizer_groups_decay_the_vit_layers_and_spare_the_position_embedding() -> None:
+    from partnd.engine.optim import param_groups
+
+    model = _model()
+    assert model.backbone.no_weight_decay() == {"pos_embed"}
+    groups = param_groups(model, weight_decay=0.1, layer_decay=0.5)
+    scale_of = {name: g["lr_scale"] for g in groups for name in g["param_names"]}
+    decay_of = {name: g["weight_decay"] for g in groups for name in g["param_names"]}
+    depth = len(model.backbone.blocks)  # 2: scales 0.5 ** (3 - level)
+    assert scale_of["backbone.patch_embed.weight"] == 0.5 ** (depth + 1)
+    assert scale_of["backbone.pos_embed"] == 0.5 ** (depth + 1)
+    assert scale_of["backbone.blocks.1.attn.qkv.weight"] == 0.5
+    assert scale_of["backbone.pyramid.stages.0.0.weight"] == 1.0
+    assert scale_of["roi_heads.box_predictor.cls_score.weight"] == 1.0
+    assert decay_of["backbone.pos_embed"] == 0.0 and decay_of["backbone.patch_embed.weight"] == 0.1
+
+
 def test_backbone_refuses_a_1d_encoder() -> None:
     encoder = create_encoder("vit_test", in_chans=2, patch_size=10, ndim=1)
     with pytest.raises(InputError, match="2D image encoder"):

@@ -564,3 +564,37 @@ def test_a_foreign_directory_is_refused(cifar_root: Path, tmp_path: Path) -> Non
     with pytest.raises(InputError, match="study directory to overwrite"):
         _study(cifar_root, tmp_path / "other", "--overwrite")
     assert (tmp_path / "other" / "notes.txt").is_file()
+
+
+def test_interrupted_finetuning_resumes_with_its_stored_configuration(
+    cifar_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "study"
+    small_batches = ("--finetune-set", "batch_size=8", "--finetune-set", "log_every_steps=1")
+    calls: list[dict[str, Any]] = []
+    real = images.deit_finetune
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        real(*args, **{**kwargs, "max_steps": 2})
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(images, "deit_finetune", interrupted)
+    argv = ["finetune", *_args(cifar_root, out, *small_batches), "--variants", "supervised"]
+    with pytest.raises(KeyboardInterrupt):
+        images.main(argv)
+    assert not (out / "finetune" / "supervised" / "result.json").exists()
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(images, "deit_finetune", recording)
+    images.main(argv)
+    assert calls[-1]["resume"] is True and calls[-1]["config"] is None
+    run_dir = out / "finetune" / "supervised" / "run"
+    history = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+    assert [r["step"] for r in history if r.get("phase") == "train"] == list(range(1, 7))
+    result = json.loads((out / "finetune" / "supervised" / "result.json").read_text())
+    assert result["config"]["pos_embed"] is True and result["metrics"]["n"] == 24
+    assert json.loads((run_dir / "metrics.json").read_text()) == result["metrics"]
