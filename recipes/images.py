@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -84,6 +83,7 @@ from partnd.recipes.image_report import (
     scale_table,
     write_table,
 )
+from partnd.recipes.study_directory import claim_study_directory
 
 __all__ = [
     "DATASETS",
@@ -340,47 +340,13 @@ class ImageStudy:
         overwrite: Start the directory over (only a study directory is ever cleared).
     """
 
-    MARKER = "study.json"
-
     def __init__(self, config: ImageStudyConfig, overwrite: bool = False) -> None:
         self.config = config
         self.out = config.out
         self._claim(overwrite)
 
     def _claim(self, overwrite: bool) -> None:
-        marker = self.out / self.MARKER
-        if overwrite and self.out.is_dir() and any(self.out.iterdir()):
-            check(
-                marker.is_file(),
-                "--out",
-                f"a study directory to overwrite (holding {self.MARKER}); --overwrite never "
-                "deletes other folders",
-                f"the non-empty directory {self.out}",
-            )
-            shutil.rmtree(self.out)
-        settings = self.config.settings
-        if marker.is_file():
-            stored = json.loads(marker.read_text())
-            check(
-                stored == settings,
-                "--out",
-                f"a study made with the same settings (stored in {marker}; use --overwrite to "
-                "start over)",
-                ", ".join(
-                    f"{k}: {stored.get(k)!r} -> {v!r}"
-                    for k, v in settings.items()
-                    if stored.get(k) != v
-                ),
-            )
-        else:
-            check(
-                not self.out.exists() or not any(self.out.iterdir()),
-                "--out",
-                "a new or empty directory, or an earlier study of this recipe",
-                f"the non-empty directory {self.out}",
-            )
-            self.out.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(settings, marker)
+        claim_study_directory(self.out, self.config.settings, overwrite)
 
     def resolve(self, names: Sequence[str]) -> list[str]:
         """Variant names from ``--variants`` (names and groups), ``part`` for its duplicates, in

@@ -49,6 +49,7 @@ from partnd.models.serialization import ENCODER_FILE, load_encoder
 from partnd.objectives import list_objectives
 from partnd.preprocessing.physionet2018 import preprocess_physionet2018
 from partnd.pretraining import pretrain
+from partnd.recipes.study_directory import claim_study_directory
 
 __all__ = [
     "SCALES",
@@ -241,53 +242,17 @@ class SleepStudy:
         overwrite: Start the directory over (only a study directory is ever cleared).
     """
 
-    MARKER = "study.json"
-
     def __init__(self, config: StudyConfig, overwrite: bool = False) -> None:
         self.config = config
         self.out = config.out
         self._claim(overwrite)
 
     def _claim(self, overwrite: bool) -> None:
-        marker = self.out / self.MARKER
-        if overwrite and self.out.is_dir() and any(self.out.iterdir()):
-            check(
-                marker.is_file(),
-                "--out",
-                f"a study directory to overwrite (holding {self.MARKER}); --overwrite never "
-                "deletes other folders",
-                f"the non-empty directory {self.out}",
-            )
-            import shutil
-
-            keep_store = (
-                self.config.store is not None
-                and self.config.store.resolve().is_relative_to(self.out.resolve())
-            )
-            check(not keep_store, "--store", "a store outside --out with --overwrite", "inside")
-            shutil.rmtree(self.out)
-        if marker.is_file():
-            stored = json.loads(marker.read_text())
-            check(
-                stored == self.config.settings,
-                "--out",
-                f"a study made with the same settings (stored in {marker}; use --overwrite to "
-                "start over)",
-                ", ".join(
-                    f"{k}: {stored.get(k)!r} -> {v!r}"
-                    for k, v in self.config.settings.items()
-                    if stored.get(k) != v
-                ),
-            )
-        else:
-            check(
-                not self.out.exists() or not any(self.out.iterdir()),
-                "--out",
-                "a new or empty directory, or an earlier study of this recipe",
-                f"the non-empty directory {self.out}",
-            )
-            self.out.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(self.config.settings, marker)
+        store = self.config.store
+        if overwrite and store is not None and self.out.is_dir() and any(self.out.iterdir()):
+            inside = store.resolve().is_relative_to(self.out.resolve())
+            check(not inside, "--store", "a store outside --out with --overwrite", "inside")
+        claim_study_directory(self.out, self.config.settings, overwrite)
 
     @property
     def scale(self) -> dict[str, Any]:

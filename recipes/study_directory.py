@@ -1,0 +1,67 @@
+"""The directory of a study: claimed once, its settings fixed, cleared only on request.
+
+Every recipe (sleep staging, sample efficiency, images) keeps its results under one ``--out``
+directory marked by ``study.json``, the settings that produced them. A later run with the same
+settings goes on where the earlier stopped; different settings are refused, naming what changed;
+``--overwrite`` clears only a directory that holds the marker, never another folder.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from partnd._validation import check
+from partnd.engine.checkpoint import atomic_write_json
+
+__all__ = ["STUDY_MARKER", "claim_study_directory"]
+
+STUDY_MARKER = "study.json"
+
+
+def claim_study_directory(out: Path, settings: dict[str, Any], overwrite: bool) -> None:
+    """Make ``out`` the directory of a study with ``settings``, or check that it already is.
+
+    Args:
+        out: The study directory (``--out``).
+        settings: JSON-serialisable settings of the study, stored as ``out/study.json``.
+        overwrite: Clear ``out`` first; refused unless it is a study directory.
+
+    Raises:
+        InputError: ``--out`` is a non-empty directory of something else, or a study made with
+            other settings (the message lists each changed setting).
+    """
+    marker = out / STUDY_MARKER
+    if overwrite and out.is_dir() and any(out.iterdir()):
+        check(
+            marker.is_file(),
+            "--out",
+            f"a study directory to overwrite (holding {STUDY_MARKER}); --overwrite never "
+            "deletes other folders",
+            f"the non-empty directory {out}",
+        )
+        shutil.rmtree(out)
+    if marker.is_file():
+        stored = json.loads(marker.read_text())
+        check(
+            stored == settings,
+            "--out",
+            f"a study made with the same settings (stored in {marker}; use --overwrite to "
+            "start over)",
+            ", ".join(
+                f"{key}: {stored.get(key)!r} -> {value!r}"
+                for key, value in settings.items()
+                if stored.get(key) != value
+            ),
+        )
+        return
+    check(
+        not out.exists() or not any(out.iterdir()),
+        "--out",
+        "a new or empty directory, or an earlier study of this recipe",
+        f"the non-empty directory {out}",
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(settings, marker)

@@ -1,0 +1,47 @@
+"""The study directory every recipe keeps its results in."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from partnd._validation import InputError
+from partnd.recipes.study_directory import STUDY_MARKER, claim_study_directory
+
+
+def test_a_new_directory_gets_the_settings_and_a_later_run_with_them_goes_on(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "study"
+    claim_study_directory(out, {"seed": 0, "methods": ["part"]}, overwrite=False)
+    assert json.loads((out / STUDY_MARKER).read_text()) == {"seed": 0, "methods": ["part"]}
+    (out / "result.json").write_text("{}")
+    claim_study_directory(out, {"seed": 0, "methods": ["part"]}, overwrite=False)
+    assert (out / "result.json").is_file()  # nothing cleared
+
+
+def test_other_settings_are_refused_naming_what_changed(tmp_path: Path) -> None:
+    out = tmp_path / "study"
+    claim_study_directory(out, {"seed": 0, "lr": 0.1}, overwrite=False)
+    with pytest.raises(InputError, match=r"--out.*seed: 0 -> 1") as error:
+        claim_study_directory(out, {"seed": 1, "lr": 0.1}, overwrite=False)
+    assert "lr" not in str(error.value).split("got")[-1]
+
+
+def test_overwrite_clears_a_study_but_never_another_folder(tmp_path: Path) -> None:
+    out = tmp_path / "study"
+    claim_study_directory(out, {"seed": 0}, overwrite=False)
+    (out / "result.json").write_text("{}")
+    claim_study_directory(out, {"seed": 1}, overwrite=True)
+    assert not (out / "result.json").exists()
+    assert json.loads((out / STUDY_MARKER).read_text()) == {"seed": 1}
+
+    other = tmp_path / "photos"
+    other.mkdir()
+    (other / "holiday.jpg").write_text("precious")
+    for overwrite in (False, True):
+        with pytest.raises(InputError, match="--out"):
+            claim_study_directory(other, {"seed": 0}, overwrite=overwrite)
+    assert (other / "holiday.jpg").read_text() == "precious"
