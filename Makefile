@@ -37,6 +37,9 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_objective_step.py --preset eeg_sleep --steps 3
+	$(PY) benchmarks/bench_objective_step.py --preset images_cifar --steps 3
+	$(PY) benchmarks/bench_sampler.py
+	$(PY) benchmarks/bench_preprocessing.py --repeats 3
 	$(PY) benchmarks/bench_ssl_images.py
 
 clean:
