@@ -30,7 +30,7 @@ from partnd.data import SignalSpec
 from partnd.engine.config import PretrainConfig
 from partnd.models import build_head, create_encoder
 from partnd.models.vit import ViTEncoder
-from partnd.objectives.base import Objective, ObjectiveOutput
+from partnd.objectives.base import GridObjective, Objective, ObjectiveOutput
 from partnd.objectives.droppos import DropPosModel, DropPosOutput, build_droppos
 from partnd.objectives.mae import MAEModel, MAEOutput, build_mae
 from partnd.objectives.mp3 import MP3Model, MP3Output, build_mp3
@@ -40,6 +40,7 @@ from partnd.sampling import GridSampler, OffGridSampler
 __all__ = [
     "DropPosModel",
     "DropPosOutput",
+    "GridObjective",
     "MAEModel",
     "MAEOutput",
     "MP3Model",

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from partnd._validation import check
 from partnd.models.vit import ViTEncoder
+from partnd.sampling import GridSampler, PatchBatch
 
-__all__ = ["Objective", "ObjectiveOutput"]
+__all__ = ["GridObjective", "Objective", "ObjectiveOutput"]
 
 
 @dataclass(frozen=True)
@@ -57,3 +59,43 @@ class Objective(nn.Module):
             The loss and diagnostics.
         """
         raise NotImplementedError
+
+
+class GridObjective(Objective):
+    """An objective on the on-grid tiling of inputs of one fixed shape (MAE, MP3, DropPos).
+
+    Checks that the encoder has no classifier, keeps it as ``self.encoder``, and fixes the grid:
+    ``sampler`` (a :class:`~partnd.sampling.GridSampler`), ``spatial_shape`` and
+    ``num_positions`` (the number of grid slots N).
+
+    Args:
+        encoder: A :class:`ViTEncoder` with ``num_classes == 0``.
+        spatial_shape: Spatial shape of every input.
+        name: The method's name, for error messages.
+    """
+
+    def __init__(self, encoder: ViTEncoder, spatial_shape: tuple[int, ...], name: str) -> None:
+        super().__init__()
+        check(
+            encoder.num_classes == 0,
+            "encoder",
+            f"an encoder with num_classes=0 ({name} trains no classifier)",
+            f"num_classes={encoder.num_classes}",
+        )
+        self.encoder = encoder
+        self.sampler = GridSampler(encoder.ndim, encoder.patch_size)
+        self.spatial_shape = tuple(int(length) for length in spatial_shape)
+        self.num_positions = self.sampler.num_patches(self.spatial_shape)
+
+    def sample(self, x: Tensor) -> PatchBatch:
+        """Tile ``x: [B, C, *spatial]`` on the grid (shape checks only, no gradient)."""
+        check(
+            x.dim() == 2 + self.encoder.ndim
+            and x.shape[1] == self.encoder.in_chans
+            and tuple(x.shape[2:]) == self.spatial_shape,
+            "x",
+            f"a tensor [B, {self.encoder.in_chans}, {', '.join(map(str, self.spatial_shape))}]",
+            x,
+        )
+        with torch.no_grad():
+            return self.sampler(x, validate=False)

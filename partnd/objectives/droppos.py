@@ -55,10 +55,9 @@ from torch import Tensor, nn
 
 from partnd._validation import check
 from partnd.models.vit import Block, ViTEncoder, init_weights
-from partnd.objectives.base import Objective, ObjectiveOutput
+from partnd.objectives.base import GridObjective, ObjectiveOutput
 from partnd.objectives.diagnostics import classification_diagnostics
 from partnd.objectives.mae import decoder_width, masked_count, random_split
-from partnd.sampling import GridSampler, PatchBatch
 
 if TYPE_CHECKING:
     from partnd.data import SignalSpec
@@ -200,7 +199,7 @@ class DropPosDecoder(nn.Module):
         return self.pred(self.norm(x))[:, 1:]
 
 
-class DropPosModel(Objective):
+class DropPosModel(GridObjective):
     """Encoder with a maskable slot position embedding + position-classifying decoder.
 
     Args:
@@ -229,19 +228,11 @@ class DropPosModel(Objective):
         decoder_depth: int | None = None,
         attentive: bool = True,
     ) -> None:
-        super().__init__()
-        check(
-            encoder.num_classes == 0,
-            "encoder",
-            "an encoder with num_classes=0 (DropPos trains no classifier)",
-            f"num_classes={encoder.num_classes}",
-        )
-        self.sampler = GridSampler(encoder.ndim, encoder.patch_size)
-        self.spatial_shape = tuple(int(length) for length in spatial_shape)
+        super().__init__(encoder, spatial_shape, "DropPos")
         grid_shape = tuple(
             length // p for length, p in zip(self.spatial_shape, encoder.patch_size, strict=True)
         )
-        num_positions = self.sampler.num_patches(self.spatial_shape)
+        num_positions = self.num_positions
         check(
             encoder.num_positions == num_positions and encoder.pos_mask_token is not None,
             "encoder",
@@ -267,7 +258,6 @@ class DropPosModel(Objective):
             f"{mask_ratio} keeps {num_kept} of {num_positions} patch(es)",
         )
         width, num_heads = decoder_width(encoder, decoder_dim)
-        self.encoder = encoder
         self.decoder = DropPosDecoder(
             encoder.embed_dim,
             num_positions,
@@ -279,7 +269,6 @@ class DropPosModel(Objective):
         self.register_buffer("coordinates", grid_coordinates(grid_shape), persistent=False)
         self.coordinates: Tensor
         self.grid_shape = grid_shape
-        self.num_positions = num_positions
         self.mask_ratio = mask_ratio
         self.position_mask_ratio = position_mask_ratio
         self.num_dropped = num_dropped
@@ -297,19 +286,6 @@ class DropPosModel(Objective):
     def sigma(self) -> float:
         """Current smoothing width: ``smoothing_sigma * (1 - progress)`` (linear decay to 0)."""
         return self.smoothing_sigma * (1.0 - self.progress)
-
-    def sample(self, x: Tensor) -> PatchBatch:
-        """Tile ``x: [B, C, *spatial]`` on the grid (shape checks only, no gradient)."""
-        check(
-            x.dim() == 2 + self.encoder.ndim
-            and x.shape[1] == self.encoder.in_chans
-            and tuple(x.shape[2:]) == self.spatial_shape,
-            "x",
-            f"a tensor [B, {self.encoder.in_chans}, {', '.join(map(str, self.spatial_shape))}]",
-            x,
-        )
-        with torch.no_grad():
-            return self.sampler(x, validate=False)
 
     @torch.no_grad()
     def patch_similarity(self, patches: Tensor) -> Tensor:

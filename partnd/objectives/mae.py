@@ -45,9 +45,8 @@ from torch import Tensor, nn
 
 from partnd._validation import check
 from partnd.models.vit import Block, ViTEncoder, init_weights
-from partnd.objectives.base import Objective, ObjectiveOutput
+from partnd.objectives.base import GridObjective, ObjectiveOutput
 from partnd.objectives.diagnostics import reconstruction_diagnostics
-from partnd.sampling import GridSampler, PatchBatch
 
 if TYPE_CHECKING:
     from partnd.data import SignalSpec
@@ -240,7 +239,7 @@ class MAEDecoder(nn.Module):
         return self.pred(self.norm(x))[:, 1:]
 
 
-class MAEModel(Objective):
+class MAEModel(GridObjective):
     """Encoder + MAE decoder, trained to reconstruct masked on-grid patches.
 
     Args:
@@ -263,16 +262,8 @@ class MAEModel(Objective):
         decoder_depth: int | None = None,
         norm_pix_loss: bool = True,
     ) -> None:
-        super().__init__()
-        check(
-            encoder.num_classes == 0,
-            "encoder",
-            "an encoder with num_classes=0 (MAE trains no classifier)",
-            f"num_classes={encoder.num_classes}",
-        )
-        self.sampler = GridSampler(encoder.ndim, encoder.patch_size)
-        self.spatial_shape = tuple(int(length) for length in spatial_shape)
-        num_positions = self.sampler.num_patches(self.spatial_shape)
+        super().__init__(encoder, spatial_shape, "MAE")
+        num_positions = self.num_positions
         check(
             num_positions >= 2,
             "spatial_shape",
@@ -297,7 +288,6 @@ class MAEModel(Objective):
         width, num_heads = decoder_width(encoder, decoder_dim)
         encoder_depth = len(encoder.blocks)
         depth = decoder_depth if decoder_depth is not None else max(1, min(8, encoder_depth // 2))
-        self.encoder = encoder
         self.decoder = MAEDecoder(
             encoder.embed_dim,
             num_positions,
@@ -307,23 +297,9 @@ class MAEModel(Objective):
             num_heads=num_heads,
             mlp_ratio=float(encoder.architecture["mlp_ratio"]),
         )
-        self.num_positions = num_positions
         self.mask_ratio = mask_ratio
         self.num_masked = masked_count(mask_ratio, num_positions)
         self.norm_pix_loss = norm_pix_loss
-
-    def sample(self, x: Tensor) -> PatchBatch:
-        """Tile ``x: [B, C, *spatial]`` on the grid (shape checks only, no gradient)."""
-        check(
-            x.dim() == 2 + self.encoder.ndim
-            and x.shape[1] == self.encoder.in_chans
-            and tuple(x.shape[2:]) == self.spatial_shape,
-            "x",
-            f"a tensor [B, {self.encoder.in_chans}, {', '.join(map(str, self.spatial_shape))}]",
-            x,
-        )
-        with torch.no_grad():
-            return self.sampler(x, validate=False)
 
     def forward(self, x: Tensor, generator: torch.Generator | None = None) -> MAEOutput:
         """Run one MAE step.

@@ -41,10 +41,9 @@ from torch import Tensor, nn
 
 from partnd._validation import check
 from partnd.models.vit import ViTEncoder, init_weights
-from partnd.objectives.base import Objective, ObjectiveOutput
+from partnd.objectives.base import GridObjective, ObjectiveOutput
 from partnd.objectives.diagnostics import classification_diagnostics
 from partnd.objectives.mae import masked_count, random_split
-from partnd.sampling import GridSampler, PatchBatch
 
 if TYPE_CHECKING:
     from partnd.data import SignalSpec
@@ -71,7 +70,7 @@ class MP3Output(ObjectiveOutput):
     key_mask: Tensor
 
 
-class MP3Model(Objective):
+class MP3Model(GridObjective):
     """Encoder without position embedding + linear slot classifier.
 
     Args:
@@ -83,13 +82,7 @@ class MP3Model(Objective):
     def __init__(
         self, encoder: ViTEncoder, spatial_shape: tuple[int, ...], *, mask_ratio: float = 0.75
     ) -> None:
-        super().__init__()
-        check(
-            encoder.num_classes == 0,
-            "encoder",
-            "an encoder with num_classes=0 (MP3 trains no classifier)",
-            f"num_classes={encoder.num_classes}",
-        )
+        super().__init__(encoder, spatial_shape, "MP3")
         check(
             encoder.pos_embed is None,
             "encoder",
@@ -97,9 +90,7 @@ class MP3Model(Objective):
             f"an encoder with {encoder.num_positions} slot embeddings",
         )
         check(0.0 < mask_ratio < 1.0, "mask_ratio", "a ratio in (0, 1)", repr(mask_ratio))
-        self.sampler = GridSampler(encoder.ndim, encoder.patch_size)
-        self.spatial_shape = tuple(int(length) for length in spatial_shape)
-        num_positions = self.sampler.num_patches(self.spatial_shape)
+        num_positions = self.num_positions
         check(
             num_positions >= 2,
             "spatial_shape",
@@ -107,25 +98,10 @@ class MP3Model(Objective):
             f"{num_positions} patch(es) for {self.spatial_shape} and patch size "
             f"{encoder.patch_size}",
         )
-        self.encoder = encoder
         self.head = nn.Linear(encoder.embed_dim, num_positions)
         init_weights(self.head)
-        self.num_positions = num_positions
         self.mask_ratio = mask_ratio
         self.num_masked = masked_count(mask_ratio, num_positions)
-
-    def sample(self, x: Tensor) -> PatchBatch:
-        """Tile ``x: [B, C, *spatial]`` on the grid (shape checks only, no gradient)."""
-        check(
-            x.dim() == 2 + self.encoder.ndim
-            and x.shape[1] == self.encoder.in_chans
-            and tuple(x.shape[2:]) == self.spatial_shape,
-            "x",
-            f"a tensor [B, {self.encoder.in_chans}, {', '.join(map(str, self.spatial_shape))}]",
-            x,
-        )
-        with torch.no_grad():
-            return self.sampler(x, validate=False)
 
     def forward(self, x: Tensor, generator: torch.Generator | None = None) -> MP3Output:
         """Run one MP3 step.
