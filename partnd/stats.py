@@ -72,6 +72,26 @@ def _interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
     return float(low), float(high)
 
 
+def _cluster_bootstrap(
+    statistic: Callable[[np.ndarray], float],
+    everything: np.ndarray,
+    groups: Sequence[str] | np.ndarray,
+    *,
+    n_boot: int,
+    confidence: float,
+    seed: int,
+) -> BootstrapResult:
+    """``statistic`` on all windows and on ``n_boot`` subject-resampled index sets, with its
+    percentile interval (``everything``: [n] the indices of all windows)."""
+    check(n_boot >= 10, "n_boot", "an int >= 10", repr(n_boot))
+    check(0.0 < confidence < 1.0, "confidence", "a number in (0, 1)", repr(confidence))
+    _, members = _groups(groups, len(everything))
+    rng = np.random.default_rng(seed)
+    replicates = np.array([statistic(idx) for idx in _replicate_indices(members, n_boot, rng)])
+    low, high = _interval(replicates, confidence)
+    return BootstrapResult(statistic(everything), low, high, replicates)
+
+
 def bootstrap_metric(
     y_true: Sequence[int] | np.ndarray,
     y_pred: Sequence[int] | np.ndarray,
@@ -99,15 +119,14 @@ def bootstrap_metric(
     """
     truth, prediction = np.asarray(y_true), np.asarray(y_pred)
     check(truth.shape == prediction.shape, "y_pred", f"shape {truth.shape}", prediction.shape)
-    check(n_boot >= 10, "n_boot", "an int >= 10", repr(n_boot))
-    check(0.0 < confidence < 1.0, "confidence", "a number in (0, 1)", repr(confidence))
-    _, members = _groups(groups, len(truth))
-    rng = np.random.default_rng(seed)
-    replicates = np.array(
-        [metric(truth[idx], prediction[idx]) for idx in _replicate_indices(members, n_boot, rng)]
+    return _cluster_bootstrap(
+        lambda idx: metric(truth[idx], prediction[idx]),
+        np.arange(len(truth)),
+        groups,
+        n_boot=n_boot,
+        confidence=confidence,
+        seed=seed,
     )
-    low, high = _interval(replicates, confidence)
-    return BootstrapResult(metric(truth, prediction), low, high, replicates)
 
 
 def paired_bootstrap_difference(
@@ -143,13 +162,11 @@ def paired_bootstrap_difference(
     check(
         reference.shape == truth.shape, "y_pred_reference", f"shape {truth.shape}", reference.shape
     )
-    _, members = _groups(groups, len(truth))
-    rng = np.random.default_rng(seed)
-    replicates = np.array(
-        [
-            metric(truth[idx], method[idx]) - metric(truth[idx], reference[idx])
-            for idx in _replicate_indices(members, n_boot, rng)
-        ]
+    return _cluster_bootstrap(
+        lambda idx: metric(truth[idx], method[idx]) - metric(truth[idx], reference[idx]),
+        np.arange(len(truth)),
+        groups,
+        n_boot=n_boot,
+        confidence=confidence,
+        seed=seed,
     )
-    low, high = _interval(replicates, confidence)
-    return BootstrapResult(metric(truth, method) - metric(truth, reference), low, high, replicates)
