@@ -3,7 +3,8 @@
 Side by side in one run, one thread (``torch.set_num_threads(1)``), median of interleaved repeats:
 
 * **sampler**: :class:`partnd.sampling.OffGridSampler` on a batch (integer boxes; fixed-size boxes
-  are exact slices, scaled boxes an anti-aliased separable resample) against the authors' style,
+  are exact slices, scaled boxes an anti-aliased separable resample by matrix products grouped by
+  extent, :mod:`partnd.integer_box_resize`) against the authors' style,
   a Python loop over images and boxes that crops each box and resizes it with
   ``skimage.transform.resize(..., anti_aliasing=True)``, on the same number of boxes of the same
   sizes. Settings: CIFAR (64 boxes in 32 x 32, P = 4; fixed size, and sides in [2, 8]) and

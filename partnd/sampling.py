@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from partnd._validation import check, check_finite
+from partnd.integer_box_resize import resize_integer_boxes
 
 __all__ = ["GridSampler", "OffGridSampler", "PatchBatch", "crop_and_resize"]
 
@@ -388,6 +389,13 @@ def crop_and_resize(
     return _crop_and_resize(x, starts, sizes, patch_shape, antialias)
 
 
+def _resample_by_extent(x: Tensor) -> bool:
+    """Whether whole-sample boxes of ``x`` take :func:`resize_integer_boxes` (on the CPU, where its
+    few reads of the box extents cost nothing) rather than the gather path, which never reads
+    values back (no host synchronisation on an accelerator)."""
+    return x.device.type == "cpu"
+
+
 def _draw_uniform(
     shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device
 ) -> Tensor:
@@ -527,6 +535,7 @@ class OffGridSampler:
         shape = (batch, num_boxes, self.ndim)
         lengths = torch.tensor(spatial, dtype=torch.float32, device=x.device)
         patch = torch.tensor(self.patch_size, dtype=torch.float32, device=x.device)
+        size_bounds: list[tuple[int, int]] | None = None  # whole-sample extents drawn on the CPU
         if self.scale_range is None:
             sizes = patch.expand(shape).clone()
         else:
@@ -534,8 +543,13 @@ class OffGridSampler:
             high = torch.minimum(patch * self.scale_range[1], lengths)
             draw = _draw_uniform(shape, generator, x.device)
             if self.integer_boxes:
-                low, high = low.ceil().clamp(min=1.0), high.floor()
+                low, high = low.ceil().clamp(min=1.0), high.floor().clamp(min=1.0)
                 sizes = (low + draw * (high - low + 1)).floor_().clamp_(max=high)
+                if _resample_by_extent(x):  # low > high (rounding) draws only high
+                    size_bounds = [
+                        (int(min(a, b)), int(b))
+                        for a, b in zip(low.tolist(), high.tolist(), strict=True)
+                    ]
             else:
                 sizes = low + draw * (high - low)
         free = lengths - sizes
@@ -547,6 +561,10 @@ class OffGridSampler:
         with torch.no_grad():
             if self.scale_range is None and self.integer_boxes:
                 patches = _slice_boxes(x, starts, self.patch_size)
+            elif size_bounds is not None:
+                patches = resize_integer_boxes(
+                    x, starts, sizes, self.patch_size, size_bounds, self.antialias
+                )
             else:
                 largest = [
                     min(float(length), p * (self.scale_range or (1.0, 1.0))[1])
