@@ -111,18 +111,31 @@ def extent_table(out_size: int, low: int, high: int, antialias: bool) -> ExtentT
     return ExtentTable(low=low, offsets=offsets, spans=spans, matrices=matrices)
 
 
-def _pad_channels_last(
-    x: Tensor, paddings: Sequence[tuple[int, int]], dtype: torch.dtype
-) -> Tensor:
-    """``x: [B, C, *L]`` as ``[B, *(L_d + before_d + after_d), C]`` with edge samples repeated.
+class _Workspace:
+    """Buffers that every chunk of one call reuses (fresh large allocations cost page faults)."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        self.dtype = dtype
+        self._buffers: dict[str, Tensor] = {}
+
+    def take(self, name: str, shape: Sequence[int]) -> Tensor:
+        """A tensor of ``shape`` on buffer ``name``, which grows when it is too small."""
+        numel = math.prod(shape)
+        buffer = self._buffers.get(name)
+        if buffer is None or buffer.numel() < numel:
+            buffer = torch.empty(numel, dtype=self.dtype)
+            self._buffers[name] = buffer
+        return buffer[:numel].view(*shape)
+
+
+def _pad_channels_last(x: Tensor, paddings: Sequence[tuple[int, int]], padded: Tensor) -> Tensor:
+    """``x: [B, C, *L]`` into ``padded: [B, *(L_d + before_d + after_d), C]``, edges repeated.
 
     The copy into the middle moves the channels last; each dimension's margins are then filled
     from its edge samples over the whole extent of the others (margins included), so corners
     repeat the corner sample.
     """
     lengths = [int(length) for length in x.shape[2:]]
-    padded_lengths = [b + length + a for length, (b, a) in zip(lengths, paddings, strict=True)]
-    padded = x.new_empty((int(x.shape[0]), *padded_lengths, int(x.shape[1])), dtype=dtype)
     middle = padded
     for d, (length, (before, _)) in enumerate(zip(lengths, paddings, strict=True)):
         middle = middle.narrow(1 + d, before, length)
@@ -174,11 +187,20 @@ def resize_integer_boxes(
     windows = math.prod(table.width for table in tables[1:])
     per_image = num_boxes * windows * channels * int(patch_shape[0])
     chunk = max(1, CHUNK_ELEMENTS // per_image)
+    matrices = [table.matrices.to(dtype) for table in tables]
+    workspace = _Workspace(dtype)
     with torch.no_grad():
         for first in range(0, batch, chunk):
             images = slice(first, first + chunk)
             _resize_chunk(
-                x[images], starts[images], sizes[images], patch_shape, tables, out[images]
+                x[images],
+                starts[images],
+                sizes[images],
+                patch_shape,
+                tables,
+                matrices,
+                workspace,
+                out[images],
             )
     return out.to(x.dtype)
 
@@ -189,18 +211,22 @@ def _resize_chunk(
     sizes: Tensor,
     patch_shape: Sequence[int],
     tables: Sequence[ExtentTable],
+    matrices: Sequence[Tensor],
+    workspace: _Workspace,
     out: Tensor,
 ) -> None:
-    """:func:`resize_integer_boxes` of the images of one chunk, into ``out: [B, N, C, *P]`` (float32
-    or float64, the dtype it computes in)."""
+    """:func:`resize_integer_boxes` of the images of one chunk, into ``out: [B, N, C, *P]``.
+
+    ``matrices`` are the tables' matrices and ``out`` is in the dtype it computes in (float32 or
+    float64), the workspace's.
+    """
     batch, channels = int(x.shape[0]), int(x.shape[1])
     ndim = x.dim() - 2
     num_boxes = int(starts.shape[1])
     count = batch * num_boxes
-    dtype = out.dtype
     paddings = [table.padding(fixed_width=d > 0) for d, table in enumerate(tables)]
-    padded = _pad_channels_last(x, paddings, dtype)
-    lengths = [int(length) for length in padded.shape[1:-1]]
+    lengths = [b + int(n) + a for n, (b, a) in zip(x.shape[2:], paddings, strict=True)]
+    padded = _pad_channels_last(x, paddings, workspace.take("padded", (batch, *lengths, channels)))
     strides = [math.prod(lengths[d + 1 :]) for d in range(ndim)]  # in units of C samples
     widths = [table.width for table in tables]
 
@@ -225,10 +251,10 @@ def _resize_chunk(
     # window row r of the i-th box (in extent order) at position rows[r, i]
     rows = corner[order][None] + torch.arange(max(spans))[:, None] * strides[0]
     # [boxes, S_1, ..., S_{ndim-1}, C, P_0]: dimension 0 resampled, the later ones windowed
-    partial = padded.new_empty((count, *window, int(patch_shape[0])))
-    matrices0 = tables[0].matrices.to(dtype).transpose(1, 2)  # [E, width, P_0]
-    # one buffer for every group's windows: fresh large allocations cost page faults
-    buffer = padded.new_empty(max(g * s for g, s in zip(groups, spans, strict=True)) * later_size)
+    partial = workspace.take("partial", (count, *window, int(patch_shape[0])))
+    matrices0 = matrices[0].transpose(1, 2)  # [E, width, P_0]
+    largest = max(g * s for g, s in zip(groups, spans, strict=True))
+    buffer = workspace.take("windows", (largest * later_size,))
     done = 0
     for e, group_count in enumerate(groups):
         if not group_count:
@@ -241,9 +267,11 @@ def _resize_chunk(
         done += group_count
 
     for d in range(1, ndim):  # [boxes, S_d, ..., S_{ndim-1}, C, P_0, ..., P_{d-1}]
-        matrices = tables[d].matrices.to(dtype).index_select(0, later_extents[d - 1])
+        box_matrices = workspace.take(f"matrices{d}", (count, int(patch_shape[d]), widths[d]))
+        torch.index_select(matrices[d], 0, later_extents[d - 1], out=box_matrices)
         later = partial.view(count, widths[d], -1).transpose(1, 2)
-        partial = torch.bmm(later, matrices.transpose(1, 2))  # P_d joins the end
+        step = workspace.take(f"step{d}", (*later.shape[:2], int(patch_shape[d])))
+        partial = torch.bmm(later, box_matrices.transpose(1, 2), out=step)  # P_d joins the end
 
     # [boxes, C, P_0, ..., P_{ndim-1}] back in the original box order
     torch.index_select(partial.view(count, -1), 0, torch.argsort(order), out=out.view(count, -1))

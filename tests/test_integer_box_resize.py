@@ -104,7 +104,8 @@ def test_extent_table_known_values() -> None:
 def test_padding_repeats_the_edges(ndim: int) -> None:
     x = torch.randn(2, 3, *[5, 6, 4][:ndim])
     paddings = [(2, 3), (0, 4), (1, 1)][:ndim]
-    padded = _pad_channels_last(x, paddings, torch.float64)
+    lengths = [b + n + a for n, (b, a) in zip(x.shape[2:], paddings, strict=True)]
+    padded = _pad_channels_last(x, paddings, torch.empty(2, *lengths, 3, dtype=torch.float64))
     flat = [side for before, after in reversed(paddings) for side in (before, after)]
     expected = F.pad(x, flat, mode="replicate").movedim(1, -1).double()
     assert padded.dtype == torch.float64
