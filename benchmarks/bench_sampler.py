@@ -18,7 +18,7 @@ Side by side in one run, one thread (``torch.set_num_threads(1)``), median of in
 Usage::
 
     python benchmarks/bench_sampler.py
-    python benchmarks/bench_sampler.py --repeats 5 --vit-b-batch 8
+    python benchmarks/bench_sampler.py --repeats 25 --vit-b-batch 8
     python benchmarks/bench_sampler.py --skip-vit-b        # ViT-B steps take seconds on a CPU
 """
 
@@ -204,7 +204,7 @@ def vit_s_ratio(batch: int, repeats: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     """Parse options, run the benchmarks and print the numbers."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5, help="timed calls (median)")
+    parser.add_argument("--repeats", type=int, default=15, help="timed calls (median)")
     parser.add_argument("--vit-b-batch", type=int, default=4, help="batch of the ViT-B step")
     parser.add_argument("--vit-s-batch", type=int, default=64, help="batch of the ViT-S steps")
     parser.add_argument("--skip-vit-b", action="store_true", help="no ViT-B step")
