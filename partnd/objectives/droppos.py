@@ -51,13 +51,13 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from partnd._validation import check
-from partnd.models.vit import Block, ViTEncoder, init_weights
+from partnd.models.vit import ViTEncoder
 from partnd.objectives.base import GridObjective, ObjectiveOutput
 from partnd.objectives.diagnostics import classification_diagnostics
-from partnd.objectives.mae import decoder_width, masked_count, random_split
+from partnd.objectives.mae import TokenDecoder, decoder_width, masked_count, random_split
 
 if TYPE_CHECKING:
     from partnd.data import SignalSpec
@@ -153,7 +153,7 @@ class DropPosOutput(ObjectiveOutput):
     weights: Tensor
 
 
-class DropPosDecoder(nn.Module):
+class DropPosDecoder(TokenDecoder):
     """DropPos's decoder: ``Linear(D -> width)``, pre-norm blocks, LayerNorm, ``Linear(-> N)``.
 
     No position embedding (``models_DropPos_mae.py``: "DropPos decoder specifics (w/o position
@@ -178,25 +178,20 @@ class DropPosDecoder(nn.Module):
         num_heads: int,
         mlp_ratio: float = 4.0,
     ) -> None:
-        super().__init__()
-        check(depth >= 1, "decoder_depth", "a positive int", repr(depth))
-        self.embed = nn.Linear(embed_dim, width)
-        self.blocks = nn.ModuleList(
-            Block(width, num_heads, mlp_ratio, True, 0.0, nn.LayerNorm, nn.GELU)
-            for _ in range(depth)
+        super().__init__(
+            embed_dim,
+            num_positions,
+            width=width,
+            depth=depth,
+            num_heads=num_heads,
+            mlp_ratio=mlp_ratio,
         )
-        self.norm = nn.LayerNorm(width)
-        self.pred = nn.Linear(width, num_positions)
-        self.apply(init_weights)
 
     def forward(self, features: Tensor) -> Tensor:
         """Args: features: [B, 1 + K, D] encoder output, [CLS] first.
 
         Returns: [B, K, N] slot logits of the patch tokens ([CLS] dropped)."""
-        x = self.embed(features)
-        for block in self.blocks:
-            x = block(x)
-        return self.pred(self.norm(x))[:, 1:]
+        return self.decode(self.embed(features))
 
 
 class DropPosModel(GridObjective):

@@ -56,6 +56,7 @@ __all__ = [
     "MAEDecoder",
     "MAEModel",
     "MAEOutput",
+    "TokenDecoder",
     "build_mae",
     "decoder_width",
     "masked_count",
@@ -175,7 +176,53 @@ class MAEOutput(ObjectiveOutput):
     masked: Tensor
 
 
-class MAEDecoder(nn.Module):
+class TokenDecoder(nn.Module):
+    """A light pre-norm transformer decoder: ``Linear(D -> width)``, blocks, LayerNorm, ``Linear``.
+
+    The shared body of MAE's and DropPos's decoders; subclasses add what goes between the
+    embedding and the blocks.
+
+    Args:
+        embed_dim: Encoder width D.
+        out_dim: Outputs per token.
+        width: Decoder width.
+        depth: Number of pre-norm blocks.
+        num_heads: Attention heads (must divide ``width``).
+        mlp_ratio: Feed-forward width relative to ``width``.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        out_dim: int,
+        *,
+        width: int,
+        depth: int,
+        num_heads: int,
+        mlp_ratio: float = 4.0,
+    ) -> None:
+        super().__init__()
+        check(depth >= 1, "decoder_depth", "a positive int", repr(depth))
+        self.width = width
+        self.embed = nn.Linear(embed_dim, width)
+        self.blocks = nn.ModuleList(
+            Block(width, num_heads, mlp_ratio, True, 0.0, nn.LayerNorm, nn.GELU)
+            for _ in range(depth)
+        )
+        self.norm = nn.LayerNorm(width)
+        self.pred = nn.Linear(width, out_dim)
+        self.apply(init_weights)
+
+    def decode(self, x: Tensor) -> Tensor:
+        """Args: x: [B, 1 + K, width] embedded tokens, [CLS] first.
+
+        Returns: [B, K, out_dim] predictions of the K tokens after [CLS]."""
+        for block in self.blocks:
+            x = block(x)
+        return self.pred(self.norm(x))[:, 1:]
+
+
+class MAEDecoder(TokenDecoder):
     """MAE's light decoder: embed, fill masked slots with a mask token, slot embedding, blocks.
 
     Args:
@@ -199,20 +246,12 @@ class MAEDecoder(nn.Module):
         num_heads: int,
         mlp_ratio: float = 4.0,
     ) -> None:
-        super().__init__()
-        check(depth >= 1, "decoder_depth", "a positive int", repr(depth))
+        super().__init__(
+            embed_dim, out_dim, width=width, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio
+        )
         self.num_positions = num_positions
-        self.width = width
-        self.embed = nn.Linear(embed_dim, width)
         self.mask_token = nn.Parameter(torch.zeros(width))
         self.pos_embed = nn.Parameter(torch.zeros(num_positions, width))
-        self.blocks = nn.ModuleList(
-            Block(width, num_heads, mlp_ratio, True, 0.0, nn.LayerNorm, nn.GELU)
-            for _ in range(depth)
-        )
-        self.norm = nn.LayerNorm(width)
-        self.pred = nn.Linear(width, out_dim)
-        self.apply(init_weights)
         nn.init.trunc_normal_(self.mask_token, std=0.02)
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
 
@@ -233,10 +272,7 @@ class MAEDecoder(nn.Module):
         index = visible.unsqueeze(-1).expand(-1, -1, self.width)
         slots = slots.scatter(1, index, tokens)
         slots = slots + self.pos_embed.to(slots.dtype)
-        x = torch.cat([cls, slots], dim=1)
-        for block in self.blocks:
-            x = block(x)
-        return self.pred(self.norm(x))[:, 1:]
+        return self.decode(torch.cat([cls, slots], dim=1))
 
 
 class MAEModel(GridObjective):
