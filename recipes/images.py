@@ -83,7 +83,7 @@ from partnd.recipes.image_report import (
     scale_table,
     write_table,
 )
-from partnd.recipes.study_directory import claim_study_directory
+from partnd.recipes.study_directory import add_run_arguments, claim_study_directory
 
 __all__ = [
     "DATASETS",
@@ -664,22 +664,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pretrain-epochs", type=int, default=None)
     parser.add_argument("--finetune-epochs", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0, help="subset and training seed")
-    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument(
         "--verify-checksums",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="check the CIFAR-100 files' published MD5 sums (off only for a copy of your own)",
     )
-    parser.add_argument(
-        "--overwrite",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="clear --out first (only ever a study directory)",
-    )
-    parser.add_argument(
-        "--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bars"
-    )
+    add_run_arguments(parser)
     return parser
 
 

@@ -51,6 +51,7 @@ from partnd.recipes.sleep_study import (
     StudyConfig,
     available_methods,
 )
+from partnd.recipes.study_directory import add_run_arguments
 
 __all__ = [
     "DEFAULT_METHODS",
@@ -168,21 +169,9 @@ def add_study_arguments(
     parser.add_argument("--seeds", type=int, nargs="+", help="cell seeds (default: the scale's)")
     parser.add_argument("--n-jobs", type=int, default=1, help="preprocessing workers")
     parser.add_argument("--seed", type=int, default=0, help="split and training seed")
-    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--pretrain-epochs", type=int, default=None, help="override PT epochs")
     parser.add_argument("--finetune-epochs", type=int, default=None, help="override FT epochs")
-    parser.add_argument(
-        "--overwrite",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="clear --out first (only ever a study directory)",
-    )
-    parser.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="show progress bars",
-    )
+    add_run_arguments(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,6 +8,7 @@ settings goes on where the earlier stopped; different settings are refused, nami
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 from partnd._validation import check
 from partnd.engine.checkpoint import atomic_write_json
 
-__all__ = ["STUDY_MARKER", "claim_study_directory"]
+__all__ = ["STUDY_MARKER", "add_run_arguments", "claim_study_directory"]
 
 STUDY_MARKER = "study.json"
 
@@ -65,3 +66,17 @@ def claim_study_directory(out: Path, settings: dict[str, Any], overwrite: bool) 
     )
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(settings, marker)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options every study recipe shares: ``--device``, ``--overwrite``, ``--progress``."""
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument(
+        "--overwrite",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="clear --out first (only ever a study directory)",
+    )
+    parser.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bars"
+    )
