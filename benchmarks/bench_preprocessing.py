@@ -1,7 +1,7 @@
 """Preprocess one 8 h PC18 record with partnd's pipeline and the braindecode way; compare.
 
 The record (13 channels, 200 Hz, int16) is generated with
-:func:`partnd.datasets.pc18_cohort.make_pc18_cohort` (cached in ``--workdir``) in a subprocess. Each
+:func:`partnd.cohort.pc18_cohort.make_pc18_cohort` (cached in ``--workdir``) in a subprocess. Each
 pipeline runs in a fresh Python subprocess (``OMP_NUM_THREADS=1``) started by a parent that has
 imported nothing heavy, so that its peak resident memory
 (``resource.getrusage(RUSAGE_SELF).ru_maxrss``, interpreter and imports included) is what one
@@ -188,7 +188,7 @@ def run_braindecode(record_dir: Path, out: Path) -> dict[str, Any]:
 
 def generate_record(workdir: Path, hours: float, seed: int) -> dict[str, Any]:
     """Generate (or reuse) a one-record training cohort; returns the record directory."""
-    from partnd.datasets.pc18_cohort import make_pc18_cohort
+    from partnd.cohort.pc18_cohort import make_pc18_cohort
 
     cohort = make_pc18_cohort(
         workdir / f"cohort-{hours:g}h-seed{seed}",

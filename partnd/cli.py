@@ -464,7 +464,7 @@ register_subcommand(
 )
 register_subcommand(
     "cohort",
-    "partnd.datasets.pc18_cohort:main",
+    "partnd.cohort.pc18_cohort:main",
     "generate the synthetic PC18-format sample cohort",
 )
 register_subcommand(

@@ -22,7 +22,7 @@ again and replaced. Failed records are retried.
 
 The exit status is 0 when every record is complete, 1 when any record failed unexpectedly, and 2
 for unusable arguments. Failures that ``--src`` declares as injected on purpose (a generated sample
-cohort's ``cohort.json``, see :func:`partnd.datasets.pc18_cohort.injected_faults`: a record whose
+cohort's ``cohort.json``, see :func:`partnd.cohort.pc18_cohort.injected_faults`: a record whose
 declared flat channel fails it with ``flat_channel``) are reported as expected and do not count.
 """
 
@@ -161,7 +161,7 @@ def expected_failures(src: str | Path, manifest: dict[str, dict[str, Any]]) -> d
     """Failed records whose failure is exactly a fault that ``src`` declares as injected.
 
     Only a generated sample cohort declares faults (its ``cohort.json``, read with
-    :func:`partnd.datasets.pc18_cohort.injected_faults`); real data never does. A failure is
+    :func:`partnd.cohort.pc18_cohort.injected_faults`); real data never does. A failure is
     expected when its reason is the one the declared fault causes (a flat channel ->
     ``flat_channel``) and its detail names the declared channel.
 
@@ -172,7 +172,7 @@ def expected_failures(src: str | Path, manifest: dict[str, dict[str, Any]]) -> d
     Returns:
         Record id -> description, e.g. ``{"tr11-8157": "flat_channel (injected fault)"}``.
     """
-    from partnd.datasets.pc18_cohort import injected_faults
+    from partnd.cohort.pc18_cohort import injected_faults
 
     faults = injected_faults(src)
     expected = {}

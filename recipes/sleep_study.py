@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 
 from partnd._validation import check
+from partnd.cohort.pc18_cohort import ensure_sample_cohort
 from partnd.data import as_labelled_dataset
-from partnd.datasets.pc18_cohort import ensure_sample_cohort
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
 from partnd.datasets.splits import SubjectSplit, make_subject_split
 from partnd.datasets.store import SleepStore

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from partnd import cli
-from partnd.datasets import pc18_cohort
+from partnd.cohort import pc18_cohort
 from partnd.datasets.store import SleepStore
 from partnd.preprocessing import ingest
 

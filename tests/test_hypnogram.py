@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from partnd._validation import InputError
-from partnd.datasets.hypnogram import (
+from partnd.cohort.hypnogram import (
     STAGE_LABELS,
     HypnogramParams,
     SleepStage,

@@ -14,9 +14,9 @@ import scipy.io
 import wfdb
 
 from partnd._validation import InputError
-from partnd.datasets import pc18_cohort
-from partnd.datasets.hypnogram import STAGE_LABELS, hypnogram_from_string
-from partnd.datasets.pc18_cohort import (
+from partnd.cohort import pc18_cohort
+from partnd.cohort.hypnogram import STAGE_LABELS, hypnogram_from_string
+from partnd.cohort.pc18_cohort import (
     COHORT_FILE,
     FAULT_KINDS,
     CohortInfo,
@@ -27,7 +27,7 @@ from partnd.datasets.pc18_cohort import (
     plan_cohort,
     synthesize_record,
 )
-from partnd.datasets.pc18_format import (
+from partnd.cohort.pc18_format import (
     CHANNEL_NAMES,
     FS,
     STAGE_KEYS,

@@ -1,6 +1,6 @@
 """End-to-end tests of the PC18 reader and the ``partnd.preprocessing.physionet2018`` command.
 
-Tiny records are written in the challenge layout with :mod:`partnd.datasets.pc18_format`: EEG
+Tiny records are written in the challenge layout with :mod:`partnd.cohort.pc18_format`: EEG
 channels are pure sinusoids (known µV values at every instant), stages change every 30 s after an
 odd-length unscored prefix, so the stored values, labels and window start times can be predicted.
 """
@@ -16,9 +16,9 @@ import pytest
 
 from partnd import cli
 from partnd._validation import InputError
-from partnd.datasets import pc18_cohort, pc18_format
-from partnd.datasets.hypnogram import hypnogram_from_string
-from partnd.datasets.pc18_cohort import make_pc18_cohort
+from partnd.cohort import pc18_cohort, pc18_format
+from partnd.cohort.hypnogram import hypnogram_from_string
+from partnd.cohort.pc18_cohort import make_pc18_cohort
 from partnd.datasets.store import SleepStore
 from partnd.preprocessing import physionet2018
 from partnd.preprocessing.errors import (

@@ -10,7 +10,7 @@ import pytest
 import scipy.signal
 
 from partnd._validation import InputError
-from partnd.datasets.pc18_cohort import make_pc18_cohort
+from partnd.cohort.pc18_cohort import make_pc18_cohort
 from partnd.preprocessing.errors import ALL_UNDEFINED, TOO_SHORT, RecordError
 from partnd.preprocessing.pc18_reader import PC18Record, read_eeg, read_sample_stages
 from partnd.preprocessing.pipeline import PreprocessingConfig, WindowedRecord, preprocess_continuous

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from partnd.datasets.pc18_cohort import make_pc18_cohort
+from partnd.cohort.pc18_cohort import make_pc18_cohort
 
 psutil = pytest.importorskip("psutil")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from partnd._validation import InputError
-from partnd.datasets.pc18_cohort import make_pc18_cohort
+from partnd.cohort.pc18_cohort import make_pc18_cohort
 from partnd.recipes import sample_efficiency, sleep_staging
 from partnd.recipes.sleep_study import SleepStudy, StudyConfig
 

@@ -9,9 +9,9 @@ import pytest
 import scipy.signal
 
 from partnd._validation import InputError
-from partnd.datasets.hypnogram import SleepStage, make_hypnogram
-from partnd.datasets.pc18_format import CHANNEL_NAMES, FS, physical_to_digital
-from partnd.datasets.synthetic_eeg import (
+from partnd.cohort.hypnogram import SleepStage, make_hypnogram
+from partnd.cohort.pc18_format import CHANNEL_NAMES, FS, physical_to_digital
+from partnd.cohort.synthetic_eeg import (
     RecordingFaults,
     SubjectProfile,
     apply_recording_faults,

@@ -1,4 +1,6 @@
-"""Sleep data: the PC18-format sample cohort, the zarr sleep store, window datasets and splits.
+"""Reading sleep data: the zarr sleep store, window datasets, splits and braindecode interop.
+
+The generated sample cohort that stands in for PhysioNet 2018 lives in :mod:`partnd.cohort`.
 
 Names are imported on first use, so that ``import partnd.datasets.store`` in a preprocessing worker
 does not pull in torch or braindecode.
@@ -11,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from partnd.datasets.braindecode_interop import from_braindecode, to_braindecode
-    from partnd.datasets.pc18_cohort import CohortInfo, ensure_sample_cohort, make_pc18_cohort
     from partnd.datasets.sleep_windows import (
         NORMALIZE_EPS,
         ChunkShuffleSampler,
@@ -28,9 +29,6 @@ if TYPE_CHECKING:
     from partnd.datasets.store import STAGE_NAMES, SleepStore, create_store, write_record
 
 _EXPORTS: dict[str, str] = {
-    "CohortInfo": "pc18_cohort",
-    "ensure_sample_cohort": "pc18_cohort",
-    "make_pc18_cohort": "pc18_cohort",
     "NORMALIZE_EPS": "sleep_windows",
     "ChunkShuffleSampler": "sleep_windows",
     "InMemoryWindows": "sleep_windows",
@@ -52,17 +50,14 @@ __all__ = [
     "NORMALIZE_EPS",
     "STAGE_NAMES",
     "ChunkShuffleSampler",
-    "CohortInfo",
     "InMemoryWindows",
     "RecordInfo",
     "SleepStore",
     "SleepWindowDataset",
     "SubjectSplit",
     "create_store",
-    "ensure_sample_cohort",
     "from_braindecode",
     "instance_normalize",
-    "make_pc18_cohort",
     "make_subject_split",
     "records_from_store",
     "to_braindecode",

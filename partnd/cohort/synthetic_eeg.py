@@ -34,8 +34,8 @@ import scipy.fft
 import scipy.signal
 
 from partnd._validation import check
-from partnd.datasets.hypnogram import EPOCH_SECONDS, SleepStage
-from partnd.datasets.pc18_format import (
+from partnd.cohort.hypnogram import EPOCH_SECONDS, SleepStage
+from partnd.cohort.pc18_format import (
     CHANNEL_NAMES,
     EEG_CHANNEL_NAMES,
     FS,
@@ -192,7 +192,7 @@ class SynthesisResult:
 
     Attributes:
         signals: ``float32 [13, n_samples]`` in the channel units of
-            :data:`partnd.datasets.pc18_format.CHANNELS` (µV; SaO2 in %; ECG in mV).
+            :data:`partnd.cohort.pc18_format.CHANNELS` (µV; SaO2 in %; ECG in mV).
         events: Arousals (``arousal_rera`` after a hypopnea, else ``arousal_spontaneous``) and
             hypopneas (``resp_hypopnea``), sorted by start.
         movements: ``[start, stop)`` sample ranges of movement artefacts.

@@ -1,9 +1,9 @@
 """Generate a PhysioNet/CinC 2018-format sample cohort: the project's stand-in for the real data.
 
 :func:`make_pc18_cohort` writes ``training/trNN-NNNN/`` and ``test/teNN-NNNN/`` records in the
-exact challenge layout (see :mod:`partnd.datasets.pc18_format`) from synthetic hypnograms
-(:mod:`partnd.datasets.hypnogram`) and stage-dependent signals
-(:mod:`partnd.datasets.synthetic_eeg`), plus ``cohort.json`` holding the generator's ground truth:
+exact challenge layout (see :mod:`partnd.cohort.pc18_format`) from synthetic hypnograms
+(:mod:`partnd.cohort.hypnogram`) and stage-dependent signals
+(:mod:`partnd.cohort.synthetic_eeg`), plus ``cohort.json`` holding the generator's ground truth:
 parameters, per-record subject, age and sex, unscored prefix and suffix, the true hypnogram and
 which artefacts were injected where.
 
@@ -32,7 +32,7 @@ from joblib import Parallel, delayed
 from tqdm.auto import tqdm
 
 from partnd._validation import InputError, check
-from partnd.datasets.hypnogram import (
+from partnd.cohort.hypnogram import (
     EPOCH_SECONDS,
     STAGE_LABELS,
     SleepStage,
@@ -41,7 +41,7 @@ from partnd.datasets.hypnogram import (
     make_hypnogram,
     stage_fractions,
 )
-from partnd.datasets.pc18_format import (
+from partnd.cohort.pc18_format import (
     AROUSAL,
     AROUSAL_SCORED,
     AROUSAL_UNSCORED,
@@ -58,7 +58,7 @@ from partnd.datasets.pc18_format import (
     write_header,
     write_signal_mat,
 )
-from partnd.datasets.synthetic_eeg import (
+from partnd.cohort.synthetic_eeg import (
     RecordingFaults,
     apply_recording_faults,
     draw_recording_faults,

@@ -30,7 +30,7 @@ import scipy.io
 import wfdb
 
 from partnd._validation import check
-from partnd.datasets.hypnogram import STAGE_LABELS, SleepStage
+from partnd.cohort.hypnogram import STAGE_LABELS, SleepStage
 
 __all__ = [
     "AROUSAL",

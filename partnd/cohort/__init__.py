@@ -1,0 +1,56 @@
+"""The generated PC18-format sample cohort: hypnograms, synthesis, the file writer, the builder.
+
+This package *writes* data: it stands in for PhysioNet/CinC 2018 where the real recordings are not
+available (tests, the demo, benchmarks). It imports the readers where it must and is never imported
+by them (:mod:`partnd.datasets` only reads stores).
+
+- :mod:`~partnd.cohort.hypnogram`: realistic adult hypnograms (NREM-REM cycles, intrusions).
+- :mod:`~partnd.cohort.synthetic_eeg`: stage-dependent 13-channel polysomnography.
+- :mod:`~partnd.cohort.pc18_format`: the challenge's file layout (WFDB header, ``.mat`` signals,
+  MATLAB v7.3 ``-arousal.mat``, ``.arousal`` annotations), written and read back.
+- :mod:`~partnd.cohort.pc18_cohort`: :func:`make_pc18_cohort` and :func:`ensure_sample_cohort`
+  (the ``partnd cohort`` command).
+
+Names are imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from partnd.cohort.pc18_cohort import (
+        CohortInfo,
+        default_cache_dir,
+        ensure_sample_cohort,
+        injected_faults,
+        make_pc18_cohort,
+    )
+
+_EXPORTS: dict[str, str] = {
+    "CohortInfo": "pc18_cohort",
+    "default_cache_dir": "pc18_cohort",
+    "ensure_sample_cohort": "pc18_cohort",
+    "injected_faults": "pc18_cohort",
+    "make_pc18_cohort": "pc18_cohort",
+}
+
+__all__ = [
+    "CohortInfo",
+    "default_cache_dir",
+    "ensure_sample_cohort",
+    "injected_faults",
+    "make_pc18_cohort",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'partnd.cohort' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"partnd.cohort.{module}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
