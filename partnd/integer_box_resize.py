@@ -31,6 +31,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from partnd.resampling import resampling_taps
+
 __all__ = ["CHUNK_ELEMENTS", "ExtentTable", "extent_table", "resize_integer_boxes"]
 
 CHUNK_ELEMENTS = 1 << 21
@@ -78,7 +80,7 @@ class ExtentTable:
 def extent_table(out_size: int, low: int, high: int, antialias: bool) -> ExtentTable:
     """Dense resampling matrices for every whole-sample extent in ``[low, high]``.
 
-    Built from :func:`partnd.sampling._resampling_taps` on boxes that start far from the input's
+    Built from :func:`partnd.resampling.resampling_taps` on boxes that start far from the input's
     edges (no tap is clamped), in float64.
 
     Args:
@@ -90,12 +92,10 @@ def extent_table(out_size: int, low: int, high: int, antialias: bool) -> ExtentT
     Returns:
         The :class:`ExtentTable`.
     """
-    from partnd.sampling import _resampling_taps
-
     margin = math.ceil(high / out_size) + 2
     extents = torch.arange(low, high + 1, dtype=torch.float64)[None]
     starts = torch.full_like(extents, float(margin))
-    index, weights = _resampling_taps(
+    index, weights = resampling_taps(
         starts, extents, out_size, high + 2 * margin, antialias, torch.float64
     )
     index, weights = index[:, 0] - margin, weights[:, 0]  # [K, E, P] relative to the start

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from partnd._validation import check, check_finite
 from partnd.integer_box_resize import resize_integer_boxes
+from partnd.resampling import resampling_taps
 
 __all__ = ["GridSampler", "OffGridSampler", "PatchBatch", "crop_and_resize"]
 
@@ -154,56 +155,6 @@ def _grid_slot(centers: Tensor, grid_shape: Sequence[int], patch_shape: Sequence
     return slot
 
 
-def _resampling_taps(
-    starts: Tensor,
-    sizes: Tensor,
-    out_size: int,
-    length: int,
-    antialias: bool,
-    dtype: torch.dtype,
-    max_size: float | None = None,
-) -> tuple[Tensor, Tensor]:
-    """Filter taps of one dimension for every box.
-
-    Output sample ``j`` sits at ``u = start + (j + 0.5) * size / P``; input sample ``k`` (value at
-    ``k + 0.5``) gets the triangle weight ``max(0, support - |k + 0.5 - u|)``, normalised over the
-    taps. The ``K = ceil(2 * max support)`` candidate taps start at the first integer inside
-    ``(u - 0.5 - support, u - 0.5 + support)``.
-
-    Args:
-        starts: ``[B, N]`` box starts in this dimension.
-        sizes: ``[B, N]`` box extents in this dimension.
-        out_size: Number of output samples ``P``.
-        length: Input length ``L`` (taps are clamped to ``[0, L - 1]``, i.e. edge replication).
-        antialias: Widen the triangle filter to ``size / P`` when downsampling.
-        dtype: Dtype of the returned weights.
-        max_size: A known upper bound of ``sizes`` (sizes the tap count without reading the
-            tensor back, i.e. without a host synchronisation); ``None`` reads ``sizes.max()``.
-
-    Returns:
-        ``index: [K, B, N, P]`` long input indices (clamped, non-decreasing along ``K`` and
-        ``P``) and ``weights: [K, B, N, P]`` normalised filter weights.
-    """
-    step = sizes / out_size
-    positions = torch.arange(out_size, device=starts.device, dtype=starts.dtype) + 0.5
-    centres = torch.addcmul(starts[..., None], positions, step[..., None])
-    support = (step.clamp(min=1.0) if antialias else torch.ones_like(step))[..., None]
-    if not antialias:
-        widest = 1.0
-    elif max_size is not None:
-        widest = max(1.0, max_size / out_size)
-    else:
-        widest = float(support.max())
-    num_taps = max(1, math.ceil(2 * widest))
-    first = torch.floor(centres - support - 0.5).add_(1)
-    offsets = torch.arange(num_taps, device=starts.device, dtype=starts.dtype).view(-1, 1, 1, 1)
-    distance = ((first - centres) + (offsets + 0.5)).abs_()
-    weights = torch.sub(support, distance).clamp_(min=0)
-    weights = weights.div_(weights.sum(dim=0)).to(dtype)
-    index = (first + offsets).long().clamp_(0, length - 1)
-    return index, weights
-
-
 def _along(values: Tensor, axis: int, rank: int) -> Tensor:
     """View a 1-D tensor so that it broadcasts along ``axis`` of a ``rank``-dimensional tensor."""
     shape = [1] * rank
@@ -239,7 +190,7 @@ def _crop_and_resize(
     starts = starts.to(device)
     sizes = sizes.to(device)
     taps = [
-        _resampling_taps(
+        resampling_taps(
             starts[..., d],
             sizes[..., d],
             patch_shape[d],
