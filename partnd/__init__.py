@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from partnd.sampling import GridSampler, OffGridSampler, PatchBatch, crop_and_resize
     from partnd.targets import all_pairs, relative_targets, sample_pairs
 
-__version__ = "0.1.0"
+from partnd._version import __version__
 
 _EXPORTS: dict[str, str] = {
     "InputError": "partnd._validation",

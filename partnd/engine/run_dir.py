@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from partnd._validation import check
+from partnd._version import __version__
 from partnd.engine.checkpoint import CheckpointManager, atomic_write_json
 
 __all__ = ["RUN_MARKERS", "RunDir", "git_revision", "run_metadata"]
@@ -190,8 +191,6 @@ def run_metadata(*, world_size: int, extra: dict[str, Any] | None = None) -> dic
         world_size: Number of training processes.
         extra: Derived quantities to record (effective lr, steps per epoch, data shape, ...).
     """
-    from partnd import __version__
-
     return {
         "partnd_version": __version__,
         "torch_version": torch.__version__,
