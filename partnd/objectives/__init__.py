@@ -28,9 +28,13 @@ from dataclasses import dataclass
 from partnd._validation import InputError, check
 from partnd.data import SignalSpec
 from partnd.engine.config import PretrainConfig
-from partnd.models import build_head, create_encoder
-from partnd.models.vit import ViTEncoder
-from partnd.objectives.base import GridObjective, Objective, ObjectiveOutput
+from partnd.models import build_head
+from partnd.objectives.base import (
+    GridObjective,
+    Objective,
+    ObjectiveOutput,
+    build_encoder,
+)
 from partnd.objectives.droppos import DropPosModel, DropPosOutput, build_droppos
 from partnd.objectives.mae import MAEModel, MAEOutput, build_mae
 from partnd.objectives.mp3 import MP3Model, MP3Output, build_mp3
@@ -89,36 +93,6 @@ def register_objective(name: str, build: ObjectiveBuilder, summary: str) -> None
 def list_objectives() -> list[str]:
     """Names accepted by ``pretrain(method=...)``, sorted."""
     return sorted(_REGISTRY)
-
-
-def patch_shape(config: PretrainConfig, spec: SignalSpec) -> tuple[int, ...]:
-    """The configured patch extent per dimension, checked against the data's shape."""
-    patch = config.patch_size
-    sizes = (patch,) * spec.ndim if isinstance(patch, int) else tuple(patch)
-    check(
-        len(sizes) == spec.ndim,
-        "PretrainConfig.patch_size",
-        f"an int or {spec.ndim} ints (the data has {spec.ndim} spatial dimension(s))",
-        repr(patch),
-    )
-    check(
-        all(length >= size for length, size in zip(spec.spatial_shape, sizes, strict=True)),
-        "dataset",
-        f"items whose spatial size is at least the patch size {sizes} in every dimension",
-        f"items of shape {spec.item_shape}",
-    )
-    return sizes
-
-
-def build_encoder(config: PretrainConfig, spec: SignalSpec) -> ViTEncoder:
-    """The configured encoder preset for data of shape ``spec`` (no position embedding)."""
-    return create_encoder(
-        config.encoder,
-        in_chans=spec.in_chans,
-        patch_size=patch_shape(config, spec),
-        ndim=spec.ndim,
-        **config.encoder_overrides,
-    )
 
 
 def _build_part(config: PretrainConfig, spec: SignalSpec, grid: bool) -> PARTModel:

@@ -11,15 +11,21 @@ synchronisation per step.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from partnd._validation import check
+from partnd.models.registry import create_encoder
 from partnd.models.vit import ViTEncoder
 from partnd.sampling import GridSampler, PatchBatch
 
-__all__ = ["GridObjective", "Objective", "ObjectiveOutput"]
+if TYPE_CHECKING:
+    from partnd.data import SignalSpec
+    from partnd.engine.config import PretrainConfig
+
+__all__ = ["GridObjective", "Objective", "ObjectiveOutput", "build_encoder", "patch_shape"]
 
 
 @dataclass(frozen=True)
@@ -99,3 +105,33 @@ class GridObjective(Objective):
         )
         with torch.no_grad():
             return self.sampler(x, validate=False)
+
+
+def patch_shape(config: PretrainConfig, spec: SignalSpec) -> tuple[int, ...]:
+    """The configured patch extent per dimension, checked against the data's shape."""
+    patch = config.patch_size
+    sizes = (patch,) * spec.ndim if isinstance(patch, int) else tuple(patch)
+    check(
+        len(sizes) == spec.ndim,
+        "PretrainConfig.patch_size",
+        f"an int or {spec.ndim} ints (the data has {spec.ndim} spatial dimension(s))",
+        repr(patch),
+    )
+    check(
+        all(length >= size for length, size in zip(spec.spatial_shape, sizes, strict=True)),
+        "dataset",
+        f"items whose spatial size is at least the patch size {sizes} in every dimension",
+        f"items of shape {spec.item_shape}",
+    )
+    return sizes
+
+
+def build_encoder(config: PretrainConfig, spec: SignalSpec) -> ViTEncoder:
+    """The configured encoder preset for data of shape ``spec`` (no position embedding)."""
+    return create_encoder(
+        config.encoder,
+        in_chans=spec.in_chans,
+        patch_size=patch_shape(config, spec),
+        ndim=spec.ndim,
+        **config.encoder_overrides,
+    )

@@ -55,7 +55,7 @@ from torch import Tensor
 
 from partnd._validation import check
 from partnd.models.vit import ViTEncoder
-from partnd.objectives.base import GridObjective, ObjectiveOutput
+from partnd.objectives.base import GridObjective, ObjectiveOutput, build_encoder
 from partnd.objectives.diagnostics import classification_diagnostics
 from partnd.objectives.mae import TokenDecoder, decoder_width, masked_count, random_split
 
@@ -374,8 +374,6 @@ def build_droppos(config: PretrainConfig, spec: SignalSpec) -> DropPosModel:
     Returns:
         The objective.
     """
-    from partnd.objectives import build_encoder
-
     encoder = build_encoder(config, spec)
     num_positions = math.prod(
         length // p for length, p in zip(spec.spatial_shape, encoder.patch_size, strict=True)

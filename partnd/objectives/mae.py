@@ -45,7 +45,7 @@ from torch import Tensor, nn
 
 from partnd._validation import check
 from partnd.models.vit import Block, ViTEncoder, init_weights
-from partnd.objectives.base import GridObjective, ObjectiveOutput
+from partnd.objectives.base import GridObjective, ObjectiveOutput, build_encoder
 from partnd.objectives.diagnostics import reconstruction_diagnostics
 
 if TYPE_CHECKING:
@@ -391,8 +391,6 @@ def build_mae(config: PretrainConfig, spec: SignalSpec) -> MAEModel:
     Returns:
         The objective.
     """
-    from partnd.objectives import build_encoder
-
     encoder = build_encoder(config, spec)
     num_positions = math.prod(
         length // p for length, p in zip(spec.spatial_shape, encoder.patch_size, strict=True)

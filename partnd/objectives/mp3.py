@@ -41,7 +41,7 @@ from torch import Tensor, nn
 
 from partnd._validation import check
 from partnd.models.vit import ViTEncoder, init_weights
-from partnd.objectives.base import GridObjective, ObjectiveOutput
+from partnd.objectives.base import GridObjective, ObjectiveOutput, build_encoder
 from partnd.objectives.diagnostics import classification_diagnostics
 from partnd.objectives.mae import masked_count, random_split
 
@@ -153,7 +153,5 @@ def build_mp3(config: PretrainConfig, spec: SignalSpec) -> MP3Model:
     Returns:
         The objective.
     """
-    from partnd.objectives import build_encoder
-
     encoder = build_encoder(config, spec)
     return MP3Model(encoder, spec.spatial_shape, mask_ratio=config.mask_ratio)
