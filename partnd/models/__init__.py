@@ -1,4 +1,5 @@
-"""Neural network modules: the ViT encoder, relative heads and the classifier.
+"""Neural network modules: the ViT encoder, relative heads, the classifiers and the models over
+sequences of windows (hierarchical encoder, sequence classifier).
 
 The pretraining objectives that combine them (PART, ...) live in :mod:`partnd.objectives`.
 """
@@ -13,17 +14,25 @@ from partnd.models.heads import (
     list_heads,
 )
 from partnd.models.registry import create_encoder, list_encoders
+from partnd.models.sequence import (
+    HierarchicalEncoder,
+    SequenceClassifier,
+    create_temporal_encoder,
+)
 from partnd.models.vit import ViTEncoder
 
 __all__ = [
     "CrossAttentionHead",
+    "HierarchicalEncoder",
     "MLPHead",
     "PairProjection",
     "PairwiseMLPHead",
     "PatchClassifier",
+    "SequenceClassifier",
     "ViTEncoder",
     "build_head",
     "create_encoder",
+    "create_temporal_encoder",
     "list_encoders",
     "list_heads",
 ]
