@@ -286,3 +286,17 @@ def test_manifest_property_reads_manifest_json(store_with_records):
     path, _ = store_with_records
     (path / "manifest.json").write_text(json.dumps({"tr-a": {"status": "done"}}))
     assert SleepStore(path).manifest == {"tr-a": {"status": "done"}}
+
+
+def test_contiguous_runs_split_where_windows_were_dropped(tmp_path):
+    path = tmp_path / "store.zarr"
+    _create(path)
+    signal, stage, _ = _record(7, 0)
+    start_time = 10.0 + 30.0 * np.array([0, 1, 2, 5, 6, 8, 9])  # windows 3-4 and 7 dropped
+    write_record(path, "gappy", signal, stage, start_time, attrs={"subject_id": "s", "split": "x"})
+    write_record(
+        path, "whole", signal, stage, 30.0 * np.arange(7), attrs={"subject_id": "t", "split": "x"}
+    )
+    store = SleepStore(path)
+    assert store.contiguous_runs("gappy") == [(0, 3), (3, 5), (5, 7)]
+    assert store.contiguous_runs("whole") == [(0, 7)]

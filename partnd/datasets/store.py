@@ -252,6 +252,19 @@ class SleepStore:
         start = zarr.open_array(self._record_dir(record_id) / "start_time", mode="r", zarr_format=3)
         return np.asarray(start[:], dtype=np.float64)
 
+    def contiguous_runs(self, record_id: str) -> list[tuple[int, int]]:
+        """Runs of consecutive windows: ``(start, stop)`` window-index ranges within which every
+        window starts ``window_seconds`` after the previous one (dropped windows split runs).
+
+        Sequences and segments of windows never cross two runs.
+        """
+        starts = self.start_times(record_id)
+        if len(starts) == 0:
+            return []
+        breaks = np.flatnonzero(~np.isclose(np.diff(starts), self.window_seconds)) + 1
+        edges = [0, *breaks.tolist(), len(starts)]
+        return list(zip(edges[:-1], edges[1:], strict=True))
+
     def read_windows(self, record_id: str, start: int, stop: int) -> np.ndarray:
         """Read a contiguous block of windows.
 
