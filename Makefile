@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install -e ".[vision,braindecode,dask,dev]"
+	$(PY) -m pip install -e ".[vision,braindecode,dask,sleep,dev]"
 	touch $(STAMP)
 
 install: $(STAMP)
