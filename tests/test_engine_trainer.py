@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,13 @@ from partnd.engine.config import TrainConfig
 from partnd.engine.distributed import DistributedContext
 from partnd.engine.run_dir import RunDir
 from partnd.engine.sampler import ResumableBatchSampler, epoch_order
-from partnd.engine.trainer import NonFiniteLossError, Trainer, derive_seed, move_to
+from partnd.engine.trainer import (
+    NonFiniteLossError,
+    Trainer,
+    TrainingInterrupted,
+    derive_seed,
+    move_to,
+)
 
 WEIGHTS = torch.tensor([[1.0, -2.0, 0.5]])
 
@@ -160,6 +168,47 @@ def test_max_steps_at_an_epoch_without_checkpoint_still_saves_a_resumable_state(
     assert load_checkpoint(tmp_path / "cut" / "checkpoints" / "last.pt")["trainer"]["step"] == 4
     resumed = make_trainer(tmp_path / "cut", RegressionTask(), **settings)
     resumed.fit(resume_from=tmp_path / "cut" / "checkpoints" / "last.pt")
+    assert torch.equal(resumed.model.weight, full.model.weight)
+    assert resumed.state.step == full.state.step == 12
+
+
+class SignalledTask(RegressionTask):
+    """Sends this process ``number`` during call ``at`` (as Ctrl-C or ``kill`` would)."""
+
+    def __init__(self, at: int, number: int) -> None:
+        super().__init__()
+        self.at, self.number = at, number
+
+    def compute_loss(
+        self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], generator: torch.Generator
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        output = super().compute_loss(model, batch, generator)
+        if self.calls == self.at:
+            os.kill(os.getpid(), self.number)
+        return output
+
+
+@pytest.mark.parametrize(
+    ("number", "at"), [(signal.SIGINT, 6), (signal.SIGTERM, 6), (signal.SIGINT, 4)]
+)
+def test_a_signal_finishes_the_step_saves_last_pt_and_resumes_bit_identically(
+    tmp_path: Path, number: int, at: int
+) -> None:
+    full = make_trainer(tmp_path / "full", RegressionTask())
+    full.fit()
+    before = signal.getsignal(number)
+    cut = make_trainer(tmp_path / "cut", SignalledTask(at, number))  # 4 steps an epoch
+    with pytest.raises(TrainingInterrupted) as raised:
+        cut.fit()
+    assert isinstance(raised.value, KeyboardInterrupt)
+    assert (raised.value.signal_number, raised.value.step) == (number, at)
+    last = tmp_path / "cut" / "checkpoints" / "last.pt"
+    assert raised.value.checkpoint == last
+    assert f"after step {at}; resumable checkpoint {last}" in str(raised.value)
+    assert signal.getsignal(number) == before  # the handlers are put back
+    assert load_checkpoint(last)["trainer"]["step"] == at
+    resumed = make_trainer(tmp_path / "cut", RegressionTask())
+    resumed.fit(resume_from=last)
     assert torch.equal(resumed.model.weight, full.model.weight)
     assert resumed.state.step == full.state.step == 12
 

@@ -19,6 +19,11 @@ trustworthy:
 * **Diagnostics.** A task returns its loss and a dict of detached scalar diagnostics; both are
   averaged over each logging interval (and over the epoch) on the device and only moved to the
   host when a record is written.
+* **Interruption.** SIGINT (Ctrl-C) or SIGTERM during :meth:`Trainer.fit` finishes the step in
+  progress, writes ``checkpoints/last.pt`` and raises :class:`TrainingInterrupted` (a
+  ``KeyboardInterrupt``); resuming continues bit-identically. Under DDP the request travels in the
+  step's all-reduce, so every rank stops after the same step (rank 0 writes). A second signal
+  stops at once without saving.
 * **Distributed.** Under torchrun the model is wrapped in DDP (no ``find_unused_parameters``), each
   rank sees its shard of every epoch, and only rank 0 writes logs, checkpoints and progress.
 """
@@ -29,6 +34,8 @@ import contextlib
 import dataclasses
 import math
 import random
+import signal
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -58,6 +65,7 @@ __all__ = [
     "TrainState",
     "TrainTask",
     "Trainer",
+    "TrainingInterrupted",
     "derive_seed",
     "move_to",
 ]
@@ -86,6 +94,37 @@ class TrainTask(Protocol):
 
 class NonFiniteLossError(FloatingPointError):
     """The loss became NaN or Inf; the run stopped before the optimiser step."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Training stopped by a signal after writing a resumable checkpoint.
+
+    Attributes:
+        signal_number: The signal (``signal.SIGINT`` for Ctrl-C, ``signal.SIGTERM``); the shell's
+            exit status for it is ``128 + signal_number`` (130, 143).
+        checkpoint: The checkpoint written, or ``None`` when the trainer writes none.
+        step: Optimiser steps done.
+    """
+
+    def __init__(self, signal_number: int, checkpoint: Path | None, step: int) -> None:
+        name = signal.Signals(signal_number).name
+        where = (
+            f"resumable checkpoint {checkpoint} (continue with resume=True)"
+            if checkpoint is not None
+            else "no checkpoint (the trainer has no run directory)"
+        )
+        super().__init__(f"interrupted by {name} after step {step}; {where}")
+        self.signal_number = signal_number
+        self.checkpoint = checkpoint
+        self.step = step
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _ignore_interrupts(worker_id: int) -> None:
+    """DataLoader worker init: leave Ctrl-C to the training process, which stops cleanly."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def derive_seed(seed: int, *keys: int) -> int:
@@ -239,6 +278,7 @@ class Trainer:
             persistent_workers=config.num_workers > 0,
             collate_fn=collate_fn,
             generator=torch.Generator().manual_seed(config.seed),
+            worker_init_fn=_ignore_interrupts if config.num_workers > 0 else None,
         )
         self.steps_per_epoch = self.batch_sampler.batches_per_epoch
         self.num_epochs = config.epochs
@@ -287,6 +327,7 @@ class Trainer:
         self.state = TrainState()
         self._epoch_metrics: dict[str, torch.Tensor] = {}
         self._saved_step: int | None = None
+        self._stop_signal: int | None = None
         self.checkpoints = (
             CheckpointManager(run_dir.checkpoints_dir, config.keep_checkpoints)
             if run_dir is not None
@@ -421,14 +462,15 @@ class Trainer:
 
     def _train_step(
         self, batch: Any, epoch: int, batch_index: int, read_error: InputError | None = None
-    ) -> tuple[float, dict[str, torch.Tensor]]:
-        """One optimiser step; returns the loss averaged over ranks and this rank's detached
-        diagnostics.
+    ) -> tuple[float, dict[str, torch.Tensor], int | None]:
+        """One optimiser step; returns the loss averaged over ranks, this rank's detached
+        diagnostics and the stop signal some rank received (``None`` for none).
 
-        The rank-averaged loss and a count of ranks that could not read their batch travel in one
-        all-reduce and are read back once: the step's only host synchronisation. Every rank then
-        stops together (none is left waiting in a collective) when a batch was unreadable or the
-        loss is not finite, before any gradient is applied.
+        The rank-averaged loss, a count of ranks that could not read their batch and the stop
+        signal travel in one all-reduce and are read back once: the step's only host
+        synchronisation. Every rank then stops together (none is left waiting in a collective)
+        when a batch was unreadable or the loss is not finite, before any gradient is applied, or
+        after this step when a rank was asked to stop.
         """
         metrics: dict[str, torch.Tensor] = {}
         set_progress = getattr(self.model, "set_training_progress", None)
@@ -438,10 +480,14 @@ class Trainer:
             with self._autocast():
                 loss, metrics = self.task.compute_loss(self.train_model, batch, self.generator)
             loss = loss.float()
-            status = torch.stack([loss.detach(), torch.zeros_like(loss)])
+            status = torch.stack([loss.detach(), torch.zeros_like(loss), torch.zeros_like(loss)])
         else:
-            status = torch.tensor([0.0, 1.0], device=self.device)
-        loss_mean, unreadable = self.context.all_reduce_mean(status).tolist()
+            status = torch.tensor([0.0, 1.0, 0.0], device=self.device)
+        status[2] = float(self._stop_signal or 0)
+        loss_mean, unreadable, stop = self.context.all_reduce_mean(status).tolist()
+        stop_signal = None
+        if stop > 0:  # some rank was signalled; name this rank's signal, else SIGINT
+            stop_signal = self._stop_signal or int(signal.SIGINT)
         if unreadable > 0:
             raise self._unreadable_batch(read_error, epoch, batch_index)
         if not math.isfinite(loss_mean):
@@ -456,7 +502,7 @@ class Trainer:
         self.scheduler.step()
         if self.ema is not None:
             self.ema.update(self.model)
-        return loss_mean, metrics
+        return loss_mean, metrics, stop_signal
 
     def _reduce_metrics(self, sums: dict[str, torch.Tensor], count: int) -> dict[str, float]:
         """Average diagnostic sums over ``count`` steps and over ranks, on the host."""
@@ -521,16 +567,47 @@ class Trainer:
         )
         show = config.progress and self.context.is_main
         try:
-            while self.state.epoch < self.num_epochs:
-                if config.max_steps is not None and self.state.step >= config.max_steps:
-                    break
-                if not self._run_epoch(logger, show):
-                    break
-            if self.state.epoch < self.num_epochs and self._saved_step != self.state.step:
-                self._save(epoch_end=False)  # stopped by max_steps: keep a resumable state
+            with self._stop_on_signals():
+                while self.state.epoch < self.num_epochs:
+                    if config.max_steps is not None and self.state.step >= config.max_steps:
+                        break
+                    if not self._run_epoch(logger, show):
+                        break
+                if self.state.epoch < self.num_epochs and self._saved_step != self.state.step:
+                    self._save(epoch_end=False)  # stopped by max_steps: keep a resumable state
         finally:
             logger.close()
         return logger.history
+
+    @contextlib.contextmanager
+    def _stop_on_signals(self) -> Iterator[None]:
+        """Turn SIGINT/SIGTERM into a stop request for the next step (main thread only); a
+        second signal raises ``KeyboardInterrupt`` at once."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {number: signal.getsignal(number) for number in _STOP_SIGNALS}
+
+        def request_stop(number: int, frame: Any) -> None:
+            if self._stop_signal is not None:
+                raise KeyboardInterrupt(f"{signal.Signals(number).name} received twice")
+            self._stop_signal = number
+
+        self._stop_signal = None
+        for number in _STOP_SIGNALS:
+            signal.signal(number, request_stop)
+        try:
+            yield
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+    def _interrupt(self, stop_signal: int) -> TrainingInterrupted:
+        """Write ``last.pt`` (every rank takes part, rank 0 writes) and describe the stop."""
+        if self._saved_step != self.state.step:
+            self._save(epoch_end=False)
+        checkpoint = self.checkpoints.last_path if self.checkpoints is not None else None
+        return TrainingInterrupted(stop_signal, checkpoint, self.state.step)
 
     def _run_epoch(self, logger: MetricLogger, show: bool) -> bool:
         """Train the epoch from its first unconsumed batch; False if max_steps stopped it."""
@@ -557,7 +634,7 @@ class Trainer:
             for batch_index, (batch, read_error) in enumerate(_read(self.loader), start=start):
                 if read_error is None:
                     batch = move_to(batch, self.device)
-                loss, metrics = self._train_step(batch, epoch, batch_index, read_error)
+                loss, metrics, stop_signal = self._train_step(batch, epoch, batch_index, read_error)
                 self.state.step += 1
                 self.state.batch_in_epoch = batch_index + 1
                 self.state.epoch_loss_sum += loss
@@ -584,6 +661,8 @@ class Trainer:
                     bar.set_postfix(_progress_fields(record))
                     window_loss, window_steps, window_start = 0.0, 0, now
                     window_metrics = {}
+                if stop_signal is not None:
+                    raise self._interrupt(stop_signal)
                 if batch_index + 1 == self.steps_per_epoch:
                     break
                 every = config.checkpoint_every_steps
