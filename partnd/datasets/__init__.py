@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from partnd.datasets.braindecode_interop import from_braindecode, to_braindecode
+    from partnd.datasets.sequences import Night, SleepSequenceDataset
     from partnd.datasets.sleep_windows import (
         NORMALIZE_EPS,
         ChunkShuffleSampler,
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from partnd.datasets.store import STAGE_NAMES, SleepStore, create_store, write_record
 
 _EXPORTS: dict[str, str] = {
+    "Night": "sequences",
+    "SleepSequenceDataset": "sequences",
     "NORMALIZE_EPS": "sleep_windows",
     "ChunkShuffleSampler": "sleep_windows",
     "InMemoryWindows": "sleep_windows",
@@ -51,7 +54,9 @@ __all__ = [
     "STAGE_NAMES",
     "ChunkShuffleSampler",
     "InMemoryWindows",
+    "Night",
     "RecordInfo",
+    "SleepSequenceDataset",
     "SleepStore",
     "SleepWindowDataset",
     "SubjectSplit",
