@@ -20,6 +20,7 @@ written to a dot-prefixed temporary group and renamed into place (:func:`write_r
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -263,7 +264,7 @@ class SleepStore:
             return []
         breaks = np.flatnonzero(~np.isclose(np.diff(starts), self.window_seconds)) + 1
         edges = [0, *breaks.tolist(), len(starts)]
-        return list(zip(edges[:-1], edges[1:], strict=True))
+        return list(itertools.pairwise(edges))
 
     def read_windows(self, record_id: str, start: int, stop: int) -> np.ndarray:
         """Read a contiguous block of windows.
