@@ -4,8 +4,11 @@ import os
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+import numpy as np
 import pytest
 import torch
+
+from partnd.datasets.store import STAGE_NAMES, create_store, write_record
 
 
 @pytest.fixture(autouse=True)
@@ -44,3 +47,45 @@ class HostSyncCounter:
 def host_syncs() -> HostSyncCounter:
     """A :class:`HostSyncCounter`; use it as a context manager around the code under test."""
     return HostSyncCounter()
+
+
+GAPPY_CHANNELS = ["F3-M2", "C4-M1", "O1-M2"]
+GAPPY_N_TIMES = 50
+
+
+@pytest.fixture
+def gappy_store(tmp_path):
+    """A 3-channel store of windows of 50 samples: record ``a`` (9 consecutive windows, the first 3
+    unscored), ``b`` (6 windows with a gap after the 4th), ``c`` (2 windows). The first sample of
+    every window encodes (record r, window i) as ``1000 * r + i``."""
+    path = tmp_path / "store.zarr"
+    create_store(
+        path,
+        sfreq=100.0 / 60.0,
+        channels=GAPPY_CHANNELS,
+        window_seconds=30.0,
+        stage_names=STAGE_NAMES,
+        metadata={},
+    )
+    rng = np.random.default_rng(0)
+    layouts = {
+        "a": np.arange(9),  # 9 consecutive windows
+        "b": np.array([0, 1, 2, 3, 6, 7]),  # a gap after window 3 (windows 4 and 5 dropped)
+        "c": np.arange(2),  # shorter than the context
+    }
+    for r, (record, slots) in enumerate(layouts.items()):
+        n = len(slots)
+        signal = rng.standard_normal((n, len(GAPPY_CHANNELS), GAPPY_N_TIMES)).astype(np.float32)
+        signal[:, :, 0] = (1000 * r + np.arange(n))[:, None]
+        stage = (np.arange(n) % 5).astype(np.int8)
+        if record == "a":
+            stage[[0, 1, 2]] = -1  # an unscored start
+        write_record(
+            path,
+            record,
+            signal,
+            stage,
+            5.0 + 30.0 * slots,
+            attrs={"subject_id": f"s{r}", "split": "training"},
+        )
+    return path

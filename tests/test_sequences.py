@@ -4,53 +4,19 @@ from __future__ import annotations
 
 import pickle
 
-import numpy as np
 import pytest
 import torch
 
 from partnd._validation import InputError
 from partnd.datasets.sequences import SleepSequenceDataset
 from partnd.datasets.sleep_windows import instance_normalize
-from partnd.datasets.store import STAGE_NAMES, create_store, write_record
 
-CHANNELS = ["F3-M2", "C4-M1", "O1-M2"]
 N_TIMES = 50
 
 
 @pytest.fixture
-def store(tmp_path):
-    """Windows whose first sample encodes (record, window index): value = 1000 * r + i."""
-    path = tmp_path / "store.zarr"
-    create_store(
-        path,
-        sfreq=100.0 / 60.0,
-        channels=CHANNELS,
-        window_seconds=30.0,
-        stage_names=STAGE_NAMES,
-        metadata={},
-    )
-    rng = np.random.default_rng(0)
-    layouts = {
-        "a": np.arange(9),  # 9 consecutive windows
-        "b": np.array([0, 1, 2, 3, 6, 7]),  # a gap after window 3 (windows 4 and 5 dropped)
-        "c": np.arange(2),  # shorter than the context
-    }
-    for r, (record, slots) in enumerate(layouts.items()):
-        n = len(slots)
-        signal = rng.standard_normal((n, len(CHANNELS), N_TIMES)).astype(np.float32)
-        signal[:, :, 0] = (1000 * r + np.arange(n))[:, None]
-        stage = (np.arange(n) % 5).astype(np.int8)
-        if record == "a":
-            stage[[0, 1, 2]] = -1  # an unscored start
-        write_record(
-            path,
-            record,
-            signal,
-            stage,
-            5.0 + 30.0 * slots,
-            attrs={"subject_id": f"s{r}", "split": "training"},
-        )
-    return path
+def store(gappy_store):
+    return gappy_store
 
 
 def _ids(x, valid):

@@ -478,6 +478,13 @@ class FinetuneConfig(TrainConfig):
             ``amplitude_scale``, ``channel_dropout`` (signals); ``None`` (the paper) for none.
         global_pool: Classify the [CLS] token (``"token"``, the paper) or the mean patch token
             (``"avg"``, MAE's fine-tuning default).
+        context: Windows per sequence L of a *sequence classifier*: each window is embedded by
+            the encoder and a temporal transformer over L consecutive windows classifies every
+            one of them (data: consecutive windows of a sleep store's records). ``None`` (the
+            paper): a single-window classifier.
+        temporal_encoder: Preset of the temporal transformer of a sequence classifier trained
+            without a pretrained one (see :data:`partnd.models.sequence.TEMPORAL_PRESETS`).
+        temporal_overrides: Keyword overrides of that preset.
     """
 
     encoder: str = "vit_eeg_12m"
@@ -491,6 +498,9 @@ class FinetuneConfig(TrainConfig):
     eval_batch_size: int = 256
     augmentations: tuple[str, ...] | None = None
     global_pool: Literal["token", "avg"] = "token"
+    context: int | None = None
+    temporal_encoder: str = "temporal_small"
+    temporal_overrides: dict[str, Any] = field(default_factory=dict)
 
     def _validate(self) -> None:
         super()._validate()
@@ -513,6 +523,22 @@ class FinetuneConfig(TrainConfig):
             "a ratio in [0, 1) (0.0 when pos_embed is False)",
             repr(self.pos_mask_ratio),
         )
+        self._positive("context", allow_none=True)
+        if self.context is not None:
+            from partnd.models.sequence import TEMPORAL_PRESETS
+
+            check(
+                self.temporal_encoder in TEMPORAL_PRESETS,
+                self._arg("temporal_encoder"),
+                f"one of {sorted(TEMPORAL_PRESETS)}",
+                repr(self.temporal_encoder),
+            )
+            check(
+                self.pos_embed,
+                self._arg("pos_embed"),
+                "True for a sequence classifier (its windows are tiled with tile positions)",
+                repr(self.pos_embed),
+            )
 
 
 _SHARED_TEST: dict[str, Any] = {

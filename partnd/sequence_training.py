@@ -1,0 +1,285 @@
+"""Training and scoring a sequence classifier: the pieces ``finetune(..., context=L)`` uses.
+
+* :func:`as_sequence_dataset`: the sequences of ``L`` consecutive windows a store-backed dataset
+  holds (a store path, a ``SleepWindowDataset``, ``InMemoryWindows`` or ``SleepSequenceDataset``).
+* :class:`SequenceClassificationTask`: cross-entropy over every labelled window of a batch of
+  sequences (padding and unscored windows carry label ``-1`` and no loss); EEG augmentations
+  apply window by window.
+* :func:`build_sequence_classifier`: a :class:`~partnd.models.SequenceClassifier` from scratch,
+  on a pretrained window encoder (fresh temporal encoder), or on a pretrained hierarchical encoder
+  (window and temporal encoders, e.g. PART across windows).
+* :func:`predict_nights`: every window of every night of a selection predicted with its context
+  (each run of consecutive windows whole, see
+  :meth:`~partnd.models.SequenceClassifier.predict_night`), and :func:`evaluate_sequences`, its
+  report on the labelled windows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from partnd._validation import check
+from partnd.augment import Augmentation
+from partnd.datasets.sequences import SleepSequenceDataset
+from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
+from partnd.engine.config import FinetuneConfig
+from partnd.engine.distributed import resolve_device
+from partnd.metrics import ClassificationReport, classification_metrics
+from partnd.models import create_encoder
+from partnd.models.sequence import HierarchicalEncoder, SequenceClassifier
+from partnd.models.vit import ViTEncoder
+
+__all__ = [
+    "NightPrediction",
+    "SequenceClassificationTask",
+    "as_sequence_dataset",
+    "build_sequence_classifier",
+    "evaluate_sequences",
+    "predict_nights",
+]
+
+
+def as_sequence_dataset(
+    data: Any, context: int, argument: str = "dataset", *, progress: bool = False
+) -> SleepSequenceDataset:
+    """The sequences of ``context`` consecutive windows held by a store-backed dataset.
+
+    Args:
+        data: A :class:`SleepSequenceDataset` (its context must be ``context``), a
+            :class:`SleepWindowDataset` or :class:`InMemoryWindows` (the same records, channels
+            and normalisation), or a sleep store path (all its records).
+        context: Windows per sequence L.
+        argument: Name of the caller's argument for messages.
+        progress: Show a progress bar while loading.
+
+    Returns:
+        The sequence dataset (sequences with at least one labelled window).
+    """
+    if isinstance(data, SleepSequenceDataset):
+        check(
+            data.context == context,
+            argument,
+            f"sequences of {context} windows (the classifier's context)",
+            f"sequences of {data.context}",
+        )
+        return data
+    if isinstance(data, SleepWindowDataset | InMemoryWindows):
+        return SleepSequenceDataset(
+            data.store_path,
+            records=data.records,
+            context=context,
+            normalize=data.normalize,
+            channels=data.ch_names,
+            progress=progress,
+        )
+    check(
+        isinstance(data, str | Path) and (Path(data) / "zarr.json").is_file(),
+        argument,
+        "a sleep store or a dataset of its windows (SleepWindowDataset, InMemoryWindows, "
+        "SleepSequenceDataset): a sequence classifier reads consecutive windows of a record",
+        repr(data) if isinstance(data, str | Path) else type(data).__name__,
+    )
+    return SleepSequenceDataset(Path(data), context=context, progress=progress)
+
+
+class SequenceClassificationTask:
+    """Cross-entropy over the labelled windows of a batch of sequences.
+
+    Args:
+        num_classes: Number of classes K.
+        class_weights: ``[K]`` weights or ``None``.
+        label_smoothing: Label smoothing in ``[0, 1)``.
+        augment: Batch augmentation of windows ``[M, C, T]`` (applied to every window of every
+            sequence, padding included) or ``None``.
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        class_weights: Tensor | None,
+        label_smoothing: float,
+        augment: Augmentation | None = None,
+    ) -> None:
+        self.num_classes = num_classes
+        self.class_weights = class_weights
+        self.label_smoothing = label_smoothing
+        self.augment = augment
+
+    def compute_loss(
+        self, model: nn.Module, batch: tuple[Tensor, Tensor, Tensor], generator: torch.Generator
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Args: batch: (x [B, L, C, T], labels [B, L] with -1 for no label, valid [B, L]).
+        Returns: the mean cross-entropy over labelled windows and the training accuracy."""
+        x, labels, valid = batch
+        if self.augment is not None:
+            x = self.augment(x.flatten(0, 1), generator).view_as(x)
+        logits = model(x, valid).float().flatten(0, 1)  # [B * L, K]
+        flat = labels.flatten()
+        weight = None if self.class_weights is None else self.class_weights.to(logits.device)
+        loss = F.cross_entropy(
+            logits,
+            flat,
+            weight=weight,
+            ignore_index=-1,
+            label_smoothing=self.label_smoothing,
+        )
+        scored = (flat >= 0).float()
+        correct = (logits.detach().argmax(dim=-1) == flat).float() * scored
+        accuracy = correct.sum() / scored.sum().clamp(min=1.0)
+        chance = accuracy.new_tensor(1.0 / self.num_classes)
+        return loss, {"accuracy": accuracy, "accuracy_chance": chance}
+
+
+def build_sequence_classifier(
+    encoder: ViTEncoder | HierarchicalEncoder | None,
+    config: FinetuneConfig,
+    *,
+    num_classes: int,
+    in_chans: int,
+    window_samples: int,
+) -> SequenceClassifier:
+    """The sequence classifier ``finetune`` trains (``config.context`` windows).
+
+    Args:
+        encoder: ``None`` (from scratch: ``config.encoder`` with ``config.encoder_overrides`` and
+            ``config.patch_size`` per window), a pretrained window encoder (a fresh
+            ``config.temporal_encoder`` on top) or a pretrained hierarchical encoder (both
+            levels kept).
+        config: The fine-tuning configuration (``context`` set).
+        num_classes: Number of classes K.
+        in_chans: Channels of the data.
+        window_samples: Samples T of one window.
+
+    Returns:
+        The classifier (the encoder is copied).
+    """
+    context = config.context
+    check(context is not None, "FinetuneConfig.context", "a number of windows", "None")
+    assert context is not None
+    if isinstance(encoder, HierarchicalEncoder):
+        check(
+            encoder.in_chans == in_chans and encoder.window_samples == window_samples,
+            "train_dataset",
+            f"windows [{encoder.in_chans}, {encoder.window_samples}] (the encoder's input)",
+            f"windows [{in_chans}, {window_samples}]",
+        )
+        return SequenceClassifier(encoder, num_classes, context=context)
+    window = encoder
+    if window is None:
+        window = create_encoder(
+            config.encoder,
+            in_chans=in_chans,
+            patch_size=config.patch_size,
+            ndim=1,
+            **config.encoder_overrides,
+        )
+    check(
+        window.in_chans == in_chans and window.ndim == 1,
+        "train_dataset",
+        f"windows [{window.in_chans}, T] of a 1D signal (the encoder's input)",
+        f"windows [{in_chans}, {window_samples}]",
+    )
+    return SequenceClassifier.from_window_encoder(
+        window,
+        num_classes,
+        context=context,
+        window_samples=window_samples,
+        temporal=config.temporal_encoder,
+        temporal_overrides=config.temporal_overrides,
+    )
+
+
+@dataclass(frozen=True)
+class NightPrediction:
+    """Predictions of every window of one run of consecutive windows.
+
+    Attributes:
+        record: Record id.
+        first: Index of the run's first window in the record.
+        probabilities: [N, K] probabilities (each window read with its context).
+        labels: [N] true stages (``-1`` unscored).
+        start_times: [N] window starts in seconds from the recording start.
+    """
+
+    record: str
+    first: int
+    probabilities: np.ndarray
+    labels: np.ndarray
+    start_times: np.ndarray
+
+
+@torch.no_grad()
+def predict_nights(
+    model: SequenceClassifier,
+    data: SleepSequenceDataset,
+    *,
+    batch_size: int = 256,
+    device: str = "auto",
+) -> list[NightPrediction]:
+    """Predict every window of every night of ``data`` with its context.
+
+    The model runs in eval mode on ``device`` and is put back on its device and mode afterwards.
+
+    Args:
+        model: The sequence classifier.
+        data: The nights (its :meth:`~SleepSequenceDataset.nights`, one per run of a record).
+        batch_size: Windows (and sequences) per forward pass.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:K"``.
+
+    Returns:
+        One :class:`NightPrediction` per run, in the data's record order.
+    """
+    target = resolve_device(device)
+    original = model.head.weight.device
+    was_training = model.training
+    model.to(target).eval()
+    try:
+        return [
+            NightPrediction(
+                record=night.record,
+                first=night.first,
+                probabilities=model.predict_night(night.windows, batch_size=batch_size).numpy(),
+                labels=night.labels.numpy(),
+                start_times=night.start_times,
+            )
+            for night in data.nights()
+        ]
+    finally:
+        model.to(original).train(was_training)
+
+
+def evaluate_sequences(
+    model: SequenceClassifier,
+    data: SleepSequenceDataset,
+    *,
+    class_names: Sequence[str] | None = None,
+    batch_size: int = 256,
+    device: str = "auto",
+) -> ClassificationReport:
+    """Score whole-night predictions on the labelled windows of ``data``.
+
+    Returns:
+        Accuracy, Cohen's kappa, F1, the confusion matrix and the cross-entropy of the averaged
+        probabilities (``loss``).
+    """
+    nights = predict_nights(model, data, batch_size=batch_size, device=device)
+    probabilities = np.concatenate([night.probabilities for night in nights])
+    labels = np.concatenate([night.labels for night in nights])
+    scored = labels >= 0
+    check(bool(scored.any()), "dataset", "at least one labelled window", "none")
+    truth, probs = labels[scored], probabilities[scored]
+    names = class_names if class_names is not None else model.class_names
+    report = classification_metrics(truth, probs.argmax(axis=1), model.num_classes, names)
+    loss = F.nll_loss(
+        torch.from_numpy(probs).clamp(min=1e-12).log(), torch.from_numpy(truth).long()
+    )
+    return dataclasses.replace(report, loss=float(loss))
