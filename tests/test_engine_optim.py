@@ -87,6 +87,23 @@ def test_layer_wise_decay_scales() -> None:
     assert {g["lr"] for g in optimizer.param_groups} == {1e-3 * 0.5**k for k in range(4)}
 
 
+def test_layer_decay_of_a_sequence_classifier_spares_its_temporal_encoder() -> None:
+    from partnd.models import SequenceClassifier
+
+    window = create_encoder("vit_test", in_chans=2, patch_size=10, ndim=1)  # depth 2
+    model = SequenceClassifier.from_window_encoder(
+        window, 5, context=3, window_samples=40, temporal="temporal_test"
+    )
+    groups = param_groups(model, weight_decay=0.05, layer_decay=0.5)
+    scale = {name: g["lr_scale"] for g in groups for name in g["param_names"]}
+    assert scale["encoder.window.patch_embed.weight"] == 0.5**3  # the window encoder's depth
+    assert scale["encoder.window.blocks.1.mlp.fc1.weight"] == 0.5
+    assert scale["encoder.temporal.blocks.0.attn.qkv.weight"] == 1.0
+    assert scale["encoder.temporal.pos_embed"] == 1.0
+    assert scale["head.weight"] == 1.0
+    assert layer_id("encoder.temporal.blocks.0.norm1.weight", 2) == 3
+
+
 def test_schedule_values_at_known_steps() -> None:
     param = nn.Parameter(torch.zeros(2, 2))
     optimizer = torch.optim.AdamW([{"params": [param], "lr_scale": 0.5}])

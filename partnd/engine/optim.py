@@ -20,6 +20,7 @@ from torch import nn
 from partnd._validation import check
 
 __all__ = [
+    "TOP_LEVEL_NAME_PARTS",
     "ModelEMA",
     "WarmupCosineSchedule",
     "build_optimizer",
@@ -32,6 +33,9 @@ __all__ = [
 NO_DECAY_NAME_PARTS = ("cls_token", "pos_embed", "mask_token", "pos_mask_token")
 #: Parameter-name parts that belong to the input layer (layer 0) for layer-wise decay.
 INPUT_LAYER_NAME_PARTS = ("patch_embed", *NO_DECAY_NAME_PARTS)
+#: Modules above the (pretrained) backbone: the temporal encoder of a sequence classifier sits on
+#: top of the window encoder, so it keeps the full rate like the classifier head.
+TOP_LEVEL_NAME_PARTS = ("temporal.",)
 _BLOCK_INDEX = re.compile(r"(?:^|\.)blocks\.(\d+)\.")
 
 
@@ -63,8 +67,11 @@ def layer_id(name: str, num_layers: int) -> int:
 
     Returns:
         0 for the patch embedding, [CLS] and position embeddings, ``i + 1`` for block ``i``, and
-        ``L + 1`` for everything after the blocks (final norm, classifier).
+        ``L + 1`` for everything after the blocks (final norm, classifier, and a sequence
+        classifier's temporal encoder, :data:`TOP_LEVEL_NAME_PARTS`).
     """
+    if any(part in name for part in TOP_LEVEL_NAME_PARTS):
+        return num_layers + 1
     match = _BLOCK_INDEX.search(name)
     if match is not None:
         return int(match.group(1)) + 1
@@ -74,7 +81,12 @@ def layer_id(name: str, num_layers: int) -> int:
 
 
 def _count_blocks(names: Iterable[str]) -> int:
-    indices = [int(match.group(1)) for name in names if (match := _BLOCK_INDEX.search(name))]
+    indices = [
+        int(match.group(1))
+        for name in names
+        if not any(part in name for part in TOP_LEVEL_NAME_PARTS)
+        and (match := _BLOCK_INDEX.search(name))
+    ]
     return max(indices) + 1 if indices else 0
 
 
