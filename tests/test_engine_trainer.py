@@ -249,6 +249,21 @@ def test_best_epoch_selection_writes_best_checkpoint(tmp_path: Path) -> None:
     assert [r["cohen_kappa"] for r in history if r["phase"] == "val"] == [0.1, 0.7, 0.3]
 
 
+def test_eval_every_steps_spaces_the_evaluations_and_always_runs_the_last(tmp_path: Path) -> None:
+    evaluated: list[tuple[int, int]] = []
+
+    def evaluate(model: nn.Module, epoch: int) -> dict[str, float]:
+        evaluated.append((epoch, trainer.state.step))
+        return {"cohen_kappa": float(epoch)}
+
+    # 32 items at batch 8: 4 steps an epoch, 7 epochs; an evaluation at least 10 steps apart
+    trainer = make_trainer(tmp_path, RegressionTask(), epochs=7, eval_every_steps=10)
+    trainer.evaluate, trainer.select_metric = evaluate, "cohen_kappa"
+    trainer.fit()
+    assert evaluated == [(0, 4), (3, 16), (6, 28)]
+    assert trainer.state.best_epoch == 6 and trainer.state.evaluated_step == 28
+
+
 def batches(data: Any, rank: int, world_size: int = 2, seed: int = 5) -> ResumableBatchSampler:
     order = epoch_order(
         data, seed=seed, rank=rank, world_size=world_size, batch_size=3, num_workers=0

@@ -133,6 +133,11 @@ class TrainConfig:
         min_steps: Train for at least this many optimiser steps: the run is lengthened to
             ``ceil(min_steps / steps_per_epoch)`` epochs when ``epochs`` would give fewer (a
             labelled set of 200 examples gives 4 steps an epoch at batch 64). ``None``: no minimum.
+        eval_every_steps: Run the per-epoch evaluation (validation, monitor) only at the end of
+            an epoch reached at least this many steps after the previous evaluation, and after
+            the last epoch; ``None`` evaluates after every epoch. With a small labelled set an
+            epoch is a few steps: this bounds the cost and the number of candidate checkpoints
+            the selection chooses among.
     """
 
     epochs: int = 100
@@ -157,6 +162,7 @@ class TrainConfig:
     progress: bool = True
     max_steps: int | None = None
     min_steps: int | None = None
+    eval_every_steps: int | None = None
 
     #: Fields that may differ between an interrupted run and its resumption.
     RESUMABLE_CHANGES: ClassVar[frozenset[str]] = frozenset(
@@ -205,6 +211,7 @@ class TrainConfig:
             "checkpoint_every_steps",
             "max_steps",
             "min_steps",
+            "eval_every_steps",
         ):
             self._positive(name, allow_none=True)
         self._positive("grad_clip", allow_none=True)

@@ -182,6 +182,7 @@ class TrainState:
         best_value: Best value of the selection metric so far.
         best_epoch: Epoch of ``best_value``.
         best_metrics: All evaluation metrics of the best epoch.
+        evaluated_step: Step of the last evaluation (``None`` before the first).
     """
 
     epoch: int = 0
@@ -192,6 +193,7 @@ class TrainState:
     best_value: float | None = None
     best_epoch: int | None = None
     best_metrics: dict[str, float] = field(default_factory=dict)
+    evaluated_step: int | None = None
 
 
 def _rng_state(generator: torch.Generator) -> dict[str, Any]:
@@ -529,7 +531,8 @@ class Trainer:
         self.state.epoch_loss_sum = 0.0
         self.state.epoch_metric_sums = {}
         self._epoch_metrics = {}
-        if self.evaluate is not None:
+        if self.evaluate is not None and self._evaluation_due(epoch):
+            self.state.evaluated_step = self.state.step
             metrics = self.evaluate(self.eval_model, epoch)
             logger.log({"phase": "val", "epoch": epoch, "step": self.state.step, **metrics})
             value = metrics.get(self.select_metric) if self.select_metric else None
@@ -546,6 +549,13 @@ class Trainer:
         every = self.config.checkpoint_every_epochs
         if (epoch + 1) % every == 0 or epoch + 1 == self.num_epochs:
             self._save(epoch_end=True)
+
+    def _evaluation_due(self, epoch: int) -> bool:
+        """Whether the evaluation runs after ``epoch`` (see ``TrainConfig.eval_every_steps``)."""
+        every, last = self.config.eval_every_steps, self.state.evaluated_step
+        if every is None or last is None or epoch + 1 == self.num_epochs:
+            return True
+        return self.state.step - last >= every
 
     def fit(self, resume_from: str | Path | None = None) -> list[dict[str, Any]]:
         """Train until ``epochs`` (or ``max_steps``) and return the logged history.
