@@ -6,30 +6,46 @@ element is one (and whose second is the label), or a whole array/tensor ``[N, C,
 (numpy arrays may be memory-mapped: items are copied one at a time). Every item is checked against
 the first one (shape, and finite values), so a ragged or corrupt dataset fails naming the
 offending index when the item is read; training loops need no further checks on the hot path.
+
+The adapted dataset's ``info`` (:class:`~partnd.signal_info.SignalInfo`) holds the item shape and,
+when the source exposes them (a sleep store's window datasets do), the channel names and the
+sampling rate. Given the ``SignalInfo`` a model was trained on (``expected=``), the adapters refuse
+data that do not fit it, or pick the model's channels by name (:class:`ChannelSelection`).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from partnd._validation import InputError, check, check_finite, describe
+from partnd.signal_info import SignalInfo, channel_names, match_signal
 
 __all__ = [
     "ArrayDataset",
+    "ChannelSelection",
     "LabelledDataset",
     "SignalDataset",
     "SignalSpec",
     "as_labelled_dataset",
     "as_signal_dataset",
+    "data_fingerprint",
+    "find_source",
+    "integer_labels",
+    "load_npy",
     "load_signals",
+    "source_attribute",
 ]
+
+SourceT = TypeVar("SourceT")
+_NPY_MAGIC = b"\x93NUMPY"
 
 
 @dataclass(frozen=True)
@@ -162,8 +178,62 @@ def load_signals(path: str | Path, argument: str = "data", **store_options: Any)
         "a sleep store when records, subjects or labelled_only are given",
         f"the array {path}",
     )
-    array: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
+    return load_npy(path, argument, mmap=True)
+
+
+def load_npy(path: str | Path, argument: str, *, mmap: bool = False) -> np.ndarray:
+    """Read an array written by ``numpy.save``, refusing anything else naming ``argument``.
+
+    Args:
+        path: The ``.npy`` file.
+        argument: Name used in error messages.
+        mmap: Memory-map the array instead of reading it.
+
+    Raises:
+        InputError: If the file is missing, is not a ``.npy`` array (a text or pickle file renamed
+            ``.npy``, a truncated file) or holds objects.
+    """
+    path = Path(path)
+    check(path.is_file(), argument, "an existing .npy file", str(path))
+    with open(path, "rb") as handle:
+        magic = handle.read(len(_NPY_MAGIC))
+    check(
+        magic == _NPY_MAGIC,
+        argument,
+        "a .npy array file written by numpy.save",
+        f"{path}, which does not start with the .npy signature (a text, CSV or pickle file?)",
+    )
+    try:
+        array: np.ndarray = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as error:
+        raise InputError(
+            f"{argument}: expected a readable .npy array of numbers, got {path} ({error})"
+        ) from None
     return array
+
+
+def integer_labels(values: Any, argument: str) -> list[int]:
+    """Class labels ``[N]`` as ints, refusing what :func:`as_labelled_dataset` would refuse.
+
+    Args:
+        values: A 1-D array or sequence of integer labels (e.g. a ``.npy`` file's contents).
+        argument: Name used in error messages.
+
+    Raises:
+        InputError: For a shape other than ``[N]``, non-integer values (``0.5``, ``2.0``,
+            booleans, strings) or negative labels.
+    """
+    array = np.asarray(values)
+    check(array.ndim == 1, argument, "labels [N] (one class index per item)", array)
+    check(
+        array.dtype.kind in "iu",
+        argument,
+        "integer class labels (an integer dtype; 0.5 or 2.0 are not class indices)",
+        array,
+    )
+    low = int(array.min()) if array.size else 0
+    check(low >= 0, argument, "class labels >= 0", f"labels down to {low}")
+    return [int(value) for value in array]
 
 
 def _wrap(
@@ -214,6 +284,8 @@ class SignalDataset(Dataset[torch.Tensor]):
         self.dataset = dataset
         self.spec = spec
         self.argument = argument
+        #: The items' shape, and channel names and rate when the source exposes them.
+        self.info = _signal_info(dataset, spec)
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
@@ -267,6 +339,8 @@ class LabelledDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         self.dataset = dataset
         self.argument = argument
         self.labels_argument = labels_argument or f"{argument}.labels"
+        #: The items' shape, and channel names and rate when the source exposes them.
+        self.info = self.signals.info
 
     def __len__(self) -> int:
         return len(self.signals)
@@ -303,21 +377,130 @@ class LabelledDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         return [self.convert(item, index) for item, index in zip(items, indices, strict=True)]
 
 
+def find_source(dataset: Any, kind: type[SourceT]) -> SourceT | None:
+    """The first dataset of type ``kind`` in the chain ``dataset``, ``dataset.dataset``, ...
+
+    Adapters and wrappers (:class:`SignalDataset`, :class:`ChannelSelection`...) keep their
+    source as ``.dataset``.
+    """
+    seen = 0
+    while dataset is not None and seen < 16:
+        if isinstance(dataset, kind):
+            return dataset
+        dataset, seen = getattr(dataset, "dataset", None), seen + 1
+    return None
+
+
+def source_attribute(dataset: Any, name: str) -> Any:
+    """The first non-``None`` attribute ``name`` along the ``.dataset`` chain (or ``None``)."""
+    seen = 0
+    while dataset is not None and seen < 16:
+        value = getattr(dataset, name, None)
+        if value is not None and not callable(value):
+            return value
+        dataset, seen = getattr(dataset, "dataset", None), seen + 1
+    return None
+
+
+def _signal_info(dataset: Any, spec: SignalSpec) -> SignalInfo:
+    sfreq = source_attribute(dataset, "sfreq")
+    return SignalInfo(
+        in_chans=spec.in_chans,
+        spatial_shape=spec.spatial_shape,
+        ch_names=channel_names(source_attribute(dataset, "ch_names"), spec.in_chans),
+        sfreq=float(sfreq) if isinstance(sfreq, int | float) and sfreq > 0 else None,
+    )
+
+
+class ChannelSelection(Dataset[Any]):
+    """The items of ``dataset`` with only some channels, in a given order.
+
+    Items are a signal ``[C, *spatial]`` or a tuple starting with one (the rest is kept); other
+    attributes (``labels``, ``chunk_ids``, ``sfreq``, ``records``...) are the source's.
+
+    Args:
+        dataset: Source dataset.
+        picks: Channel indices to keep, in output order.
+        ch_names: Names of the kept channels (default: picked from the source's ``ch_names``).
+    """
+
+    def __init__(
+        self, dataset: Dataset[Any], picks: Sequence[int], ch_names: Sequence[str] | None = None
+    ) -> None:
+        self.dataset = dataset
+        self.picks = [int(index) for index in picks]
+        names = ch_names
+        if names is None:
+            source = source_attribute(dataset, "ch_names")
+            names = None if source is None else [list(source)[index] for index in self.picks]
+        self.ch_names = None if names is None else list(names)
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("dataset", "picks", "ch_names") or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+    def _pick(self, item: Any) -> Any:
+        if isinstance(item, tuple | list):
+            return (self._pick(item[0]), *item[1:])
+        return item[self.picks]
+
+    def __getitem__(self, index: int) -> Any:
+        return self._pick(self.dataset[index])
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """A batch, read with the source's ``__getitems__`` when it has one."""
+        return [self._pick(item) for item in _fetch(self.dataset, indices)]
+
+
+def _fit(
+    dataset: Dataset[Any],
+    spec: SignalSpec,
+    expected: SignalInfo | None,
+    argument: str,
+    same_shape: bool,
+    reference: str,
+) -> tuple[Dataset[Any], SignalSpec]:
+    """``(dataset, spec)`` checked against ``expected``, with its channels picked if needed."""
+    if expected is None:
+        return dataset, spec
+    info = _signal_info(dataset, spec)
+    picks = match_signal(expected, info, argument, same_shape=same_shape, reference=reference)
+    if picks is None:
+        return dataset, spec
+    picked = ChannelSelection(dataset, picks)
+    return picked, SignalSpec(in_chans=len(picks), spatial_shape=spec.spatial_shape)
+
+
 def as_signal_dataset(
-    data: Dataset[Any] | np.ndarray | torch.Tensor | str | Path, argument: str = "dataset"
+    data: Dataset[Any] | np.ndarray | torch.Tensor | str | Path,
+    argument: str = "dataset",
+    *,
+    expected: SignalInfo | None = None,
+    same_shape: bool = True,
+    reference: str = "the model was trained on",
 ) -> tuple[SignalDataset, SignalSpec]:
-    """Adapt ``data`` for pretraining (labels, if any, are ignored).
+    """Adapt ``data`` for pretraining or inference (labels, if any, are ignored).
 
     Args:
         data: Dataset of ``[C, *spatial]`` items (or tuples starting with one), an array/tensor
             ``[N, C, *spatial]``, or a path (see :func:`load_signals`).
         argument: Name used in error messages.
+        expected: The signal a model was trained on: data that do not fit it are refused, and
+            its channels are picked by name when the data hold them (see
+            :func:`~partnd.signal_info.match_signal`).
+        same_shape: With ``expected``, also require its item shape.
+        reference: Where ``expected`` comes from, for error messages.
 
     Returns:
         The adapted dataset and the item shape inferred from item 0.
     """
     dataset = _wrap(data, None, argument)
     spec = _inspect(dataset, argument)
+    dataset, spec = _fit(dataset, spec, expected, argument, same_shape, reference)
     return SignalDataset(dataset, spec, argument), spec
 
 
@@ -326,6 +509,10 @@ def as_labelled_dataset(
     labels: Sequence[int] | None = None,
     argument: str = "dataset",
     labels_argument: str = "labels",
+    *,
+    expected: SignalInfo | None = None,
+    same_shape: bool = True,
+    reference: str = "the model was trained on",
 ) -> tuple[LabelledDataset, SignalSpec]:
     """Adapt ``data`` for supervised training or evaluation.
 
@@ -336,6 +523,9 @@ def as_labelled_dataset(
         labels: Labels ``[N]`` when ``data`` is an array.
         argument: Name used in error messages.
         labels_argument: The caller's name for ``labels`` in error messages.
+        expected: As :func:`as_signal_dataset`'s.
+        same_shape: As :func:`as_signal_dataset`'s.
+        reference: As :func:`as_signal_dataset`'s.
 
     Returns:
         The adapted dataset and the item shape inferred from item 0.
@@ -348,5 +538,40 @@ def as_labelled_dataset(
         check(labels is not None, labels_argument, f"labels [N] for the array {argument}", "None")
     dataset = _wrap(data, labels, argument, labels_argument)
     spec = _inspect(dataset, argument)
+    dataset, spec = _fit(dataset, spec, expected, argument, same_shape, reference)
     named = labels_argument if labels is not None else None
     return LabelledDataset(dataset, spec, argument, named), spec
+
+
+def data_fingerprint(dataset: SignalDataset | LabelledDataset) -> dict[str, Any]:
+    """What identifies the data of a run, to refuse resuming it on other data.
+
+    Holds the item count and shape, the channel names when known, the source's record ids when
+    it has ``records`` (a sleep store's window datasets) and, for an array or tensor, the SHA-256
+    of its first, middle and last items (so another array of the same shape is told apart too;
+    other datasets may draw random augmentations per read, so their values are not hashed).
+
+    Args:
+        dataset: An adapted dataset (:func:`as_signal_dataset`, :func:`as_labelled_dataset`).
+
+    Returns:
+        A JSON-serialisable dict; two runs saw the same data when their fingerprints are equal.
+    """
+    signals = dataset.signals if isinstance(dataset, LabelledDataset) else dataset
+    records = source_attribute(dataset, "records")
+    array = find_source(dataset, ArrayDataset)
+    digest = None
+    if array is not None:
+        hashed = hashlib.sha256()
+        for index in sorted({0, len(array) // 2, len(array) - 1}):
+            item = array.data[index]
+            values = item.detach().cpu().numpy() if isinstance(item, torch.Tensor) else item
+            hashed.update(np.ascontiguousarray(values).tobytes())
+        digest = hashed.hexdigest()
+    return {
+        "num_items": len(signals),
+        "item_shape": list(signals.spec.item_shape),
+        "ch_names": None if signals.info.ch_names is None else list(signals.info.ch_names),
+        "records": [str(r) for r in records] if isinstance(records, tuple | list) else None,
+        "items_sha256": digest,
+    }

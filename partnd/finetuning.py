@@ -29,7 +29,7 @@ from torch.utils.data import Dataset
 
 from partnd._validation import check
 from partnd.augment import Augmentation, build_augmentation
-from partnd.data import LabelledDataset, SignalSpec, as_labelled_dataset
+from partnd.data import LabelledDataset, SignalSpec, as_labelled_dataset, data_fingerprint
 from partnd.engine.checkpoint import atomic_save, atomic_write_json, load_checkpoint
 from partnd.engine.config import FinetuneConfig
 from partnd.engine.session import open_session
@@ -163,17 +163,10 @@ def balanced_class_weights(labels: np.ndarray, num_classes: int) -> torch.Tensor
     return torch.tensor(weights, dtype=torch.float32)
 
 
-def _prepare_encoder(
-    encoder: ViTEncoder | str | Path | None, config: FinetuneConfig, spec: SignalSpec
-) -> ViTEncoder:
+def _load_backbone(encoder: ViTEncoder | str | Path | None) -> ViTEncoder | None:
+    """The pretrained encoder ``finetune`` starts from (a copy), or ``None`` to build one."""
     if encoder is None or (isinstance(encoder, str) and encoder in list_encoders()):
-        return create_encoder(
-            encoder or config.encoder,
-            in_chans=spec.in_chans,
-            patch_size=config.patch_size,
-            ndim=spec.ndim,
-            **config.encoder_overrides,
-        )
+        return None
     if isinstance(encoder, str | Path):
         check(
             Path(encoder).exists(),
@@ -182,16 +175,30 @@ def _prepare_encoder(
             "directory, encoder.pt or training checkpoint",
             repr(encoder),
         )
-        encoder = load_encoder(encoder)
+        return load_encoder(encoder)
     check(isinstance(encoder, ViTEncoder), "encoder", "a ViTEncoder", type(encoder).__name__)
+    return copy.deepcopy(encoder)
+
+
+def _prepare_encoder(
+    backbone: ViTEncoder | None, preset: str | None, config: FinetuneConfig, spec: SignalSpec
+) -> ViTEncoder:
+    if backbone is None:
+        return create_encoder(
+            preset or config.encoder,
+            in_chans=spec.in_chans,
+            patch_size=config.patch_size,
+            ndim=spec.ndim,
+            **config.encoder_overrides,
+        )
     check(
-        encoder.in_chans == spec.in_chans and encoder.ndim == spec.ndim,
+        backbone.in_chans == spec.in_chans and backbone.ndim == spec.ndim,
         "train_dataset",
-        f"items [{encoder.in_chans}, *spatial] with {encoder.ndim} spatial dimension(s) "
+        f"items [{backbone.in_chans}, *spatial] with {backbone.ndim} spatial dimension(s) "
         "(the encoder's input)",
         f"items of shape {spec.item_shape}",
     )
-    return copy.deepcopy(encoder)
+    return backbone
 
 
 def _check_fits(encoder: ViTEncoder, spec: SignalSpec, argument: str) -> None:
@@ -216,7 +223,9 @@ def evaluate(
     cross-entropy loss.
 
     The model runs in eval mode without gradient on ``device`` and is put back on its original
-    device and mode afterwards.
+    device and mode afterwards. Data that do not fit the signal the model was trained on
+    (``model.signal_info``: channels, rate, window) are refused; its channels are picked by name
+    when the data hold them in another order or among others.
 
     Args:
         model: Maps ``x: [B, C, *spatial]`` to logits ``[B, K]`` (e.g. a :class:`PatchClassifier`).
@@ -230,7 +239,8 @@ def evaluate(
     Returns:
         A :class:`~partnd.metrics.ClassificationReport` (with ``loss``).
     """
-    data, _ = as_labelled_dataset(dataset, labels)
+    expected = getattr(model, "signal_info", None)
+    data, _ = as_labelled_dataset(dataset, labels, expected=expected)
     logits = predict_logits(model, data.signals, batch_size=batch_size, device=device)
     num_classes = int(logits.shape[-1])
     truth = torch.as_tensor(check_labels(data, num_classes, "labels"))
@@ -345,24 +355,29 @@ def finetune(
             f"{num_classes} names",
             repr(class_names),
         )
-    session = open_session(
+    backbone = _load_backbone(encoder)
+    expected = None if backbone is None else backbone.signal_info
+    with open_session(
         FinetuneConfig, config, overrides, out_dir=out_dir, resume=resume, overwrite=overwrite
-    )
-    try:
+    ) as session:
         config = session.config
         train_set, spec = as_labelled_dataset(
-            train_dataset, train_labels, "train_dataset", "train_labels"
+            train_dataset,
+            train_labels,
+            "train_dataset",
+            "train_labels",
+            expected=expected,
+            same_shape=False,
         )
         val_set = None
         if val_dataset is not None:
-            val_set, val_spec = as_labelled_dataset(
-                val_dataset, val_labels, "val_dataset", "val_labels"
-            )
-            check(
-                val_spec == spec,
+            val_set, _ = as_labelled_dataset(
+                val_dataset,
+                val_labels,
                 "val_dataset",
-                f"items of shape {spec.item_shape} like train_dataset",
-                f"items of shape {val_spec.item_shape}",
+                "val_labels",
+                expected=train_set.info,
+                reference="like train_dataset:",
             )
         train_label_array = check_labels(
             train_set, num_classes, "train_labels" if train_labels is not None else "train_dataset"
@@ -372,7 +387,8 @@ def finetune(
                 val_set, num_classes, "val_labels" if val_labels is not None else "val_dataset"
             )
         torch.manual_seed(config.seed)
-        backbone = _prepare_encoder(encoder, config, spec)
+        preset = encoder if isinstance(encoder, str) and backbone is None else None
+        backbone = _prepare_encoder(backbone, preset, config, spec)
         _check_fits(backbone, spec, "train_dataset")
         model = PatchClassifier(
             backbone,
@@ -383,6 +399,7 @@ def finetune(
             global_pool=config.global_pool,
             copy_encoder=False,
         )
+        model.signal_info = train_set.info
         weights = None
         if config.class_weights == "balanced":
             weights = balanced_class_weights(train_label_array, num_classes)
@@ -390,6 +407,7 @@ def finetune(
         task = ClassificationTask(num_classes, weights, config.label_smoothing, augment)
         device = str(session.context.device)
         validate = None if val_set is None else _validator(val_set, config, class_names, device)
+        data_shape = {"in_chans": spec.in_chans, "spatial_shape": list(spec.spatial_shape)}
         trainer = Trainer(
             model,
             task,
@@ -402,8 +420,9 @@ def finetune(
             select_metric=SELECT_METRIC if val_set is not None else None,
             checkpoint_extra={
                 "num_classes": num_classes,
-                "data": {"in_chans": spec.in_chans, "spatial_shape": list(spec.spatial_shape)},
+                "data": data_shape,
                 "encoder": encoder_spec(model.encoder),
+                "signal": train_set.info.to_dict(),
             },
         )
         session.start(
@@ -411,10 +430,14 @@ def finetune(
                 **trainer.resolved,
                 "num_classes": num_classes,
                 "class_names": list(class_names) if class_names is not None else None,
-                "data": {"in_chans": spec.in_chans, "spatial_shape": list(spec.spatial_shape)},
+                "data": data_shape,
                 "num_train_items": len(train_set),
                 "num_val_items": len(val_set) if val_set is not None else 0,
-            }
+            },
+            data={
+                "train_dataset": data_fingerprint(train_set),
+                "val_dataset": None if val_set is None else data_fingerprint(val_set),
+            },
         )
         history = trainer.fit(resume_from=session.resume_from)
         final = cast(PatchClassifier, copy.deepcopy(trainer.eval_model))
@@ -446,8 +469,6 @@ def finetune(
             atomic_write_json(best_metrics, session.run_dir.root / "metrics.json")
             save_classifier(final, session.run_dir.root / CLASSIFIER_FILE, class_names)
         session.context.barrier()
-    finally:
-        session.context.close()
     return FinetuneResult(
         model=final.cpu().eval(),
         history=history,

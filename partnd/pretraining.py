@@ -29,7 +29,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from partnd._validation import InputError
-from partnd.data import as_signal_dataset
+from partnd.data import as_signal_dataset, data_fingerprint
 from partnd.engine.config import PretrainConfig
 from partnd.engine.session import open_session
 from partnd.engine.trainer import EpochEvaluator, Trainer
@@ -85,8 +85,7 @@ class ObjectiveTask:
         return output.loss, output.metrics
 
 
-def _load_initial_weights(encoder: ViTEncoder, source: str | Path) -> None:
-    state = encoder_state_from(source)
+def _load_initial_weights(encoder: ViTEncoder, state: dict[str, torch.Tensor], source: Any) -> None:
     try:
         encoder.load_state_dict(state)
     except RuntimeError as error:
@@ -136,16 +135,19 @@ def pretrain(
             the patch, unknown config fields or a refused run directory.
         NonFiniteLossError: If the loss becomes NaN/Inf.
     """
-    session = open_session(
+    initial = None if init_weights is None else encoder_state_from(init_weights)
+    with open_session(
         PretrainConfig, config, overrides, out_dir=out_dir, resume=resume, overwrite=overwrite
-    )
-    try:
+    ) as session:
         config = session.config
-        train_set, spec = as_signal_dataset(dataset)
+        train_set, spec = as_signal_dataset(
+            dataset, expected=None if initial is None else initial[1], same_shape=False
+        )
         torch.manual_seed(config.seed)
         model = build_objective(config, spec)
-        if init_weights is not None:
-            _load_initial_weights(model.encoder, init_weights)
+        if initial is not None:
+            _load_initial_weights(model.encoder, initial[0], init_weights)
+        model.encoder.signal_info = train_set.info
         data_shape = {"in_chans": spec.in_chans, "spatial_shape": list(spec.spatial_shape)}
         trainer = Trainer(
             model,
@@ -155,16 +157,21 @@ def pretrain(
             context=session.context,
             run_dir=session.run_dir,
             evaluate=monitor,
-            checkpoint_extra={"data": data_shape, "encoder": encoder_spec(model.encoder)},
+            checkpoint_extra={
+                "data": data_shape,
+                "encoder": encoder_spec(model.encoder),
+                "signal": train_set.info.to_dict(),
+            },
         )
-        session.start({**trainer.resolved, "data": data_shape, "num_items": len(train_set)})
+        session.start(
+            {**trainer.resolved, "data": data_shape, "num_items": len(train_set)},
+            data={"dataset": data_fingerprint(train_set)},
+        )
         history = trainer.fit(resume_from=session.resume_from)
         final_model = cast(Objective, copy.deepcopy(trainer.eval_model)).cpu().eval()
         if session.context.is_main:
             save_encoder(final_model.encoder, session.run_dir.root / ENCODER_FILE)
         session.context.barrier()
-    finally:
-        session.context.close()
     return PretrainResult(
         encoder=final_model.encoder,
         model=final_model,

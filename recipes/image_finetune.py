@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
 from partnd._validation import check
-from partnd.data import as_labelled_dataset
+from partnd.data import as_labelled_dataset, data_fingerprint
 from partnd.engine.checkpoint import atomic_write_json
 from partnd.engine.config import FinetuneConfig
 from partnd.engine.session import open_session
@@ -394,10 +394,9 @@ def deit_finetune(
         A :class:`DeiTResult`; ``classifier.pt`` and ``metrics.json`` are in the run directory.
     """
     settings = settings or DeiTSettings()
-    session = open_session(
+    with open_session(
         FinetuneConfig, config, overrides, out_dir=out_dir, resume=resume, overwrite=overwrite
-    )
-    try:
+    ) as session:
         config = session.config
         check(
             not config.augmentations,
@@ -452,7 +451,11 @@ def deit_finetune(
                 "num_train_items": len(train_set),
                 "num_test_items": len(test_set),
                 "deit": settings.to_dict(),
-            }
+            },
+            data={
+                "train_dataset": data_fingerprint(train_set),
+                "test_dataset": data_fingerprint(test_set),
+            },
         )
         if session.context.is_main:
             atomic_write_json(settings.to_dict(), session.run_dir.root / DEIT_SETTINGS_FILE)
@@ -472,8 +475,6 @@ def deit_finetune(
             atomic_write_json(metrics, session.run_dir.root / "metrics.json")
             save_classifier(final, session.run_dir.root / CLASSIFIER_FILE, class_names)
         session.context.barrier()
-    finally:
-        session.context.close()
     return DeiTResult(
         model=final.cpu().eval(),
         history=history,

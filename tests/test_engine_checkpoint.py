@@ -72,7 +72,7 @@ def test_run_dir_rules(tmp_path: Path) -> None:
     (root / "file.txt").write_text("x")
     with pytest.raises(InputError, match="non-empty directory"):
         RunDir.check(root, resume=False, overwrite=False)
-    with pytest.raises(InputError, match=r"checkpoints/last\.pt"):
+    with pytest.raises(InputError, match=r"holding config\.json \(a run that started\)"):
         RunDir.check(root, resume=True, overwrite=False)
     with pytest.raises(InputError, match="at most one of"):
         RunDir.check(root, resume=True, overwrite=True)
@@ -86,8 +86,11 @@ def test_run_dir_rules(tmp_path: Path) -> None:
     (root / "nested").mkdir()
     run_dir.create(clear=True)
     assert sorted(p.name for p in root.iterdir()) == ["checkpoints", "tb"]
-    (run_dir.checkpoints_dir / "last.pt").write_bytes(b"")
+    (root / "config.json").write_text("{}")
+    assert not run_dir.has_checkpoint  # stopped before its first checkpoint: resume restarts it
     assert RunDir.check(root, resume=True, overwrite=False) == run_dir
+    (run_dir.checkpoints_dir / "last.pt").write_bytes(b"")
+    assert RunDir.check(root, resume=True, overwrite=False) == run_dir and run_dir.has_checkpoint
 
 
 def test_meta_records_versions_and_appends_resumes(tmp_path: Path) -> None:

@@ -201,7 +201,7 @@ def test_class_weights_change_the_loss(tmp_path: Path) -> None:
                 "val_dataset": np.zeros((4, 1, 100), np.float32),
                 "val_labels": [0] * 4,
             },
-            "val_dataset: expected items of shape",
+            "val_dataset: expected items of spatial shape",
         ),
         ({"num_classes": 3, "encoder": "vit_nope"}, "encoder: expected a ViTEncoder"),
     ],

@@ -245,10 +245,52 @@ def test_run_directory_refusal_overwrite_and_resume_rules(tmp_path: Path) -> Non
     assert not (out / "stale.txt").exists()
     with pytest.raises(InputError, match="resume=True and overwrite=True"):
         pretrain(data, out_dir=out, resume=True, overwrite=True)
-    with pytest.raises(InputError, match=r"last\.pt"):
+    with pytest.raises(InputError, match=r"config\.json \(a run that started\)"):
         pretrain(data, out_dir=tmp_path / "empty", resume=True)
     with pytest.raises(InputError, match=r"num_pairs: 12 -> 3"):
         pretrain(data, out_dir=out, config=tiny_config(epochs=1), resume=True, num_pairs=3)
+
+
+def test_resume_refuses_other_data_naming_the_difference(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    pretrain(ramp_1d(8), out_dir=out, config=tiny_config(epochs=1))
+    with pytest.raises(
+        InputError,
+        match=r"dataset: .* when resume=True, got other data "
+        r"\(num_items: 8 -> 12; other item values\)",
+    ):
+        pretrain(ramp_1d(12), out_dir=out, resume=True, epochs=2)
+    with pytest.raises(InputError, match=r"other data \(other item values\)"):
+        pretrain(ramp_1d(8, seed=1), out_dir=out, resume=True, epochs=2)
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["data"]["dataset"]["num_items"] == 8 and "resumes" not in meta
+    assert pretrain(ramp_1d(8), out_dir=out, resume=True, epochs=2).config.epochs == 2
+
+
+def test_a_run_stopped_before_its_first_checkpoint_restarts_with_resume(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    pretrain(ramp_1d(8), out_dir=out, config=tiny_config(epochs=1, num_pairs=5))
+    for stale in ("checkpoints/last.pt", "checkpoints/epoch_0000.pt", "encoder.pt"):
+        (out / stale).unlink()  # as a run killed (SIGKILL) during its first epoch leaves it
+    with pytest.raises(InputError, match="pass overwrite=True to clear it, or resume=True"):
+        pretrain(ramp_1d(8), out_dir=out, config=tiny_config(epochs=1))
+    result = pretrain(ramp_1d(8), out_dir=out, resume=True)
+    assert result.config.num_pairs == 5  # the stored configuration
+    assert [r["step"] for r in result.history if r["phase"] == "epoch"] == [2]
+    assert (out / "encoder.pt").is_file()
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["phase"] for line in lines] == ["train", "train", "epoch"]
+
+
+def test_a_run_that_fails_before_its_first_checkpoint_leaves_no_folder(tmp_path: Path) -> None:
+    data = ramp_1d(8) * np.float32(1e30)  # finite input whose activations overflow
+    with pytest.raises(NonFiniteLossError):
+        pretrain(data, out_dir=tmp_path / "new", config=tiny_config())
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(NonFiniteLossError):
+        pretrain(data, out_dir=tmp_path / "empty", config=tiny_config())
+    assert list((tmp_path / "empty").iterdir()) == []  # a folder it did not create stays
 
 
 def test_resume_with_more_epochs_continues(tmp_path: Path) -> None:

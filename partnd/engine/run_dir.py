@@ -81,10 +81,12 @@ class RunDir:
     def check(cls, out_dir: str | Path, *, resume: bool, overwrite: bool) -> RunDir:
         """Validate the resume/overwrite rules without touching the disk.
 
-        Rules: ``resume`` and ``overwrite`` exclude each other; ``resume`` needs
-        ``checkpoints/last.pt``; without either flag the directory must be new or empty; with
-        ``overwrite`` a non-empty directory must hold one of :data:`RUN_MARKERS` (a folder that
-        is not a partnd run is never cleared).
+        Rules: ``resume`` and ``overwrite`` exclude each other; ``resume`` needs a run that
+        started (``config.json``; it continues from ``checkpoints/last.pt``, or starts again from
+        step 0 with the stored configuration when the run stopped before its first checkpoint);
+        without either flag the directory must be new or empty; with ``overwrite`` a non-empty
+        directory must hold one of :data:`RUN_MARKERS` (a folder that is not a partnd run is never
+        cleared).
 
         Raises:
             InputError: If a rule is broken.
@@ -100,10 +102,10 @@ class RunDir:
         run_dir = cls(root)
         if resume:
             check(
-                run_dir.last_checkpoint.is_file(),
+                run_dir.config_path.is_file(),
                 "out_dir",
-                "a run directory holding checkpoints/last.pt when resume=True",
-                f"{root} without it",
+                "a run directory holding config.json (a run that started) when resume=True",
+                f"{root} without it (start a new run without resume=True)",
             )
         elif root.is_dir() and any(root.iterdir()):
             check(
@@ -122,20 +124,31 @@ class RunDir:
             )
         return run_dir
 
+    @property
+    def has_checkpoint(self) -> bool:
+        """Whether ``checkpoints/last.pt`` exists (the run can continue from it)."""
+        return self.last_checkpoint.is_file()
+
     def looks_like_a_run(self) -> bool:
         """Whether the directory holds anything a partnd run writes (it may be incomplete)."""
         return any((self.root / name).exists() for name in RUN_MARKERS)
 
     def create(self, *, clear: bool) -> None:
         """Create the folders (after deleting the directory's contents when ``clear``)."""
-        if clear and self.root.is_dir():
-            for child in self.root.iterdir():
-                if child.is_dir() and not child.is_symlink():
-                    shutil.rmtree(child)
-                else:
-                    child.unlink()
+        if clear:
+            self.clear()
         for folder in (self.root, self.tb_dir, self.checkpoints_dir):
             folder.mkdir(parents=True, exist_ok=True)
+
+    def clear(self) -> None:
+        """Delete the directory's contents (the directory itself stays)."""
+        if not self.root.is_dir():
+            return
+        for child in self.root.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
 
     def write_config(self, config: dict[str, Any]) -> None:
         """Write ``config.json`` atomically."""
@@ -145,6 +158,13 @@ class RunDir:
         """Read ``config.json``."""
         check(self.config_path.is_file(), "out_dir", "a run directory with config.json", self.root)
         values: dict[str, Any] = json.loads(self.config_path.read_text())
+        return values
+
+    def read_meta(self) -> dict[str, Any]:
+        """Read ``meta.json`` (``{}`` when there is none)."""
+        if not self.meta_path.is_file():
+            return {}
+        values: dict[str, Any] = json.loads(self.meta_path.read_text())
         return values
 
     def write_meta(self, meta: dict[str, Any], *, resumed: bool) -> None:

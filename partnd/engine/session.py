@@ -2,16 +2,28 @@
 directory, join the process group, then (rank 0) create the directory and record the run.
 
 The order matters under torchrun: every rank validates the directory *before* rank 0 creates or
-clears it, and the ranks meet at a barrier in between.
+clears it, and the ranks meet at a barrier in between. Use the session as a context manager::
+
+    with open_session(PretrainConfig, config, overrides, out_dir=out, resume=r, overwrite=o) as s:
+        ...  # adapt the data, build the model and the trainer
+        s.start(resolved, data={"dataset": data_fingerprint(train_set)})
+        trainer.fit(resume_from=s.resume_from)
+
+On leaving it the process group is closed; when the run failed before writing its first checkpoint
+(nothing to resume), what :meth:`Session.start` created is removed, so a failed command leaves no
+half-made run directory behind.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from partnd._validation import check
+from partnd._validation import InputError, check
 from partnd.engine.config import TrainConfig
 from partnd.engine.distributed import DistributedContext, setup_distributed
 from partnd.engine.run_dir import RunDir, run_metadata
@@ -67,15 +79,46 @@ def resolve_config(
     return resolved
 
 
+def _records_change(before: list[str], after: list[str]) -> str:
+    removed = [r for r in before if r not in after]
+    added = [r for r in after if r not in before]
+
+    def listed(names: list[str]) -> str:
+        return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+    parts = [f"{len(removed)} left out ({listed(removed)})"] if removed else []
+    parts += [f"{len(added)} added ({listed(added)})"] if added else []
+    return "records: " + ("; ".join(parts) if parts else "another order")
+
+
+def _data_change(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
+    """What differs between two fingerprints (:func:`partnd.data.data_fingerprint`)."""
+    if before is None or after is None:
+        return "none before" if before is None else "none now"
+    changes = []
+    for key in dict.fromkeys([*before, *after]):
+        old, new = before.get(key), after.get(key)
+        if old == new:
+            continue
+        if key == "records" and isinstance(old, list) and isinstance(new, list):
+            changes.append(_records_change(old, new))
+        elif key == "items_sha256":
+            changes.append("other item values")
+        else:
+            changes.append(f"{key}: {old} -> {new}")
+    return "; ".join(changes)
+
+
 @dataclass
 class Session(Generic[ConfigT]):
-    """A resolved run: config, run directory and distributed context.
+    """A resolved run: config, run directory and distributed context (a context manager).
 
     Attributes:
         config: The resolved configuration.
         run_dir: The run directory (validated, not yet created).
         context: Rank, world size and device.
-        resume: Whether the run continues from ``run_dir.last_checkpoint``.
+        resume: Whether the run continues the one in ``run_dir``: from its last checkpoint, or
+            from step 0 with its stored configuration when it stopped before writing one.
         overwrite: Whether the directory is cleared on :meth:`start`.
     """
 
@@ -84,24 +127,88 @@ class Session(Generic[ConfigT]):
     context: DistributedContext
     resume: bool
     overwrite: bool
+    _started: bool = field(default=False, init=False, repr=False)
+    _created_root: bool = field(default=False, init=False, repr=False)
 
     @property
     def resume_from(self) -> Path | None:
-        """Checkpoint to resume from, or ``None`` for a fresh run."""
-        return self.run_dir.last_checkpoint if self.resume else None
+        """Checkpoint to resume from, or ``None`` for a run that starts at step 0."""
+        return self.run_dir.last_checkpoint if self.resume and self.run_dir.has_checkpoint else None
 
-    def start(self, resolved: dict[str, Any]) -> None:
-        """Create the directory and write ``config.json`` and ``meta.json`` (rank 0), then sync.
+    def check_data(self, data: Mapping[str, dict[str, Any] | None]) -> None:
+        """On resume, refuse data other than the interrupted run's (``meta.json``'s ``data``).
+
+        Args:
+            data: Data argument name -> fingerprint (:func:`partnd.data.data_fingerprint`), or
+                ``None`` for an argument not given.
+
+        Raises:
+            InputError: Naming the first argument whose data differ, and how.
+        """
+        stored = self.run_dir.read_meta().get("data") if self.resume else None
+        if not isinstance(stored, dict):  # a new run, or one from before fingerprints
+            return
+        for argument, fingerprint in data.items():
+            before = stored.get(argument)
+            if before != fingerprint:
+                raise InputError(
+                    f"{argument}: expected the data the interrupted run in {self.run_dir.root} "
+                    f"was trained on when resume=True, got other data "
+                    f"({_data_change(before, fingerprint)}); give the same data to resume, or "
+                    "start a new run (another out_dir, or overwrite=True to replace this one)"
+                )
+
+    def start(
+        self, resolved: dict[str, Any], data: Mapping[str, dict[str, Any] | None] | None = None
+    ) -> None:
+        """Check the data on resume, then create the directory and write ``config.json`` and
+        ``meta.json`` (rank 0), then sync.
+
+        A resumed run without a checkpoint (stopped before its first one) starts again from
+        step 0 with its stored configuration: its partial logs are cleared.
 
         Args:
             resolved: Derived quantities recorded in ``meta.json`` (steps, lr, data shape, ...).
+            data: Fingerprints of the data arguments (:meth:`check_data`), recorded in
+                ``meta.json`` as ``data``.
         """
+        if data is not None:
+            self.check_data(data)
+        restart = self.resume and not self.run_dir.has_checkpoint
         if self.context.is_main:
-            self.run_dir.create(clear=self.overwrite)
+            self._created_root = not self.run_dir.root.exists()
+            self.run_dir.create(clear=self.overwrite or restart)
             self.run_dir.write_config(self.config.to_dict())
-            meta = run_metadata(world_size=self.context.world_size, extra={"resolved": resolved})
-            self.run_dir.write_meta(meta, resumed=self.resume)
+            extra: dict[str, Any] = {"resolved": resolved}
+            if data is not None:
+                extra["data"] = dict(data)
+            meta = run_metadata(world_size=self.context.world_size, extra=extra)
+            self.run_dir.write_meta(meta, resumed=self.resume and not restart)
+        self._started = True
         self.context.barrier()
+
+    def __enter__(self) -> Session[ConfigT]:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Close the process group; after a failure with no checkpoint written, remove what
+        :meth:`start` created (the directory, or its contents when it existed before)."""
+        try:
+            failed_early = (
+                exc_type is not None and self._started and not self.run_dir.has_checkpoint
+            )
+            if failed_early and self.context.is_main:
+                if self._created_root:
+                    shutil.rmtree(self.run_dir.root, ignore_errors=True)
+                else:
+                    self.run_dir.clear()
+        finally:
+            self.context.close()
 
 
 def open_session(
@@ -116,7 +223,8 @@ def open_session(
     """Validate the run directory, resolve the config and join the process group.
 
     Returns:
-        A :class:`Session`; call ``session.context.close()`` when done.
+        A :class:`Session`; use it as a context manager (it closes the process group, and cleans
+        up after a run that failed before its first checkpoint).
     """
     run_dir = RunDir.check(out_dir, resume=resume, overwrite=overwrite)
     stored = run_dir.read_config() if resume else None

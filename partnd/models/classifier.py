@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from partnd._validation import check
 from partnd.models.vit import ViTEncoder, to_size_tuple
 from partnd.sampling import GridSampler
+from partnd.signal_info import SignalInfo
 
 __all__ = ["PatchClassifier"]
 
@@ -93,6 +94,9 @@ class PatchClassifier(nn.Module):
         self.use_positions = pos_embed
         #: Class names of the labels, recorded by ``finetune`` (``None`` if not given).
         self.class_names: list[str] | None = None
+        #: The signal the classifier was trained on (channel names and rate when the training
+        #: data gave them), recorded by ``finetune``; inputs are checked against it.
+        self.signal_info = SignalInfo(self.encoder.in_chans, self.spatial_shape)
 
     def forward(self, x: Tensor) -> Tensor:
         """Classify a batch.

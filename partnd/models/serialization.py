@@ -2,7 +2,10 @@
 
 Files are written atomically (temporary file, then rename) and describe the architecture
 (:attr:`ViTEncoder.architecture`, the position embedding and the pooling), so they can be rebuilt
-without the config that produced them:
+without the config that produced them, and the signal the model was trained on (``"signal"``: a
+:class:`~partnd.signal_info.SignalInfo` with channel names, sampling rate and item shape, read back
+as ``model.signal_info``; files written before it was recorded load with what the architecture
+tells: the channel count and, for a classifier, the item shape):
 
 * ``encoder.pt`` (``partnd-encoder-v2``), written by ``pretrain``; :func:`load_encoder`;
 * ``classifier.pt`` (``partnd-classifier-v1``), written by ``finetune``; :func:`load_classifier`.
@@ -24,6 +27,7 @@ from partnd._validation import InputError, check
 from partnd.engine.checkpoint import atomic_save, load_checkpoint
 from partnd.models.classifier import PatchClassifier
 from partnd.models.vit import ViTEncoder
+from partnd.signal_info import SignalInfo
 
 __all__ = [
     "CLASSIFIER_FILE",
@@ -33,6 +37,7 @@ __all__ = [
     "encoder_state_from",
     "load_classifier",
     "load_encoder",
+    "read_signal_info",
     "save_classifier",
     "save_encoder",
 ]
@@ -64,13 +69,31 @@ def encoder_from_spec(spec: dict[str, Any]) -> ViTEncoder:
     return encoder
 
 
+def read_signal_info(payload: dict[str, Any]) -> SignalInfo | None:
+    """The :class:`SignalInfo` a saved model recorded (``payload["signal"]``), or ``None`` for a
+    file written before it was recorded (or by a run that did not know it)."""
+    values = payload.get("signal")
+    return SignalInfo.from_dict(values) if isinstance(values, dict) else None
+
+
+def _signal_entry(info: SignalInfo | None) -> dict[str, Any] | None:
+    return None if info is None else info.to_dict()
+
+
 def save_encoder(encoder: ViTEncoder, path: str | Path) -> None:
-    """Save an encoder with what is needed to rebuild it (:func:`load_encoder`), atomically.
+    """Save an encoder with what is needed to rebuild it (:func:`load_encoder`) and the signal it
+    was trained on (``encoder.signal_info``), atomically.
 
     The classifier head, if any, is not saved.
     """
     state = {k: v for k, v in encoder.state_dict().items() if not k.startswith("head.")}
-    atomic_save({"format": _ENCODER_FORMAT, **encoder_spec(encoder), "state_dict": state}, path)
+    payload = {
+        "format": _ENCODER_FORMAT,
+        **encoder_spec(encoder),
+        "signal": _signal_entry(encoder.signal_info),
+        "state_dict": state,
+    }
+    atomic_save(payload, path)
 
 
 def _resolve(path: str | Path, argument: str) -> Path:
@@ -93,15 +116,19 @@ def _prefixed(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Te
     return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
 
 
-def _encoder_payload(path: Path, argument: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """``(spec, encoder state dict)`` from any file :func:`load_encoder` accepts."""
+def _encoder_payload(
+    path: Path, argument: str
+) -> tuple[dict[str, Any], dict[str, torch.Tensor], SignalInfo | None]:
+    """``(spec, encoder state dict, signal info)`` from any file :func:`load_encoder` accepts."""
     payload = load_checkpoint(path, argument)
     kind = payload.get("format")
+    signal = read_signal_info(payload)
     if kind == _ENCODER_FORMAT:
-        return payload, payload["state_dict"]
+        return payload, payload["state_dict"], signal
     if kind == _CLASSIFIER_FORMAT:
         state = _prefixed(payload["state_dict"], "encoder.")
-        return payload["encoder"], {k: v for k, v in state.items() if not k.startswith("head.")}
+        weights = {k: v for k, v in state.items() if not k.startswith("head.")}
+        return payload["encoder"], weights, signal
     if kind == _TRAIN_FORMAT:
         check(
             "encoder" in payload,
@@ -112,7 +139,8 @@ def _encoder_payload(path: Path, argument: str) -> tuple[dict[str, Any], dict[st
         ema = payload.get("ema")
         model_state = ema["module"] if ema is not None else payload["model"]
         state = _prefixed(model_state, "encoder.")
-        return payload["encoder"], {k: v for k, v in state.items() if not k.startswith("head.")}
+        weights = {k: v for k, v in state.items() if not k.startswith("head.")}
+        return payload["encoder"], weights, signal
     raise InputError(
         f"{argument}: expected a partnd encoder.pt, classifier.pt or training checkpoint, got "
         f"{path} (format {kind!r})"
@@ -127,19 +155,27 @@ def load_encoder(path: str | Path) -> ViTEncoder:
             (``last.pt``; EMA weights when present) or a run directory holding one of them.
 
     Returns:
-        The encoder (no classifier head) on the CPU in eval mode.
+        The encoder (no classifier head) on the CPU in eval mode; the signal it was trained on
+        (when the file recorded it) is in ``encoder.signal_info``.
     """
-    spec, state = _encoder_payload(_resolve(path, "path"), "path")
+    spec, state, signal = _encoder_payload(_resolve(path, "path"), "path")
     encoder = encoder_from_spec(spec)
     encoder.load_state_dict(state)
+    encoder.signal_info = signal
     return encoder.eval()
 
 
-def encoder_state_from(source: str | Path) -> dict[str, torch.Tensor]:
+def encoder_state_from(
+    source: str | Path,
+) -> tuple[dict[str, torch.Tensor], SignalInfo | None]:
     """Encoder weights from any file :func:`load_encoder` accepts, or a plain state dict file.
 
     Args:
         source: The file or run directory (named ``init_weights`` in error messages).
+
+    Returns:
+        The state dict and the signal the weights were trained on (``None`` when the file does
+        not say: a plain state dict, or a file written before it was recorded).
     """
     path = _resolve(source, "init_weights")
     payload = load_checkpoint(path, "init_weights")
@@ -150,20 +186,23 @@ def encoder_state_from(source: str | Path) -> dict[str, torch.Tensor]:
             "an encoder.pt, a classifier.pt, a training checkpoint or an encoder state dict",
             str(source),
         )
-        return dict(payload)
-    return _encoder_payload(path, "init_weights")[1]
+        return dict(payload), None
+    _, state, signal = _encoder_payload(path, "init_weights")
+    return state, signal
 
 
 def save_classifier(
     model: PatchClassifier, path: str | Path, class_names: Sequence[str] | None = None
 ) -> None:
-    """Save a fine-tuned classifier with its architecture and class names, atomically."""
+    """Save a fine-tuned classifier with its architecture, class names and the signal it was
+    trained on (``model.signal_info``), atomically."""
     payload = {
         "format": _CLASSIFIER_FORMAT,
         "encoder": encoder_spec(model.encoder),
         "num_classes": model.num_classes,
         "spatial_shape": list(model.spatial_shape),
         "class_names": None if class_names is None else list(class_names),
+        "signal": _signal_entry(model.signal_info),
         "state_dict": model.state_dict(),
     }
     atomic_save(payload, path)
@@ -177,7 +216,8 @@ def load_classifier(path: str | Path) -> PatchClassifier:
 
     Returns:
         The :class:`PatchClassifier` on the CPU in eval mode; its class names (or ``None``) are
-        in ``model.class_names``.
+        in ``model.class_names``, the signal it was trained on in ``model.signal_info`` (channel
+        names and rate unknown for a file written before they were recorded).
     """
     resolved = Path(path)
     if resolved.is_dir():
@@ -207,4 +247,7 @@ def load_classifier(path: str | Path) -> PatchClassifier:
     )
     model.load_state_dict(payload["state_dict"])
     model.class_names = payload["class_names"]
+    signal = read_signal_info(payload)
+    if signal is not None:
+        model.signal_info = signal
     return model.eval()

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from partnd._validation import InputError, check, describe
+from partnd.signal_info import SignalInfo
 
 __all__ = ["Attention", "Block", "DropPath", "Mlp", "ViTEncoder", "init_weights", "to_size_tuple"]
 
@@ -232,6 +233,9 @@ class ViTEncoder(nn.Module):
         self.embed_dim = embed_dim
         self.num_classes = num_classes
         self.patch_dim = in_chans * math.prod(self.patch_size)
+        #: The signal the encoder was trained on (recorded by ``pretrain`` and saved in
+        #: ``encoder.pt``), or ``None`` when unknown.
+        self.signal_info: SignalInfo | None = None
 
         self.patch_embed = nn.Linear(self.patch_dim, embed_dim)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
