@@ -37,13 +37,28 @@ from partnd.engine.trainer import Trainer
 from partnd.inference import predict_logits
 from partnd.metrics import ClassificationReport, classification_metrics
 from partnd.models import PatchClassifier, ViTEncoder, create_encoder, list_encoders
+from partnd.models.sequence import HierarchicalEncoder, SequenceClassifier
 from partnd.models.serialization import (
     CLASSIFIER_FILE,
+    TEMPORAL_ENCODER_FILE,
     encoder_spec,
     load_encoder,
-    save_classifier,
+    load_hierarchical_encoder,
+    save_model,
 )
 from partnd.objectives.diagnostics import classification_diagnostics
+from partnd.sequence_training import (
+    SequenceClassificationTask,
+    as_sequence_dataset,
+    backbone_signal,
+    build_sequence_classifier,
+    check_stage_codes,
+    evaluate_sequences,
+    fit_to_signal,
+    sequence_fingerprint,
+    sequence_signal_info,
+)
+from partnd.signal_info import SignalInfo
 
 __all__ = [
     "ClassificationTask",
@@ -73,7 +88,7 @@ class FinetuneResult:
         config: The resolved configuration.
     """
 
-    model: PatchClassifier
+    model: PatchClassifier | SequenceClassifier
     history: list[dict[str, Any]]
     best_metrics: dict[str, Any]
     run_dir: Path
@@ -163,8 +178,15 @@ def balanced_class_weights(labels: np.ndarray, num_classes: int) -> torch.Tensor
     return torch.tensor(weights, dtype=torch.float32)
 
 
-def _load_backbone(encoder: ViTEncoder | str | Path | None) -> ViTEncoder | None:
-    """The pretrained encoder ``finetune`` starts from (a copy), or ``None`` to build one."""
+def _load_backbone(
+    encoder: ViTEncoder | HierarchicalEncoder | str | Path | None,
+) -> ViTEncoder | HierarchicalEncoder | None:
+    """The pretrained encoder ``finetune`` starts from (a copy), or ``None`` to build one.
+
+    A run directory of PART across windows (``temporal_encoder.pt`` beside ``encoder.pt``) gives
+    its hierarchical encoder: a sequence classifier keeps both levels, a single-window classifier
+    its window encoder.
+    """
     if encoder is None or (isinstance(encoder, str) and encoder in list_encoders()):
         return None
     if isinstance(encoder, str | Path):
@@ -175,8 +197,15 @@ def _load_backbone(encoder: ViTEncoder | str | Path | None) -> ViTEncoder | None
             "directory, encoder.pt or training checkpoint",
             repr(encoder),
         )
+        if (Path(encoder) / TEMPORAL_ENCODER_FILE).is_file():
+            return load_hierarchical_encoder(encoder)
         return load_encoder(encoder)
-    check(isinstance(encoder, ViTEncoder), "encoder", "a ViTEncoder", type(encoder).__name__)
+    check(
+        isinstance(encoder, ViTEncoder | HierarchicalEncoder),
+        "encoder",
+        "a ViTEncoder or a HierarchicalEncoder",
+        type(encoder).__name__,
+    )
     return copy.deepcopy(encoder)
 
 
@@ -228,9 +257,11 @@ def evaluate(
     when the data hold them in another order or among others.
 
     Args:
-        model: Maps ``x: [B, C, *spatial]`` to logits ``[B, K]`` (e.g. a :class:`PatchClassifier`).
+        model: Maps ``x: [B, C, *spatial]`` to logits ``[B, K]`` (e.g. a :class:`PatchClassifier`),
+            or a :class:`~partnd.models.SequenceClassifier` (every window of every night of the
+            data predicted with its context, scored on the labelled windows).
         dataset: Items ``(x, label)``, an array ``[N, C, *spatial]`` together with ``labels``, or a
-            sleep store path (its labelled windows).
+            sleep store path (its labelled windows); store-backed data for a sequence classifier.
         batch_size: Evaluation batch size.
         class_names: K class names for the per-class F1 (default: the model's ``class_names``).
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:K"``.
@@ -239,6 +270,14 @@ def evaluate(
     Returns:
         A :class:`~partnd.metrics.ClassificationReport` (with ``loss``).
     """
+    if isinstance(model, SequenceClassifier):
+        check(labels is None, "labels", "None for a sequence classifier (store labels)", "labels")
+        sequences = fit_to_signal(
+            as_sequence_dataset(dataset, model.context, "dataset"), model.signal_info, "dataset"
+        )
+        return evaluate_sequences(
+            model, sequences, class_names=class_names, batch_size=batch_size, device=device
+        )
     expected = getattr(model, "signal_info", None)
     data, _ = as_labelled_dataset(dataset, labels, expected=expected)
     logits = predict_logits(model, data.signals, batch_size=batch_size, device=device)
@@ -280,34 +319,212 @@ def save_confusion_matrix(
 
 
 def _validator(
-    val_set: LabelledDataset,
-    config: FinetuneConfig,
-    class_names: Sequence[str] | None,
-    device: str,
+    report: Callable[[nn.Module], ClassificationReport],
 ) -> Callable[[nn.Module, int], dict[str, float]]:
-    """Per-epoch validation returning accuracy, Cohen's kappa and macro-F1."""
+    """Per-epoch validation returning the loss, accuracy, Cohen's kappa and macro-F1."""
 
     def validate(model: nn.Module, epoch: int) -> dict[str, float]:
-        report = evaluate(
-            model,
-            val_set,
-            batch_size=config.eval_batch_size,
-            class_names=class_names,
-            device=device,
-        )
+        result = report(model)
         return {
-            "loss": float(report.loss or 0.0),
-            "accuracy": report.accuracy,
-            "cohen_kappa": report.cohen_kappa,
-            "macro_f1": report.macro_f1,
+            "loss": float(result.loss or 0.0),
+            "accuracy": result.accuracy,
+            "cohen_kappa": result.cohen_kappa,
+            "macro_f1": result.macro_f1,
         }
 
     return validate
 
 
+@dataclass
+class _Setup:
+    """What :func:`finetune` trains and how it checks it, for one kind of classifier.
+
+    Attributes:
+        model: The classifier to train.
+        encoder: Its encoder (recorded in checkpoints).
+        task: The loss.
+        train_set: The training items.
+        validate: Per-epoch validation (``None`` without a validation set).
+        report: The full validation report of a model (after selection).
+        signal: The signal the model is trained on.
+        data_shape: ``in_chans`` and ``spatial_shape`` of one window.
+        num_val_items: Validation items.
+        fingerprints: What identifies the training and validation data (resume checks).
+    """
+
+    model: nn.Module
+    encoder: ViTEncoder
+    task: Any
+    train_set: Dataset[Any]
+    validate: Callable[[nn.Module, int], dict[str, float]] | None
+    report: Callable[[nn.Module], ClassificationReport]
+    signal: SignalInfo
+    data_shape: dict[str, Any]
+    num_val_items: int
+    fingerprints: dict[str, Any]
+
+
+def _window_setup(
+    backbone: ViTEncoder | None,
+    preset: str | None,
+    train_dataset: Any,
+    val_dataset: Any,
+    train_labels: Sequence[int] | None,
+    val_labels: Sequence[int] | None,
+    num_classes: int,
+    class_names: Sequence[str] | None,
+    config: FinetuneConfig,
+    device: str,
+) -> _Setup:
+    """The single-window [CLS] classifier (the paper's fine-tuning)."""
+    expected = None if backbone is None else backbone.signal_info
+    train_set, spec = as_labelled_dataset(
+        train_dataset,
+        train_labels,
+        "train_dataset",
+        "train_labels",
+        expected=expected,
+        same_shape=False,
+    )
+    val_set = None
+    if val_dataset is not None:
+        val_set, _ = as_labelled_dataset(
+            val_dataset,
+            val_labels,
+            "val_dataset",
+            "val_labels",
+            expected=train_set.info,
+            reference="like train_dataset:",
+        )
+    train_label_array = check_labels(
+        train_set, num_classes, "train_labels" if train_labels is not None else "train_dataset"
+    )
+    if val_set is not None:
+        check_labels(
+            val_set, num_classes, "val_labels" if val_labels is not None else "val_dataset"
+        )
+    backbone = _prepare_encoder(backbone, preset, config, spec)
+    _check_fits(backbone, spec, "train_dataset")
+    model = PatchClassifier(
+        backbone,
+        num_classes,
+        spatial_shape=spec.spatial_shape,
+        pos_embed=config.pos_embed,
+        pos_mask_ratio=config.pos_mask_ratio,
+        global_pool=config.global_pool,
+        copy_encoder=False,
+    )
+    model.signal_info = train_set.info
+    weights = None
+    if config.class_weights == "balanced":
+        weights = balanced_class_weights(train_label_array, num_classes)
+    augment = build_augmentation(config.augmentations or (), spec.ndim)
+
+    def report(final: nn.Module) -> ClassificationReport:
+        assert val_set is not None
+        return evaluate(
+            final,
+            val_set,
+            batch_size=config.eval_batch_size,
+            class_names=class_names,
+            device=device,
+        )
+
+    return _Setup(
+        model=model,
+        encoder=model.encoder,
+        task=ClassificationTask(num_classes, weights, config.label_smoothing, augment),
+        train_set=train_set,
+        validate=None if val_set is None else _validator(report),
+        report=report,
+        signal=train_set.info,
+        data_shape={"in_chans": spec.in_chans, "spatial_shape": list(spec.spatial_shape)},
+        num_val_items=0 if val_set is None else len(val_set),
+        fingerprints={
+            "train_dataset": data_fingerprint(train_set),
+            "val_dataset": None if val_set is None else data_fingerprint(val_set),
+        },
+    )
+
+
+def _sequence_setup(
+    backbone: ViTEncoder | HierarchicalEncoder | None,
+    train_dataset: Any,
+    val_dataset: Any,
+    *,
+    num_classes: int,
+    class_names: Sequence[str] | None,
+    config: FinetuneConfig,
+    device: str,
+) -> _Setup:
+    """The sequence classifier: ``config.context`` consecutive windows of a store's records."""
+    assert config.context is not None
+    expected = None if backbone is None else backbone_signal(backbone)
+    train_set = fit_to_signal(
+        as_sequence_dataset(
+            train_dataset, config.context, "train_dataset", progress=config.progress
+        ),
+        expected,
+        "train_dataset",
+    )
+    signal = sequence_signal_info(train_set)
+    val_set = None
+    if val_dataset is not None:
+        val_set = fit_to_signal(
+            as_sequence_dataset(
+                val_dataset, config.context, "val_dataset", progress=config.progress
+            ),
+            signal,
+            "val_dataset",
+            reference="like train_dataset:",
+        )
+    labels = train_set.window_labels()
+    check_stage_codes(labels, num_classes, "train_dataset")
+    if val_set is not None:
+        check_stage_codes(val_set.window_labels(), num_classes, "val_dataset")
+    model = build_sequence_classifier(
+        backbone,
+        config,
+        num_classes=num_classes,
+        in_chans=train_set.n_chans,
+        window_samples=train_set.n_times,
+    )
+    model.signal_info = signal
+    weights = None
+    if config.class_weights == "balanced":
+        weights = balanced_class_weights(labels[labels >= 0], num_classes)
+    augment = build_augmentation(config.augmentations or (), 1)
+
+    def report(final: nn.Module) -> ClassificationReport:
+        assert val_set is not None
+        return evaluate_sequences(
+            cast(SequenceClassifier, final),
+            val_set,
+            class_names=class_names,
+            batch_size=config.eval_batch_size,
+            device=device,
+        )
+
+    return _Setup(
+        model=model,
+        encoder=model.encoder.window,
+        task=SequenceClassificationTask(num_classes, weights, config.label_smoothing, augment),
+        train_set=train_set,
+        validate=None if val_set is None else _validator(report),
+        report=report,
+        signal=signal,
+        data_shape={"in_chans": train_set.n_chans, "spatial_shape": [train_set.n_times]},
+        num_val_items=0 if val_set is None else len(val_set),
+        fingerprints={
+            "train_dataset": sequence_fingerprint(train_set),
+            "val_dataset": None if val_set is None else sequence_fingerprint(val_set),
+        },
+    )
+
+
 def finetune(
-    encoder: ViTEncoder | str | Path | None,
-    train_dataset: Dataset[Any] | np.ndarray | torch.Tensor,
+    encoder: ViTEncoder | HierarchicalEncoder | str | Path | None,
+    train_dataset: Dataset[Any] | np.ndarray | torch.Tensor | str | Path,
     *,
     num_classes: int,
     val_dataset: Dataset[Any] | np.ndarray | torch.Tensor | None = None,
@@ -320,12 +537,21 @@ def finetune(
     val_labels: Sequence[int] | None = None,
     **overrides: Any,
 ) -> FinetuneResult:
-    """Fine-tune ``encoder`` (or train from scratch) as an on-grid [CLS] classifier.
+    """Fine-tune ``encoder`` (or train from scratch) as an on-grid [CLS] classifier, or, with
+    ``context=L`` (:attr:`FinetuneConfig.context`), as a sequence classifier: a temporal
+    transformer over L consecutive windows classifies every one of them
+    (:class:`~partnd.models.SequenceClassifier`).
 
     Args:
         encoder: A pretrained :class:`ViTEncoder` (copied, not modified), a pretrain run
             directory or ``encoder.pt``; ``None`` or an encoder preset name trains from scratch.
+            A :class:`~partnd.models.HierarchicalEncoder` (or the run directory of PART across
+            windows) gives a sequence classifier both its levels, a single-window one its window
+            encoder.
         train_dataset: Items ``(x [C, *spatial], label)``, or an array with ``train_labels``.
+            A sequence classifier needs consecutive windows: a sleep store path, a
+            ``SleepWindowDataset`` or ``InMemoryWindows`` (their records), or a
+            ``SleepSequenceDataset``.
         num_classes: Number of classes K.
         val_dataset: Optional validation set (same forms, ``val_labels`` for an array); the epoch
             with the best Cohen's kappa on it is selected.
@@ -339,8 +565,8 @@ def finetune(
         **overrides: :class:`FinetuneConfig` field values.
 
     Returns:
-        A :class:`FinetuneResult`; ``metrics.json`` and (with validation) ``confusion_matrix.png``
-        are written to the run directory.
+        A :class:`FinetuneResult`; ``classifier.pt``, ``metrics.json`` and (with validation)
+        ``confusion_matrix.png`` are written to the run directory.
     """
     check(
         isinstance(num_classes, int) and num_classes >= 2,
@@ -356,73 +582,58 @@ def finetune(
             repr(class_names),
         )
     backbone = _load_backbone(encoder)
-    expected = None if backbone is None else backbone.signal_info
     with open_session(
         FinetuneConfig, config, overrides, out_dir=out_dir, resume=resume, overwrite=overwrite
     ) as session:
         config = session.config
-        train_set, spec = as_labelled_dataset(
-            train_dataset,
-            train_labels,
-            "train_dataset",
-            "train_labels",
-            expected=expected,
-            same_shape=False,
-        )
-        val_set = None
-        if val_dataset is not None:
-            val_set, _ = as_labelled_dataset(
-                val_dataset,
-                val_labels,
-                "val_dataset",
-                "val_labels",
-                expected=train_set.info,
-                reference="like train_dataset:",
-            )
-        train_label_array = check_labels(
-            train_set, num_classes, "train_labels" if train_labels is not None else "train_dataset"
-        )
-        if val_set is not None:
-            check_labels(
-                val_set, num_classes, "val_labels" if val_labels is not None else "val_dataset"
-            )
-        torch.manual_seed(config.seed)
-        preset = encoder if isinstance(encoder, str) and backbone is None else None
-        backbone = _prepare_encoder(backbone, preset, config, spec)
-        _check_fits(backbone, spec, "train_dataset")
-        model = PatchClassifier(
-            backbone,
-            num_classes,
-            spatial_shape=spec.spatial_shape,
-            pos_embed=config.pos_embed,
-            pos_mask_ratio=config.pos_mask_ratio,
-            global_pool=config.global_pool,
-            copy_encoder=False,
-        )
-        model.signal_info = train_set.info
-        weights = None
-        if config.class_weights == "balanced":
-            weights = balanced_class_weights(train_label_array, num_classes)
-        augment = build_augmentation(config.augmentations or (), spec.ndim)
-        task = ClassificationTask(num_classes, weights, config.label_smoothing, augment)
         device = str(session.context.device)
-        validate = None if val_set is None else _validator(val_set, config, class_names, device)
-        data_shape = {"in_chans": spec.in_chans, "spatial_shape": list(spec.spatial_shape)}
+        torch.manual_seed(config.seed)
+        if config.context is None:
+            preset = encoder if isinstance(encoder, str) and backbone is None else None
+            setup = _window_setup(
+                backbone.window if isinstance(backbone, HierarchicalEncoder) else backbone,
+                preset,
+                train_dataset,
+                val_dataset,
+                train_labels,
+                val_labels,
+                num_classes,
+                class_names,
+                config,
+                device,
+            )
+        else:
+            check(
+                train_labels is None and val_labels is None,
+                "train_labels",
+                "None for a sequence classifier (labels come from the store)",
+                "labels",
+            )
+            setup = _sequence_setup(
+                backbone,
+                train_dataset,
+                val_dataset,
+                num_classes=num_classes,
+                class_names=class_names,
+                config=config,
+                device=device,
+            )
+        model = setup.model
         trainer = Trainer(
             model,
-            task,
-            train_set,
+            setup.task,
+            setup.train_set,
             config,
             context=session.context,
             run_dir=session.run_dir,
             layer_decay=config.layer_decay,
-            evaluate=validate,
-            select_metric=SELECT_METRIC if val_set is not None else None,
+            evaluate=setup.validate,
+            select_metric=SELECT_METRIC if setup.validate is not None else None,
             checkpoint_extra={
                 "num_classes": num_classes,
-                "data": data_shape,
-                "encoder": encoder_spec(model.encoder),
-                "signal": train_set.info.to_dict(),
+                "data": setup.data_shape,
+                "encoder": encoder_spec(setup.encoder),
+                "signal": setup.signal.to_dict(),
             },
         )
         session.start(
@@ -430,30 +641,21 @@ def finetune(
                 **trainer.resolved,
                 "num_classes": num_classes,
                 "class_names": list(class_names) if class_names is not None else None,
-                "data": data_shape,
-                "num_train_items": len(train_set),
-                "num_val_items": len(val_set) if val_set is not None else 0,
+                "data": setup.data_shape,
+                "num_train_items": len(setup.train_set),  # type: ignore[arg-type]
+                "num_val_items": setup.num_val_items,
             },
-            data={
-                "train_dataset": data_fingerprint(train_set),
-                "val_dataset": None if val_set is None else data_fingerprint(val_set),
-            },
+            data=setup.fingerprints,
         )
         history = trainer.fit(resume_from=session.resume_from)
-        final = cast(PatchClassifier, copy.deepcopy(trainer.eval_model))
+        final = cast(PatchClassifier | SequenceClassifier, copy.deepcopy(trainer.eval_model))
         final.class_names = None if class_names is None else list(class_names)
         best_metrics: dict[str, Any]
-        if val_set is not None:
+        if setup.validate is not None:
             best_epoch = trainer.state.best_epoch
             if best_epoch is not None and trainer.checkpoints is not None:
                 final.load_state_dict(load_checkpoint(trainer.checkpoints.best_path)["model"])
-            report = evaluate(
-                final,
-                val_set,
-                batch_size=config.eval_batch_size,
-                class_names=class_names,
-                device=device,
-            )
+            report = setup.report(final)
             best_metrics = {"epoch": best_epoch, **report.to_dict()}
             if session.context.is_main:
                 save_confusion_matrix(
@@ -467,7 +669,7 @@ def finetune(
             }
         if session.context.is_main:
             atomic_write_json(best_metrics, session.run_dir.root / "metrics.json")
-            save_classifier(final, session.run_dir.root / CLASSIFIER_FILE, class_names)
+            save_model(final, session.run_dir.root / CLASSIFIER_FILE, class_names)
         session.context.barrier()
     return FinetuneResult(
         model=final.cpu().eval(),

@@ -37,14 +37,20 @@ from partnd.metrics import ClassificationReport, classification_metrics
 from partnd.models import create_encoder
 from partnd.models.sequence import HierarchicalEncoder, SequenceClassifier
 from partnd.models.vit import ViTEncoder
+from partnd.signal_info import SignalInfo, match_signal
 
 __all__ = [
     "NightPrediction",
     "SequenceClassificationTask",
     "as_sequence_dataset",
+    "backbone_signal",
     "build_sequence_classifier",
+    "check_stage_codes",
     "evaluate_sequences",
+    "fit_to_signal",
     "predict_nights",
+    "sequence_fingerprint",
+    "sequence_signal_info",
 ]
 
 
@@ -89,6 +95,68 @@ def as_sequence_dataset(
         repr(data) if isinstance(data, str | Path) else type(data).__name__,
     )
     return SleepSequenceDataset(Path(data), context=context, progress=progress)
+
+
+def sequence_signal_info(data: SleepSequenceDataset) -> SignalInfo:
+    """The signal of one window of ``data`` (channels with names, rate, samples)."""
+    return SignalInfo(data.n_chans, (data.n_times,), tuple(data.ch_names), data.sfreq)
+
+
+def backbone_signal(encoder: ViTEncoder | HierarchicalEncoder) -> SignalInfo | None:
+    """The signal a (window or hierarchical) encoder was trained on, when it recorded one."""
+    window = encoder.window if isinstance(encoder, HierarchicalEncoder) else encoder
+    return window.signal_info
+
+
+def fit_to_signal(
+    data: SleepSequenceDataset,
+    expected: SignalInfo | None,
+    argument: str,
+    *,
+    reference: str = "the model was trained on",
+) -> SleepSequenceDataset:
+    """``data``, or the same sequences with the model's channels picked by name, after checking
+    that they fit ``expected`` (see :func:`partnd.signal_info.match_signal`)."""
+    if expected is None:
+        return data
+    picked = match_signal(
+        expected, sequence_signal_info(data), argument, same_shape=False, reference=reference
+    )
+    if picked is None:
+        return data
+    assert expected.ch_names is not None
+    return SleepSequenceDataset(
+        data.store_path,
+        records=data.records,
+        context=data.context,
+        stride=data.stride,
+        normalize=data.normalize,
+        channels=list(expected.ch_names),
+        progress=False,
+    )
+
+
+def check_stage_codes(labels: np.ndarray, num_classes: int, argument: str) -> None:
+    """Refuse window labels outside ``[-1, num_classes)`` (``-1``: unscored)."""
+    scored = labels[labels >= 0]
+    check(bool(scored.size), argument, "at least one labelled window", "none")
+    check(
+        int(labels.min()) >= -1 and int(scored.max()) < num_classes,
+        argument,
+        f"stage codes in [0, num_classes={num_classes}) (-1 for unscored windows)",
+        f"codes in [{int(labels.min())}, {int(labels.max())}]",
+    )
+
+
+def sequence_fingerprint(data: SleepSequenceDataset) -> dict[str, Any]:
+    """What identifies the sequences of a run (records, channels, context), to refuse resuming
+    it on other data."""
+    return {
+        "num_items": len(data),
+        "item_shape": [data.context, data.n_chans, data.n_times],
+        "ch_names": list(data.ch_names),
+        "records": list(data.records),
+    }
 
 
 class SequenceClassificationTask:

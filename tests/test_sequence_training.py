@@ -129,3 +129,49 @@ def test_whole_nights_are_predicted_and_scored_on_labelled_windows(gappy_store):
     assert report.n == int((labels >= 0).sum()) == 17 - 3
     assert report.accuracy == pytest.approx(float((predicted == labels)[labels >= 0].mean()))
     assert report.loss is not None and report.loss > 0
+
+
+def test_finetune_with_context_trains_saves_reloads_and_evaluates(gappy_store, tmp_path):
+    from partnd.finetuning import evaluate, finetune
+    from partnd.models import SequenceClassifier
+    from partnd.models.serialization import load_classifier
+
+    config = _config(epochs=2, batch_size=2, eval_every_steps=1)
+    train = InMemoryWindows(gappy_store, records=["a", "b"], progress=False)
+    result = finetune(
+        None,
+        train,
+        num_classes=5,
+        val_dataset=SleepSequenceDataset(gappy_store, records=["c"], context=4, progress=False),
+        out_dir=tmp_path / "run",
+        config=config,
+        class_names=["W", "N1", "N2", "N3", "R"],
+    )
+    model = result.model
+    assert isinstance(model, SequenceClassifier) and model.context == 4
+    assert model.signal_info.ch_names == ("F3-M2", "C4-M1", "O1-M2")
+    assert model.signal_info.sfreq == pytest.approx(100.0 / 60.0)
+    assert [r["phase"] for r in result.history].count("val") == 2  # every epoch at this budget
+    reloaded = load_classifier(tmp_path / "run")
+    assert isinstance(reloaded, SequenceClassifier) and reloaded.class_names[4] == "R"
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(reloaded.state_dict()[name], value)
+    report = evaluate(reloaded, str(gappy_store), device="cpu")
+    assert report.n == 17 - 3 and report.per_class_f1.keys() == {"W", "N1", "N2", "N3", "R"}
+    # the model picks its channels by name from data that hold them in another order
+    picked = SleepSequenceDataset(
+        gappy_store, context=4, channels=["O1-M2", "C4-M1", "F3-M2"], progress=False
+    )
+    assert evaluate(reloaded, picked, device="cpu").cohen_kappa == pytest.approx(report.cohen_kappa)
+    with pytest.raises(InputError, match="channel"):
+        evaluate(
+            reloaded,
+            SleepSequenceDataset(gappy_store, context=4, channels=["F3-M2"], progress=False),
+        )
+    array = np.zeros((3, 3, 50), "float32")
+    with pytest.raises(InputError, match="train_labels"):
+        finetune(None, array, num_classes=5, out_dir=tmp_path / "x", config=config,
+                 train_labels=[0, 1, 2])  # fmt: skip
+    with pytest.raises(InputError, match="train_dataset: expected a sleep store"):
+        finetune(None, array, num_classes=5, out_dir=tmp_path / "x", config=config)
+    assert not (tmp_path / "x").exists()  # nothing left behind by a refused run

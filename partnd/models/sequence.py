@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from partnd._validation import check
 from partnd.models.vit import ViTEncoder
 from partnd.sampling import GridSampler
+from partnd.signal_info import SignalInfo
 
 __all__ = [
     "TEMPORAL_PRESETS",
@@ -177,7 +178,11 @@ class HierarchicalEncoder(nn.Module):
         Returns:
             [M, D_w] window embeddings.
         """
-        return self.window.forward_head(self.window.forward_grid(windows), pre_logits=True)
+        # The tiling of forward_grid without its finite-value check (a host synchronisation):
+        # inputs are checked where they enter (datasets, forward_features' shape check).
+        tiles = GridSampler(1, self.window.patch_size)(windows, validate=False)
+        tokens = self.window.forward_features(tiles.patches, tiles.grid_index)
+        return self.window.forward_head(tokens, pre_logits=True)
 
     def encode_embeddings(
         self,
@@ -292,6 +297,8 @@ class SequenceClassifier(nn.Module):
         nn.init.zeros_(self.head.bias)
         #: Class names of the labels, recorded by ``finetune`` (``None`` if not given).
         self.class_names: list[str] | None = None
+        #: The signal of one window it was trained on (``finetune`` records names and rate).
+        self.signal_info = SignalInfo(self.encoder.in_chans, (self.encoder.window_samples,))
 
     @classmethod
     def from_window_encoder(

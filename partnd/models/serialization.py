@@ -8,7 +8,9 @@ as ``model.signal_info``; files written before it was recorded load with what th
 tells: the channel count and, for a classifier, the item shape):
 
 * ``encoder.pt`` (``partnd-encoder-v2``), written by ``pretrain``; :func:`load_encoder`;
-* ``classifier.pt`` (``partnd-classifier-v1``), written by ``finetune``; :func:`load_classifier`.
+* ``classifier.pt`` (``partnd-classifier-v1``), written by ``finetune``; :func:`load_classifier`;
+* ``temporal_encoder.pt`` (``partnd-encoder-v2`` plus ``window_samples``), written with the window
+  encoder's ``encoder.pt`` by PART across windows; :func:`load_hierarchical_encoder`.
 
 :func:`load_encoder` also reads a run directory (its ``encoder.pt``, else its
 ``checkpoints/last.pt``), a training checkpoint (``last.pt``, ``epoch_XXXX.pt``: the EMA weights
@@ -26,20 +28,26 @@ import torch
 from partnd._validation import InputError, check
 from partnd.engine.checkpoint import atomic_save, load_checkpoint
 from partnd.models.classifier import PatchClassifier
+from partnd.models.sequence import HierarchicalEncoder, SequenceClassifier
 from partnd.models.vit import ViTEncoder
 from partnd.signal_info import SignalInfo
 
 __all__ = [
     "CLASSIFIER_FILE",
     "ENCODER_FILE",
+    "TEMPORAL_ENCODER_FILE",
     "encoder_from_spec",
     "encoder_spec",
     "encoder_state_from",
     "load_classifier",
     "load_encoder",
+    "load_hierarchical_encoder",
     "read_signal_info",
     "save_classifier",
     "save_encoder",
+    "save_hierarchical_encoder",
+    "save_model",
+    "save_sequence_classifier",
 ]
 
 ENCODER_FILE = "encoder.pt"
@@ -138,7 +146,8 @@ def _encoder_payload(
         )
         ema = payload.get("ema")
         model_state = ema["module"] if ema is not None else payload["model"]
-        state = _prefixed(model_state, "encoder.")
+        # PART across windows records its window encoder's place in the objective
+        state = _prefixed(model_state, payload.get("encoder_prefix", "encoder."))
         weights = {k: v for k, v in state.items() if not k.startswith("head.")}
         return payload["encoder"], weights, signal
     raise InputError(
@@ -208,14 +217,15 @@ def save_classifier(
     atomic_save(payload, path)
 
 
-def load_classifier(path: str | Path) -> PatchClassifier:
+def load_classifier(path: str | Path) -> PatchClassifier | SequenceClassifier:
     """Rebuild a classifier saved by ``finetune`` (``classifier.pt`` or its run directory).
 
     Args:
         path: A ``classifier.pt`` or a fine-tuning run directory.
 
     Returns:
-        The :class:`PatchClassifier` on the CPU in eval mode; its class names (or ``None``) are
+        The :class:`PatchClassifier` (or :class:`SequenceClassifier`, for a run with ``context``)
+        on the CPU in eval mode; its class names (or ``None``) are
         in ``model.class_names``, the signal it was trained on in ``model.signal_info`` (channel
         names and rate unknown for a file written before they were recorded).
     """
@@ -230,11 +240,13 @@ def load_classifier(path: str | Path) -> PatchClassifier:
     )
     payload = load_checkpoint(resolved)
     check(
-        payload.get("format") == _CLASSIFIER_FORMAT,
+        payload.get("format") in (_CLASSIFIER_FORMAT, _SEQUENCE_CLASSIFIER_FORMAT),
         "path",
         f"a {CLASSIFIER_FILE} written by partnd.finetune",
         f"{resolved} (format {payload.get('format')!r})",
     )
+    if payload["format"] == _SEQUENCE_CLASSIFIER_FORMAT:
+        return _sequence_classifier(payload)
     spec = payload["encoder"]
     model = PatchClassifier(
         encoder_from_spec(spec),
@@ -244,6 +256,112 @@ def load_classifier(path: str | Path) -> PatchClassifier:
         pos_mask_ratio=spec["pos_mask_ratio"],
         global_pool=spec.get("global_pool", "token"),
         copy_encoder=False,
+    )
+    model.load_state_dict(payload["state_dict"])
+    model.class_names = payload["class_names"]
+    signal = read_signal_info(payload)
+    if signal is not None:
+        model.signal_info = signal
+    return model.eval()
+
+
+TEMPORAL_ENCODER_FILE = "temporal_encoder.pt"
+
+
+def save_hierarchical_encoder(encoder: HierarchicalEncoder, directory: str | Path) -> None:
+    """Save a hierarchical encoder as two files of ``directory``, atomically each.
+
+    ``encoder.pt`` holds the window encoder (as :func:`save_encoder`: every single-window tool
+    reads it) and ``temporal_encoder.pt`` the temporal encoder in the same format, plus the
+    window length ``window_samples``. :func:`load_hierarchical_encoder` reads both back.
+    """
+    directory = Path(directory)
+    save_encoder(encoder.window, directory / ENCODER_FILE)
+    payload = {
+        "format": _ENCODER_FORMAT,
+        **encoder_spec(encoder.temporal),
+        "signal": None,
+        "window_samples": encoder.window_samples,
+        "state_dict": encoder.temporal.state_dict(),
+    }
+    atomic_save(payload, directory / TEMPORAL_ENCODER_FILE)
+
+
+def load_hierarchical_encoder(path: str | Path) -> HierarchicalEncoder:
+    """Rebuild the window and temporal encoders pretrained by PART across windows.
+
+    Args:
+        path: The run directory (or its ``temporal_encoder.pt``); the window encoder is the
+            ``encoder.pt`` beside it.
+
+    Returns:
+        The :class:`HierarchicalEncoder` on the CPU in eval mode (the window encoder's training
+        signal in ``encoder.window.signal_info``).
+    """
+    resolved = Path(path)
+    directory = resolved if resolved.is_dir() else resolved.parent
+    temporal_file, window_file = directory / TEMPORAL_ENCODER_FILE, directory / ENCODER_FILE
+    check(
+        temporal_file.is_file() and window_file.is_file(),
+        "path",
+        f"a run directory of method 'part_windows' holding {TEMPORAL_ENCODER_FILE} and "
+        f"{ENCODER_FILE}, or its {TEMPORAL_ENCODER_FILE}",
+        f"{path} (missing {TEMPORAL_ENCODER_FILE if not temporal_file.is_file() else ENCODER_FILE})",
+    )
+    payload = load_checkpoint(temporal_file, "path")
+    check(
+        payload.get("format") == _ENCODER_FORMAT and "window_samples" in payload,
+        "path",
+        f"a {TEMPORAL_ENCODER_FILE} written by partnd.pretrain",
+        f"{temporal_file} (format {payload.get('format')!r})",
+    )
+    temporal = encoder_from_spec(payload)
+    temporal.load_state_dict(payload["state_dict"])
+    window = load_encoder(window_file)
+    return HierarchicalEncoder(window, temporal, int(payload["window_samples"])).eval()
+
+
+_SEQUENCE_CLASSIFIER_FORMAT = "partnd-sequence-classifier-v1"
+
+
+def save_sequence_classifier(
+    model: SequenceClassifier, path: str | Path, class_names: Sequence[str] | None = None
+) -> None:
+    """Save a fine-tuned sequence classifier (both encoders' architectures, the context, class
+    names and the signal it was trained on), atomically; :func:`load_classifier` reads it."""
+    payload = {
+        "format": _SEQUENCE_CLASSIFIER_FORMAT,
+        "window_encoder": encoder_spec(model.encoder.window),
+        "temporal_encoder": encoder_spec(model.encoder.temporal),
+        "window_samples": model.encoder.window_samples,
+        "context": model.context,
+        "num_classes": model.num_classes,
+        "class_names": None if class_names is None else list(class_names),
+        "signal": _signal_entry(model.signal_info),
+        "state_dict": model.state_dict(),
+    }
+    atomic_save(payload, path)
+
+
+def save_model(
+    model: PatchClassifier | SequenceClassifier,
+    path: str | Path,
+    class_names: Sequence[str] | None = None,
+) -> None:
+    """Save either kind of fine-tuned classifier as ``classifier.pt`` (see
+    :func:`save_classifier`, :func:`save_sequence_classifier`)."""
+    if isinstance(model, SequenceClassifier):
+        save_sequence_classifier(model, path, class_names)
+    else:
+        save_classifier(model, path, class_names)
+
+
+def _sequence_classifier(payload: dict[str, Any]) -> SequenceClassifier:
+    window = encoder_from_spec(payload["window_encoder"])
+    temporal = encoder_from_spec(payload["temporal_encoder"])
+    encoder = HierarchicalEncoder(window, temporal, int(payload["window_samples"]))
+    model = SequenceClassifier(
+        encoder, payload["num_classes"], context=payload["context"], copy_encoder=False
     )
     model.load_state_dict(payload["state_dict"])
     model.class_names = payload["class_names"]
