@@ -6,12 +6,25 @@ wrongly shaped batch or an unknown option can fix the call without reading the s
 
 from __future__ import annotations
 
+import contextlib
+import re
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # torch is imported lazily: preprocessing workers never need it
     import torch
 
-__all__ = ["InputError", "check", "check_finite", "describe"]
+__all__ = [
+    "InputError",
+    "check",
+    "check_finite",
+    "describe",
+    "rename_arguments",
+    "renamed_arguments",
+]
+
+_NOT_AFTER = r"(?<![\w/.\-])"  # not inside a word, a path or a file name
+_NOT_BEFORE = r"(?![\w/.\-])"
 
 
 class InputError(ValueError):
@@ -63,3 +76,42 @@ def check_finite(tensor: torch.Tensor, argument: str) -> None:
             f"{argument}: expected only finite values, got {n_bad} NaN/Inf value(s) "
             f"in a tensor of shape {tuple(tensor.shape)}"
         )
+
+
+def rename_arguments(message: str, names: Mapping[str, str]) -> str:
+    """``message`` with the arguments it names called by ``names`` (e.g. command-line options).
+
+    Renamed: the argument before the first ``:`` (``train_dataset[3]: ...``, ``a/b: ...``),
+    keyword settings (``overwrite=True`` -> ``--overwrite``, ``resume=False`` -> ``--no-resume``,
+    ``num_classes=5`` -> ``--num-classes=5``; for names mapped to options) and bare names with an
+    underscore (``num_classes``). Words inside paths and file names are left alone.
+
+    Args:
+        message: An error message of this library.
+        names: Argument name -> the name to use instead.
+    """
+    head, sep, rest = message.partition(":")
+    if sep and head and " " not in head.split("[")[0]:
+        base, bracket, index = head.partition("[")
+        renamed = "/".join(names.get(part, part) for part in base.split("/"))
+        message = renamed + bracket + index + sep + rest
+    for name in sorted(names, key=len, reverse=True):
+        new = names[name]
+        word = _NOT_AFTER + re.escape(name)
+        if new.startswith("--"):
+            message = re.sub(word + r"=True\b", new, message)
+            message = re.sub(word + r"=False\b", "--no-" + new[2:], message)
+            message = re.sub(word + "=", new + "=", message)
+        if "_" in name:
+            message = re.sub(word + _NOT_BEFORE, new, message)
+    return message
+
+
+@contextlib.contextmanager
+def renamed_arguments(names: Mapping[str, str]) -> Iterator[None]:
+    """Re-raise an :class:`InputError` of the block with its arguments renamed
+    (:func:`rename_arguments`), e.g. a reader's ``path`` as the caller's ``init_weights``."""
+    try:
+        yield
+    except InputError as error:
+        raise InputError(rename_arguments(str(error), names)) from None

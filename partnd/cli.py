@@ -9,6 +9,10 @@ Other subcommands live in their own modules and are registered by import path in
 :data:`SUBCOMMANDS` (``"module:function"``, called with the remaining arguments); they are imported
 only when invoked, so a missing optional module only breaks its own subcommand. Add one with
 :func:`register_subcommand`.
+
+Failures end with one line and an exit status (:func:`partnd.cli_errors.run_command`): the
+library's messages name the Python arguments, and each subcommand's :class:`OptionNames` maps
+them to its options (``out_dir`` -> ``--out``, ``overwrite=True`` -> ``--overwrite``).
 """
 
 from __future__ import annotations
@@ -18,13 +22,12 @@ import importlib
 import json
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from partnd._validation import InputError, check
+from partnd._validation import check, renamed_arguments
+from partnd.cli_errors import OptionNames, run_command
 from partnd.engine.config import FinetuneConfig, PretrainConfig, TrainConfig
 
 __all__ = ["SUBCOMMANDS", "Subcommand", "main", "register_subcommand"]
@@ -39,10 +42,13 @@ class Subcommand:
     Attributes:
         help: One-line description shown by ``partnd --help``.
         target: ``main(argv)`` itself, or its import path ``"package.module:function"``.
+        options: How the API arguments it passes on read as its options, for error messages
+            (a lazily imported ``main`` reports its own errors).
     """
 
     help: str
     target: str | SubcommandMain
+    options: OptionNames = field(default_factory=OptionNames)
 
     def resolve(self, name: str) -> SubcommandMain:
         """Import (if needed) and return the subcommand's ``main(argv)``."""
@@ -66,15 +72,48 @@ class Subcommand:
 SUBCOMMANDS: dict[str, Subcommand] = {}
 
 
-def register_subcommand(name: str, target: str | SubcommandMain, help: str) -> None:
+def register_subcommand(
+    name: str, target: str | SubcommandMain, help: str, options: OptionNames | None = None
+) -> None:
     """Add (or replace) a subcommand.
 
     Args:
         name: The word after ``partnd``.
         target: ``main(argv)`` or its lazy import path ``"package.module:function"``.
         help: One-line description.
+        options: API argument name -> option, for its error messages.
     """
-    SUBCOMMANDS[name] = Subcommand(help=help, target=target)
+    SUBCOMMANDS[name] = Subcommand(help=help, target=target, options=options or OptionNames())
+
+
+def _options(config_cls: type[TrainConfig] | None, **names: str) -> OptionNames:
+    """A subcommand's option names: the shared ones, ``names``, and (with ``config_cls``) every
+    config field's generated option."""
+    common = {
+        "out_dir": "--out",
+        "resume": "--resume",
+        "overwrite": "--overwrite",
+        "records": "--records",
+        "subjects": "--subjects",
+        "selection": "--records/--subjects",
+        "batch_size": "--batch-size",
+        "device": "--device",
+        "config": "--config",
+        "overrides": "--set",
+    }
+    fields = {} if config_cls is None else {n: _option(n) for n in config_cls.field_names()}
+    return OptionNames({**fields, **common, **names}, config_fields=config_cls is not None)
+
+
+def _positive_seconds(text: str) -> float:
+    """``argparse`` type of a duration in seconds: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a duration > 0 seconds, got {text!r}")
+    return value
 
 
 def _option(name: str) -> str:
@@ -197,27 +236,27 @@ def _store_selection(args: argparse.Namespace, prefix: str, flag: str) -> dict[s
 
 
 def _open(path: Path, flag: str, labelled: bool, selection: dict[str, Any]) -> Any:
+    """The data of ``flag`` (``--data``, ``--val-data``); selection errors name its options."""
     from partnd.data import load_signals
 
     options = dict(selection)
     if labelled and path.is_dir():
         options["labelled_only"] = True
-    return load_signals(path, flag, **options)
+    prefix = flag[: -len("data")]  # "--" or "--val-"
+    names = {"records": f"{prefix}records", "subjects": f"{prefix}subjects"}
+    names["selection"] = f"{names['records']}/{names['subjects']}"
+    with renamed_arguments(names):
+        return load_signals(path, flag, **options)
 
 
 def _labels(path: Path | None, flag: str) -> list[int] | None:
+    """Integer labels ``[N]`` from a ``.npy`` file, refused as the API refuses them."""
     if path is None:
         return None
-    check(path.suffix == ".npy" and path.is_file(), flag, "an existing .npy file", str(path))
-    return [int(v) for v in np.load(path, allow_pickle=False)]
+    from partnd.data import integer_labels, load_npy
 
-
-def _store_stage_names(path: Path) -> list[str] | None:
-    if not path.is_dir():
-        return None
-    from partnd.datasets.store import SleepStore
-
-    return list(SleepStore(path).stage_names)
+    check(path.suffix == ".npy", flag, "a .npy file of labels [N]", str(path))
+    return integer_labels(load_npy(path, flag), flag)
 
 
 def _pretrain_main(argv: list[str]) -> int:
@@ -294,7 +333,12 @@ def _finetune_main(argv: list[str]) -> int:
     config, overrides = _config_from_args(args, FinetuneConfig)
     from partnd.finetuning import finetune
 
-    class_names = _names(args.class_names) or _store_stage_names(args.data)
+    train = _open(args.data, "--data", True, _store_selection(args, "", "--data"))
+    val = None
+    if args.val_data is not None:
+        val = _open(args.val_data, "--val-data", True, _store_selection(args, "val_", ""))
+    stage_names = getattr(train, "stage_names", None)
+    class_names = _names(args.class_names) or (None if stage_names is None else list(stage_names))
     num_classes = args.num_classes
     if num_classes is None:
         check(
@@ -312,48 +356,22 @@ def _finetune_main(argv: list[str]) -> int:
             f"{num_classes} names (--num-classes)",
             repr(class_names),
         )
-    train = _open(args.data, "--data", True, _store_selection(args, "", "--data"))
-    val = None
-    if args.val_data is not None:
-        val = _open(args.val_data, "--val-data", True, _store_selection(args, "val_", ""))
-    try:
-        result = finetune(
-            args.init_weights,
-            train,
-            num_classes=num_classes,
-            val_dataset=val,
-            out_dir=args.out,
-            config=config,
-            class_names=class_names,
-            resume=args.resume,
-            overwrite=args.overwrite,
-            train_labels=_labels(args.labels, "--labels"),
-            val_labels=_labels(args.val_labels, "--val-labels"),
-            **overrides,
-        )
-    except InputError as error:
-        raise InputError(_cli_names(str(error))) from None
+    result = finetune(
+        args.init_weights,
+        train,
+        num_classes=num_classes,
+        val_dataset=val,
+        out_dir=args.out,
+        config=config,
+        class_names=class_names,
+        resume=args.resume,
+        overwrite=args.overwrite,
+        train_labels=_labels(args.labels, "--labels"),
+        val_labels=_labels(args.val_labels, "--val-labels"),
+        **overrides,
+    )
     print(f"partnd finetune: done; best metrics {result.best_metrics} in {result.run_dir}")
     return 0
-
-
-_CLI_NAMES = {
-    "train_labels": "--labels",
-    "val_labels": "--val-labels",
-    "train_dataset": "--data",
-    "val_dataset": "--val-data",
-    "num_classes": "--num-classes",
-    "class_names": "--class-names",
-    "out_dir": "--out",
-}
-
-
-def _cli_names(message: str) -> str:
-    """An API error message with the argument renamed to the command-line flag."""
-    for name, flag in _CLI_NAMES.items():
-        if message.startswith(name):
-            return flag + message[len(name) :]
-    return message.replace("num_classes=", "--num-classes=")
 
 
 def _model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -369,7 +387,8 @@ def _evaluate_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="partnd evaluate",
         description="Accuracy, Cohen's kappa, F1 and the confusion matrix of a fine-tuned "
-        "classifier on labelled data.",
+        "classifier on labelled data (checked against the channels, rate and window length the "
+        "classifier was trained on).",
     )
     _model_arguments(parser)
     parser.add_argument("--out", type=Path, help="write the report as JSON here")
@@ -397,50 +416,50 @@ def _predict_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="partnd predict",
         description="Per-window stages with probabilities from a fine-tuned classifier, written "
-        "as a hypnogram CSV (and EDF+ annotations with --edf); one file per record for a store.",
+        "as a hypnogram CSV (MNE's annotation CSV, plus EDF+ annotations with --edf); for a "
+        "store, one hypnogram per record with the store's window onsets and the recording's "
+        "start date.",
     )
     _model_arguments(parser)
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     _bool_flag(parser, "edf", "also write EDF+ annotation files (readable by MNE)")
     _bool_flag(parser, "overwrite", "replace existing output files")
     parser.add_argument(
-        "--epoch-seconds", type=float, default=30.0, help="window duration for .npy data"
+        "--epoch-seconds",
+        type=_positive_seconds,
+        help="window duration (> 0) for .npy data (default: the model's recorded window "
+        "length, else 30)",
     )
     args = parser.parse_args(argv)
-    from partnd.inference import predict
+    from partnd.inference import Prediction, predict, predict_records
     from partnd.models.serialization import load_classifier
 
     model = load_classifier(args.model)
-    args.out.mkdir(parents=True, exist_ok=True)
-    jobs: list[tuple[str, Any, Any, float]] = []
+    check(not args.out.is_file(), "--out", "a directory", f"the file {args.out}")
+    predictions: dict[str, Prediction]
     if args.data.is_dir():
-        from partnd.datasets.store import SleepStore
-
-        store = SleepStore(args.data)
         selected = _open(args.data, "--data", False, _store_selection(args, "", "--data"))
-        for record in selected.records:
-            data = _open(args.data, "--data", False, {"records": [record]})
-            jobs.append((record, data, store.start_times(record), store.window_seconds))
+        records = list(selected.records)
+        csv_paths = {record: args.out / f"{record}.csv" for record in records}
+        _check_new(csv_paths.values(), args.overwrite)
+        predictions = predict_records(
+            model, args.data, records, batch_size=args.batch_size, device=args.device
+        )
     else:
-        jobs.append(
-            ("predictions", _open(args.data, "--data", False, {}), None, args.epoch_seconds)
-        )
-    for name, data, onsets, seconds in jobs:
+        _check_new([args.out / "predictions.csv"], args.overwrite)
+        data = _open(args.data, "--data", False, {})
+        predictions = {
+            "predictions": predict(
+                model,
+                data,
+                epoch_seconds=args.epoch_seconds,
+                batch_size=args.batch_size,
+                device=args.device,
+            )
+        }
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, prediction in predictions.items():
         csv_path = args.out / f"{name}.csv"
-        check(
-            args.overwrite or not csv_path.exists(),
-            "--out",
-            "a directory without earlier predictions (or --overwrite)",
-            str(csv_path),
-        )
-        prediction = predict(
-            model,
-            data,
-            onsets=onsets,
-            epoch_seconds=seconds,
-            batch_size=args.batch_size,
-            device=args.device,
-        )
         prediction.write_csv(csv_path)
         if args.edf:
             prediction.write_edf(args.out / f"{name}.edf")
@@ -448,10 +467,63 @@ def _predict_main(argv: list[str]) -> int:
     return 0
 
 
-register_subcommand("pretrain", _pretrain_main, "PART self-supervised pretraining")
-register_subcommand("finetune", _finetune_main, "fine-tune an encoder as a classifier")
-register_subcommand("evaluate", _evaluate_main, "evaluate a fine-tuned classifier")
-register_subcommand("predict", _predict_main, "predict stages and write hypnograms")
+def _check_new(paths: Any, overwrite: bool) -> None:
+    """Refuse existing output files unless ``--overwrite``."""
+    existing = [str(path) for path in paths if path.exists()]
+    check(
+        overwrite or not existing,
+        "--out",
+        "a directory without earlier predictions (or --overwrite)",
+        ", ".join(existing),
+    )
+
+
+_DATA_OPTIONS = {"dataset": "--data", "data": "--data", "x": "--data", "labels": "--labels"}
+
+register_subcommand(
+    "pretrain",
+    _pretrain_main,
+    "PART self-supervised pretraining",
+    _options(PretrainConfig, **_DATA_OPTIONS, init_weights="--init-weights", split="--split"),
+)
+register_subcommand(
+    "finetune",
+    _finetune_main,
+    "fine-tune an encoder as a classifier",
+    _options(
+        FinetuneConfig,
+        train_dataset="--data",
+        data="--data",
+        x="--data",
+        train_labels="--labels",
+        val_dataset="--val-data",
+        val_labels="--val-labels",
+        num_classes="--num-classes",
+        class_names="--class-names",
+        encoder="--init-weights",
+        init_weights="--init-weights",
+        path="--init-weights",
+    ),
+)
+register_subcommand(
+    "evaluate",
+    _evaluate_main,
+    "evaluate a fine-tuned classifier",
+    _options(None, **_DATA_OPTIONS, path="--model", model="--model", out="--out"),
+)
+register_subcommand(
+    "predict",
+    _predict_main,
+    "predict stages and write hypnograms",
+    _options(
+        None,
+        **_DATA_OPTIONS,
+        store="--data",
+        path="--model",
+        model="--model",
+        epoch_seconds="--epoch-seconds",
+    ),
+)
 register_subcommand(
     "preprocess",
     "partnd.preprocessing.physionet2018:main",
@@ -490,7 +562,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         The exit status: 0 on success, 2 for bad input or usage, 1 for an unavailable subcommand
-        or a run stopped by a non-finite loss (the message says where and why; no traceback).
+        or a run stopped by a non-finite loss (the message says where and why; no traceback),
+        130 after Ctrl-C and 143 after SIGTERM (a training run saves a resumable checkpoint
+        first: continue it with ``--resume``).
     """
     arguments = list(sys.argv[1:] if argv is None else argv)
     if not arguments or arguments[0] in ("-h", "--help"):
@@ -505,19 +579,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ImportError as error:
         print(str(error), file=sys.stderr)
         return 1
-    try:
-        status = function(rest)
-    except InputError as error:
-        print(f"partnd {name}: error: {error}", file=sys.stderr)
-        return 2
-    except FloatingPointError as error:
-        from partnd.engine.trainer import NonFiniteLossError
-
-        if not isinstance(error, NonFiniteLossError):
-            raise
-        print(f"partnd {name}: error: {error}", file=sys.stderr)
-        return 1
-    return int(status or 0)
+    return run_command(f"partnd {name}", SUBCOMMANDS[name].options, lambda: function(rest))
 
 
 if __name__ == "__main__":

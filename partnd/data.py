@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from partnd._validation import InputError, check, check_finite, describe
+from partnd._validation import InputError, check, check_finite, describe, renamed_arguments
 from partnd.signal_info import SignalInfo, channel_names, match_signal
 
 __all__ = [
@@ -165,7 +165,8 @@ def load_signals(path: str | Path, argument: str = "data", **store_options: Any)
     if path.is_dir() and (path / "zarr.json").is_file():
         from partnd.datasets.sleep_windows import SleepWindowDataset
 
-        return SleepWindowDataset(path, **store_options)
+        with renamed_arguments({"path": argument, "store": argument}):
+            return SleepWindowDataset(path, **store_options)
     check(
         path.suffix == ".npy" and path.is_file(),
         argument,

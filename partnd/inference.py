@@ -1,20 +1,32 @@
 """Inference with a fine-tuned classifier: per-window predictions and hypnogram export.
 
->>> model = partnd.load_classifier("runs/ft")            # classifier.pt of a finetune run
->>> prediction = partnd.predict(model, windows)           # windows: [N, 6, 3000], a store, ...
->>> prediction.labels[:5], prediction.probabilities.shape  # (array([2, 2, 3, ...]), (N, 5))
->>> annotations = prediction.to_annotations()             # mne.Annotations, one per 30 s window
->>> prediction.write_csv("hypnogram.csv"); prediction.write_edf("hypnogram.edf")
+>>> model = partnd.load_classifier("runs/ft")              # classifier.pt of a finetune run
+>>> hypnograms = partnd.predict_records(model, "my.zarr")   # {record id: Prediction}, one a record
+>>> prediction = hypnograms["night1"]
+>>> prediction.labels[:5], prediction.probabilities.shape   # (array([2, 2, 3, ...]), (N, 5))
+>>> annotations = prediction.to_annotations()               # mne.Annotations, one per 30 s window
+>>> prediction.write_csv("night1.csv"); prediction.write_edf("night1.edf")
+>>> partnd.predict(model, windows)                          # an array [N, 6, 3000], a dataset...
 
-Stages are named by the classifier's ``class_names`` (recorded by ``finetune``, e.g. the store's
-``W, N1, N2, N3, R``), or ``"0"...``. Windows are placed back to back from ``onset`` 0 unless
-``onsets`` (seconds from the recording start) are given, as the sleep store's ``start_time``.
+A :class:`Prediction` is the hypnogram of one recording: window onsets in seconds from the
+recording start (a sleep store's ``start_time``) and, when known, the recording's start date
+(``meas_date``), which the exports use as their time origin. Stages are named by the classifier's
+``class_names`` (recorded by ``finetune``, e.g. the store's ``W, N1, N2, N3, REM``), or ``"0"``...;
+annotation descriptions follow :mod:`partnd.datasets.stages` (``"Sleep stage R"`` for REM), so
+``partnd ingest`` and :func:`mne.read_annotations` read the exports back to the same stages.
+
+The data are checked against the signal the model was trained on (``model.signal_info``:
+channel names, sampling rate, window length): a mismatch is refused, and the model's channels are
+picked by name when the data hold them in another order or among others.
 """
 
 from __future__ import annotations
 
+import io
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +36,18 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from partnd._validation import check
-from partnd.data import as_signal_dataset
+from partnd.data import as_signal_dataset, find_source
+from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
+from partnd.datasets.stages import ANNOTATION_PREFIX, stage_description
+from partnd.datasets.store import SleepStore
 from partnd.engine.checkpoint import atomic_write_text
 from partnd.engine.distributed import resolve_device
 
-__all__ = ["Prediction", "predict", "predict_logits"]
+__all__ = ["EDF_UNKNOWN_START", "Prediction", "predict", "predict_logits", "predict_records"]
+
+EDF_UNKNOWN_START = datetime(1985, 1, 1, tzinfo=timezone.utc)
+"""Start date written in an EDF+ header when the recording's is unknown (EDF has no "unknown"
+date; 1985 is its clipping year)."""
 
 
 def predict_logits(
@@ -66,7 +85,7 @@ def predict_logits(
 
 @dataclass(frozen=True)
 class Prediction:
-    """Per-window predictions.
+    """The predicted hypnogram of one recording.
 
     Attributes:
         labels: [N] predicted class indices.
@@ -75,6 +94,8 @@ class Prediction:
         epoch_seconds: Duration of one window in seconds (30 for sleep staging).
         onsets: [N] window starts in seconds from the recording start, or ``None`` (back to
             back from 0).
+        start: The recording's start date and time (``meas_date``; timezone-aware, UTC), or
+            ``None`` when unknown.
     """
 
     labels: np.ndarray
@@ -82,6 +103,7 @@ class Prediction:
     class_names: list[str]
     epoch_seconds: float = 30.0
     onsets: np.ndarray | None = None
+    start: datetime | None = None
 
     @property
     def stage_names(self) -> list[str]:
@@ -94,47 +116,93 @@ class Prediction:
             return np.asarray(self.onsets, dtype=np.float64)
         return np.arange(len(self.labels), dtype=np.float64) * self.epoch_seconds
 
-    def to_annotations(self, orig_time: Any = None, prefix: str = "Sleep stage ") -> Any:
+    def descriptions(self, prefix: str = ANNOTATION_PREFIX) -> list[str]:
+        """The annotation description of every window (``"Sleep stage R"`` for REM...; see
+        :func:`partnd.datasets.stages.stage_description`)."""
+        return [stage_description(name, prefix) for name in self.stage_names]
+
+    def to_annotations(self, orig_time: Any = None, prefix: str = ANNOTATION_PREFIX) -> Any:
         """The hypnogram as ``mne.Annotations`` (one per window, ``"Sleep stage N2"``...).
 
         Args:
-            orig_time: ``meas_date`` of the recording the onsets refer to (see MNE).
-            prefix: Text before each class name (MNE's sleep tutorials use "Sleep stage ").
+            orig_time: ``meas_date`` of the recording the onsets refer to (see MNE); default the
+                recording start :attr:`start` (``None`` when unknown).
+            prefix: Text before each stage's annotation name.
         """
         import mne
 
         return mne.Annotations(
             onset=self.window_onsets(),
             duration=np.full(len(self.labels), self.epoch_seconds),
-            description=[prefix + name for name in self.stage_names],
-            orig_time=orig_time,
+            description=self.descriptions(prefix),
+            orig_time=self.start if orig_time is None else orig_time,
         )
 
     def write_csv(self, path: str | Path) -> None:
-        """Write ``onset, duration, stage, p_<class>...`` rows (atomically)."""
-        header = ["onset", "duration", "stage", *[f"p_{name}" for name in self.class_names]]
-        rows = [",".join(header)]
-        for onset, name, probs in zip(
-            self.window_onsets(), self.stage_names, self.probabilities, strict=True
-        ):
-            values = [f"{onset:g}", f"{self.epoch_seconds:g}", name, *[f"{p:.6f}" for p in probs]]
-            rows.append(",".join(values))
-        atomic_write_text("\n".join(rows) + "\n", path)
+        """Write the hypnogram as MNE's annotation CSV (atomically), with the probabilities.
 
-    def write_edf(self, path: str | Path, prefix: str = "Sleep stage ") -> None:
+        Columns: ``onset`` (date and time: the recording start plus the window's onset; from
+        1970-01-01 when the start is unknown, as MNE writes it), ``duration``, ``description``
+        (``"Sleep stage N2"``), then ``stage`` (class name), ``onset_s`` (seconds from the
+        recording start) and ``p_<class>`` per class. :func:`mne.read_annotations` reads it (the
+        extra columns as ``extras``); so does ``partnd ingest`` as a hypnogram.
+        """
+        frame = self.to_annotations().to_data_frame()
+        frame["stage"] = self.stage_names
+        frame["onset_s"] = self.window_onsets()
+        for index, name in enumerate(self.class_names):
+            frame[f"p_{name}"] = np.round(self.probabilities[:, index], 6)
+        buffer = io.StringIO()
+        frame.to_csv(buffer, index=False)
+        atomic_write_text(buffer.getvalue(), path)
+
+    def write_edf(self, path: str | Path, prefix: str = ANNOTATION_PREFIX) -> None:
         """Write the hypnogram as an annotation-only EDF+ file (pyedflib), readable by
-        ``mne.read_annotations`` and EDF viewers next to the recording."""
+        ``mne.read_annotations``, ``partnd ingest`` and EDF viewers next to the recording.
+
+        The header's start date is the recording's (:attr:`start`), or
+        :data:`EDF_UNKNOWN_START` when unknown.
+        """
         import pyedflib
 
         path = Path(path)
+        start = (self.start or EDF_UNKNOWN_START).astimezone(timezone.utc).replace(tzinfo=None)
         partial = path.with_name(f".{path.name}.partial")
         writer = pyedflib.EdfWriter(str(partial), 0, file_type=pyedflib.FILETYPE_EDFPLUS)
         try:
-            for onset, name in zip(self.window_onsets(), self.stage_names, strict=True):
-                writer.writeAnnotation(float(onset), float(self.epoch_seconds), prefix + name)
+            writer.setStartdatetime(start)
+            for onset, description in zip(
+                self.window_onsets(), self.descriptions(prefix), strict=True
+            ):
+                writer.writeAnnotation(float(onset), float(self.epoch_seconds), description)
         finally:
             writer.close()
         partial.replace(path)
+
+
+def _record_timing(dataset: Any) -> tuple[np.ndarray, float, datetime | None] | None:
+    """``(onsets, window seconds, recording start)`` of windows read from one store record, or
+    ``None`` for data that are not a store's windows.
+
+    Raises:
+        InputError: For windows of several records (a hypnogram is one record's).
+    """
+    source: SleepWindowDataset | InMemoryWindows | None = find_source(
+        dataset, SleepWindowDataset
+    ) or find_source(dataset, InMemoryWindows)
+    if source is None:
+        return None
+    check(
+        len(source.records) == 1,
+        "data",
+        "the windows of one record (a Prediction is one recording's hypnogram; "
+        "partnd.predict_records gives one per record)",
+        f"windows of {len(source.records)} records of {source.store_path}",
+    )
+    store = SleepStore(source.store_path)
+    record = source.records[0]
+    onsets = store.start_times(record)[source.window_index]
+    return onsets, source.n_times / source.sfreq, store.record_start(record)
 
 
 def predict(
@@ -142,28 +210,56 @@ def predict(
     data: Dataset[Any] | np.ndarray | torch.Tensor | str | Path,
     *,
     class_names: Sequence[str] | None = None,
-    epoch_seconds: float = 30.0,
+    epoch_seconds: float | None = None,
     onsets: Sequence[float] | np.ndarray | None = None,
+    start: datetime | None = None,
     batch_size: int = 256,
     device: str = "auto",
 ) -> Prediction:
-    """Classify every window of ``data``.
+    """Classify every window of ``data``: the hypnogram of one recording.
 
     Args:
         model: A classifier (e.g. :func:`partnd.load_classifier`'s) mapping ``[B, C, *spatial]``
-            to logits.
-        data: Windows ``[N, C, *spatial]`` (array, tensor, ``.npy`` path or sleep store path),
-            or a dataset of windows or ``(window, label)`` items (labels ignored).
+            to logits; its ``signal_info`` (when it has one) is checked against the data.
+        data: Windows ``[N, C, *spatial]`` (array, tensor, ``.npy`` path), a dataset of windows
+            or ``(window, label)`` items (labels ignored), or the windows of one record of a
+            sleep store (a store path holding one record, or a
+            :class:`~partnd.datasets.SleepWindowDataset` of one record): their onsets, window
+            length and start date then come from the store. Use :func:`predict_records` for a
+            store of several records.
         class_names: K names; default the classifier's recorded ``class_names``, else ``"0"``...
-        epoch_seconds: Window duration for the hypnogram export.
-        onsets: [N] window starts in seconds (default back to back from 0).
+        epoch_seconds: Window duration; default the store's, else the model's recorded window
+            length, else 30 s.
+        onsets: [N] window starts in seconds; default the store's, else back to back from 0.
+        start: The recording's start date (default the store record's, else unknown).
         batch_size: Batch size.
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:K"``.
 
     Returns:
         A :class:`Prediction`.
     """
-    dataset, _ = as_signal_dataset(data, "data")
+    expected = getattr(model, "signal_info", None)
+    dataset, _ = as_signal_dataset(data, "data", expected=expected)
+    timing = _record_timing(dataset)
+    if timing is not None:
+        onsets = timing[0] if onsets is None else onsets
+        epoch_seconds = timing[1] if epoch_seconds is None else epoch_seconds
+        start = timing[2] if start is None else start
+    if epoch_seconds is None:
+        recorded = None if expected is None else expected.window_seconds
+        epoch_seconds = 30.0 if recorded is None else recorded
+    check(
+        math.isfinite(epoch_seconds) and epoch_seconds > 0,
+        "epoch_seconds",
+        "a window duration > 0 in seconds",
+        repr(epoch_seconds),
+    )
+    check(
+        start is None or (isinstance(start, datetime) and start.tzinfo is not None),
+        "start",
+        "None or a timezone-aware datetime (MNE's meas_date is in UTC)",
+        repr(start),
+    )
     logits = predict_logits(model, dataset, batch_size=batch_size, device=device)
     num_classes = int(logits.shape[1])
     names = class_names if class_names is not None else getattr(model, "class_names", None)
@@ -171,10 +267,66 @@ def predict(
     check(len(names) == num_classes, "class_names", f"{num_classes} names", repr(names))
     if onsets is not None:
         check(len(onsets) == len(dataset), "onsets", f"{len(dataset)} onsets", len(onsets))
+        onsets = np.asarray(onsets, dtype=np.float64)
+        check(
+            bool(np.all(np.isfinite(onsets) & (onsets >= 0))),
+            "onsets",
+            "finite window starts >= 0 in seconds from the recording start",
+            onsets,
+        )
     return Prediction(
         labels=logits.argmax(dim=1).numpy(),
         probabilities=torch.softmax(logits, dim=1).numpy(),
         class_names=names,
-        epoch_seconds=epoch_seconds,
-        onsets=None if onsets is None else np.asarray(onsets, dtype=np.float64),
+        epoch_seconds=float(epoch_seconds),
+        onsets=onsets,
+        start=None if start is None else start.astimezone(timezone.utc),
     )
+
+
+def predict_records(
+    model: nn.Module,
+    store: str | Path | SleepStore,
+    records: Sequence[str] | None = None,
+    *,
+    class_names: Sequence[str] | None = None,
+    normalize: bool = True,
+    batch_size: int = 256,
+    device: str = "auto",
+) -> dict[str, Prediction]:
+    """One hypnogram per record of a sleep store: every window of each record, classified.
+
+    Args:
+        model: A classifier (see :func:`predict`).
+        store: A sleep store (path or :class:`~partnd.datasets.SleepStore`).
+        records: Record ids (default: every record of the store).
+        class_names: As :func:`predict`'s.
+        normalize: Instance-normalise the windows (as the store's training datasets do).
+        batch_size: Batch size.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:K"``.
+
+    Returns:
+        ``{record id: Prediction}`` in record order, each with the store's window onsets and the
+        recording's start date.
+    """
+    opened = store if isinstance(store, SleepStore) else SleepStore(store)
+    check(
+        records is None or not isinstance(records, str),
+        "records",
+        "None or a sequence of record ids",
+        repr(records),
+    )
+    selected = list(opened.record_ids() if records is None else records)
+    check(bool(selected), "store", "a store with at least one record", str(opened.path))
+    unknown = sorted(set(selected) - set(opened.record_ids()))
+    check(not unknown, "records", f"record ids of {opened.path}", unknown)
+    return {
+        record: predict(
+            model,
+            SleepWindowDataset(opened, records=[record], normalize=normalize),
+            class_names=class_names,
+            batch_size=batch_size,
+            device=device,
+        )
+        for record in selected
+    }

@@ -5,8 +5,10 @@ The recording goes through the same pipeline as the PC18 command
 resampling to 100 Hz, 30 s windows aligned to the first scored sample). The hypnogram is either
 
 - :class:`mne.Annotations` whose descriptions are mapped to stage codes (default mapping
-  :data:`DEFAULT_STAGE_MAPPING`: Rechtschaffen & Kales ``"Sleep stage W/1/2/3/4/R"`` with 3 and 4
-  merged into N3, and AASM ``"W"/"N1"/"N2"/"N3"/"R"/"REM"``); unmapped descriptions (``"Sleep
+  :data:`DEFAULT_STAGE_MAPPING`, the shared table of :mod:`partnd.datasets.stages`:
+  Rechtschaffen & Kales ``"Sleep stage W/1/2/3/4/R"`` with 3 and 4 merged into N3, AASM
+  ``"Sleep stage N1/N2/N3"``, ``"Sleep stage REM"`` and the bare ``"W"/"N1"/"N2"/"N3"/"R"/"REM"``,
+  so the hypnograms ``partnd predict`` writes read back); unmapped descriptions (``"Sleep
   stage ?"``, ``"Movement time"``, events) leave their samples unscored; onsets are placed on the
   data exactly as :func:`mne.events_from_annotations` places them
   (:func:`annotation_sample_indices`);
@@ -16,8 +18,13 @@ resampling to 100 Hz, 30 s windows aligned to the first scored sample). The hypn
 - None: an unlabelled recording (every full window from the first sample, stage ``-1``).
 
 Channels: those named in ``eeg_channels``, or by default the EEG-typed channels whose names read as
-10-20 electrodes or derivations (:func:`is_ten_twenty_name`). Command line: ``partnd ingest
-RECORDING [HYPNOGRAM] --out STORE`` (:func:`main`).
+10-20 electrodes or derivations (:func:`is_ten_twenty_name`). The recording's ``meas_date`` is
+stored as the record's ``start_datetime`` (predicted hypnograms take it as their start date).
+Warnings MNE gives while reading the files (a header that does not match the file size of a
+truncated EDF, annotations outside the data, ...) are re-issued as :class:`SourceWarning` and kept
+in the record's ``source_warnings``, or refused with ``strict=True``. A store this call created is
+removed again when the call fails. Command line: ``partnd ingest RECORDING [HYPNOGRAM] --out
+STORE`` (:func:`main`).
 """
 
 from __future__ import annotations
@@ -26,7 +33,9 @@ import argparse
 import functools
 import hashlib
 import logging
+import shutil
 import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -35,7 +44,9 @@ import mne
 import numpy as np
 
 from partnd._validation import InputError, check
-from partnd.datasets.store import RECORDS_GROUP, SIGNAL_DTYPES, SleepStore
+from partnd.cli_errors import OptionNames, run_command
+from partnd.datasets.stages import STAGE_ALIASES
+from partnd.datasets.store import RECORDS_GROUP, SIGNAL_DTYPES, SleepStore, check_record_id
 
 from .errors import RecordError
 from .manifest import STATUS_DONE, STATUS_FAILED, Manifest
@@ -50,6 +61,7 @@ from .windowing import CONFLICTING_SAMPLE, UNDEFINED_SAMPLE
 __all__ = [
     "DEFAULT_STAGE_MAPPING",
     "REFERENCE_NAMES",
+    "SourceWarning",
     "annotation_sample_indices",
     "annotations_to_sample_stages",
     "build_parser",
@@ -62,24 +74,14 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_STAGE_MAPPING: dict[str, int] = {
-    "Sleep stage W": 0,
-    "Sleep stage 1": 1,
-    "Sleep stage 2": 2,
-    "Sleep stage 3": 3,
-    "Sleep stage 4": 3,
-    "Sleep stage R": 4,
-    "Sleep stage N1": 1,
-    "Sleep stage N2": 2,
-    "Sleep stage N3": 3,
-    "W": 0,
-    "N1": 1,
-    "N2": 2,
-    "N3": 3,
-    "R": 4,
-    "REM": 4,
-}
-"""Hypnogram description -> stage code (0 W, 1 N1, 2 N2, 3 N3, 4 REM)."""
+DEFAULT_STAGE_MAPPING: dict[str, int] = STAGE_ALIASES
+"""Hypnogram description -> stage code (0 W, 1 N1, 2 N2, 3 N3, 4 REM): the shared table of
+:mod:`partnd.datasets.stages`, which the hypnogram writers use too."""
+
+
+class SourceWarning(UserWarning):
+    """MNE reported a problem while reading a source file (e.g. a truncated EDF)."""
+
 
 Hypnogram: TypeAlias = mne.Annotations | np.ndarray | Sequence[int] | Sequence[str] | None
 
@@ -302,15 +304,19 @@ def ingest_raw(
     config: PreprocessingConfig | None = None,
     dtype: str = "float32",
     source_name: str = "mne",
+    source_warnings: Sequence[str] = (),
     overwrite: bool = False,
 ) -> dict[str, Any]:
     """Preprocess one MNE recording and store it as ``record_id``.
 
     The store is created on first use (channels = the stored channel names) and reopened afterwards;
-    every record of a store must use the same channel names and configuration.
+    every record of a store must use the same channel names and configuration. Arguments are
+    checked before anything is written, and a store this call created is removed again if the
+    record cannot be stored.
 
     Args:
-        raw: The recording; its data are read in µV (preloading is not required).
+        raw: The recording; its data are read in µV (preloading is not required). Its
+            ``meas_date`` becomes the record's ``start_datetime``.
         hypnogram: Stage annotations, per-epoch labels, or None (unlabelled); see the module doc.
         store_path: Target store.
         record_id: Identifier of the new record.
@@ -328,6 +334,8 @@ def ingest_raw(
         config: Preprocessing configuration (default :class:`PreprocessingConfig`).
         dtype: On-disk signal dtype.
         source_name: ``source.dataset`` attribute of a newly created store.
+        source_warnings: Problems reported while reading the source files, kept in the record's
+            ``source_warnings`` attribute (see :func:`ingest_file`).
         overwrite: Replace an existing record ``record_id``.
 
     Returns:
@@ -335,16 +343,87 @@ def ingest_raw(
 
     Raises:
         RecordError: The recording cannot be preprocessed (non-finite data, no scored sample, flat
-            channel, no window left, ...); the store's manifest records the failure (status
-            ``"failed"``, reason, detail) before the error propagates.
+            channel, no window left, ...); an existing store's manifest records the failure
+            (status ``"failed"``, reason, detail) before the error propagates.
         InputError: Bad arguments, or a store with other channels or configuration.
     """
     check(isinstance(raw, mne.io.BaseRaw), "raw", "an mne.io.BaseRaw", type(raw).__name__)
     check(dtype in SIGNAL_DTYPES, "dtype", f"one of {SIGNAL_DTYPES}", repr(dtype))
+    check_record_id(record_id)
     config = config if config is not None else PreprocessingConfig()
     source_names, stored_names = _channel_names(raw, eeg_channels)
+    metadata = {
+        **config.store_metadata({"dataset": source_name}, source_sfreq=None),
+        "signal_dtype": dtype,
+    }
+    store_path = Path(store_path)
+    existed = store_path.exists()
+    if existed:  # refuse another configuration or a taken id before any work
+        store = open_or_create_store(
+            store_path, config, stored_names, metadata, argument="store_path"
+        )
+        check(
+            not (store.path / RECORDS_GROUP / record_id).exists() or overwrite,
+            "record_id",
+            f"an id not yet in {str(store.path)!r} (or overwrite=True)",
+            repr(record_id),
+        )
+    try:
+        return _ingest(
+            raw,
+            hypnogram,
+            store_path,
+            record_id,
+            source_names=source_names,
+            stored_names=stored_names,
+            metadata=metadata,
+            attrs={
+                "subject_id": subject_id if subject_id is not None else record_id,
+                "split": split,
+                "start_datetime": _start_datetime(raw),
+                "source_channels": source_names,
+                "source_warnings": list(source_warnings),
+            },
+            existed=existed,
+            stage_mapping=stage_mapping,
+            hypnogram_onset=hypnogram_onset,
+            epoch_seconds=epoch_seconds,
+            config=config,
+            dtype=dtype,
+            overwrite=overwrite,
+        )
+    except BaseException:
+        if not existed and store_path.exists():
+            shutil.rmtree(store_path)
+        raise
+
+
+def _start_datetime(raw: mne.io.BaseRaw) -> str | None:
+    """The recording's ``meas_date`` as ISO 8601 (UTC), or ``None``."""
+    start = raw.info["meas_date"]
+    return None if start is None else start.isoformat()
+
+
+def _ingest(
+    raw: mne.io.BaseRaw,
+    hypnogram: Hypnogram,
+    store_path: Path,
+    record_id: str,
+    *,
+    source_names: list[str],
+    stored_names: list[str],
+    metadata: dict[str, Any],
+    attrs: dict[str, Any],
+    existed: bool,
+    stage_mapping: Mapping[str, int],
+    hypnogram_onset: float,
+    epoch_seconds: float,
+    config: PreprocessingConfig,
+    dtype: str,
+    overwrite: bool,
+) -> dict[str, Any]:
+    """:func:`ingest_raw` once its arguments are checked."""
     sfreq = float(raw.info["sfreq"])
-    data = raw.get_data(picks=source_names, units="uV")
     if hypnogram is None:
         sample_stages = None
     elif isinstance(hypnogram, mne.Annotations):
@@ -358,50 +437,34 @@ def ingest_raw(
             epoch_seconds=epoch_seconds,
             stage_mapping=stage_mapping,
         )
+    data = raw.get_data(picks=source_names, units="uV")
     digest = hashlib.sha256(np.ascontiguousarray(data).tobytes())
     if sample_stages is not None:
         digest.update(sample_stages.tobytes())
-    metadata = {
-        **config.store_metadata({"dataset": source_name}, source_sfreq=None),
-        "signal_dtype": dtype,
-    }
-    store = open_or_create_store(store_path, config, stored_names, metadata, argument="store_path")
-    check(
-        not (store.path / RECORDS_GROUP / record_id).exists() or overwrite,
-        "record_id",
-        f"an id not yet in {str(store.path)!r} (or overwrite=True)",
-        repr(record_id),
-    )
-    labelled = sample_stages is not None
-    record_split = split if split is not None else ("training" if labelled else "test")
+    if attrs["split"] is None:
+        attrs["split"] = "training" if sample_stages is not None else "test"
+    attrs["source_checksum"] = digest.hexdigest()
     try:
         windowed = preprocess_continuous(data, sfreq, sample_stages, config, channels=stored_names)
         del data
-        attrs = store_windowed_record(
-            store.path,
-            record_id,
-            windowed,
-            config,
-            {
-                "subject_id": subject_id if subject_id is not None else record_id,
-                "split": record_split,
-                "source_checksum": digest.hexdigest(),
-                "source_channels": source_names,
-            },
-            dtype=dtype,
-            overwrite=overwrite,
+        store = open_or_create_store(
+            store_path, config, stored_names, metadata, argument="store_path"
+        )
+        written = store_windowed_record(
+            store.path, record_id, windowed, config, attrs, dtype=dtype, overwrite=overwrite
         )
     except RecordError as error:
-        Manifest(store.path).update(
-            record_id,
-            {
-                "status": STATUS_FAILED,
-                "reason": error.reason,
-                "detail": error.detail,
-                "split": record_split,
-                "source_checksum": digest.hexdigest(),
-            },
-        )
+        if existed:  # a store this call created is removed by the caller
+            Manifest(store_path).update(
+                record_id,
+                {
+                    "status": STATUS_FAILED,
+                    "reason": error.reason,
+                    "detail": error.detail,
+                    "split": attrs["split"],
+                    "source_checksum": attrs["source_checksum"],
+                },
+            )
         raise
     Manifest(store.path).update(
         record_id,
@@ -409,16 +472,25 @@ def ingest_raw(
             "status": STATUS_DONE,
             "reason": None,
             "detail": None,
-            "split": attrs["split"],
+            "split": written["split"],
             "n_kept": len(windowed.stage),
             "n_dropped": sum(windowed.dropped.values()),
             "n_dropped_by_reason": windowed.dropped,
-            "source_checksum": attrs["source_checksum"],
-            "duration_s": attrs["duration_s"],
+            "source_checksum": written["source_checksum"],
+            "duration_s": written["duration_s"],
             "first_window_sample": windowed.first_window_sample,
+            "source_warnings": written["source_warnings"],
         },
     )
     return SleepStore(store.path).record_attrs(record_id)
+
+
+def _read_warned(read: Any, *args: Any, **kwargs: Any) -> tuple[Any, list[str]]:
+    """``read(*args, **kwargs)`` with MNE's warnings about the file caught and returned."""
+    with warnings.catch_warnings(record=True) as caught, mne.use_log_level("warning"):
+        warnings.simplefilter("always")
+        result = read(*args, **kwargs)
+    return result, list(dict.fromkeys(str(warning.message) for warning in caught))
 
 
 def ingest_file(
@@ -426,6 +498,8 @@ def ingest_file(
     hypnogram: str | Path | Hypnogram,
     store_path: str | Path,
     record_id: str | None = None,
+    *,
+    strict: bool = False,
     **kwargs: Any,
 ) -> dict[str, Any]:
     """Ingest a file MNE reads (:func:`mne.io.read_raw`: EDF, BDF, FIF, BrainVision, ...).
@@ -433,56 +507,78 @@ def ingest_file(
     Args:
         path: The recording file.
         hypnogram: A hypnogram file read with :func:`mne.read_annotations` (e.g. an EDF+
-            ``*-Hypnogram.edf``, or the recording itself when it carries the stage annotations),
-            or anything :func:`ingest_raw` accepts.
+            ``*-Hypnogram.edf``, a CSV written by ``partnd predict``, or the recording itself when
+            it carries the stage annotations), or anything :func:`ingest_raw` accepts.
         store_path: Target store.
         record_id: Identifier of the record (default: the file name without extension).
+        strict: Refuse files MNE warns about while reading them (e.g. an EDF whose header does
+            not match its size: a truncated file); by default the warnings are re-issued as
+            :class:`SourceWarning` and kept in the record's ``source_warnings``.
         **kwargs: Passed on to :func:`ingest_raw` (``eeg_channels``, ``subject_id``, ...).
 
     Returns:
-        The record attributes written.
+        The record attributes written (``source_warnings``: what MNE reported).
 
     Raises:
-        InputError: A file that does not exist or that MNE cannot read, or any error of
-            :func:`ingest_raw`.
+        InputError: A file that does not exist, that MNE cannot read or (``strict``) warns about,
+            or any error of :func:`ingest_raw`.
         RecordError: As :func:`ingest_raw`.
     """
     path = Path(path)
     check(path.is_file(), "path", "an existing recording file", str(path))
     try:
-        raw = mne.io.read_raw(path, preload=False, verbose="error")
+        raw, problems = _read_warned(mne.io.read_raw, path, preload=False)
     except Exception as error:  # readers fail in many ways on a file they cannot read
         raise InputError(
             f"path: expected a recording mne.io.read_raw reads (EDF, BDF, FIF, BrainVision, ...), "
             f"got {str(path)!r} ({type(error).__name__}: {error})"
         ) from None
+    reports = [f"{path.name}: {problem}" for problem in problems]
     if isinstance(hypnogram, (str, Path)):
-        check(Path(hypnogram).is_file(), "hypnogram", "an existing annotation file", str(hypnogram))
+        hypnogram_path = Path(hypnogram)
+        check(hypnogram_path.is_file(), "hypnogram", "an existing annotation file", str(hypnogram))
         try:
-            hypnogram = mne.read_annotations(hypnogram)
+            hypnogram, problems = _read_warned(mne.read_annotations, hypnogram_path)
         except Exception as error:
             raise InputError(
                 "hypnogram: expected an annotation file mne.read_annotations reads (EDF+, FIF, "
-                f"CSV/TXT with onset, duration, description, ...), got {str(hypnogram)!r} "
+                f"CSV/TXT with onset, duration, description, ...), got {str(hypnogram_path)!r} "
                 f"({type(error).__name__}: {error})"
             ) from None
+        reports += [f"{hypnogram_path.name}: {problem}" for problem in problems]
+    check(
+        not (strict and reports),
+        "path",
+        "files MNE reads without warnings when strict=True",
+        "; ".join(reports),
+    )
+    for report in reports:
+        warnings.warn(report, SourceWarning, stacklevel=2)
     return ingest_raw(
         raw,
         hypnogram,
         store_path,
         record_id if record_id is not None else path.stem,
+        source_warnings=reports,
         **kwargs,
     )
 
 
-_CLI_NAMES = {
-    "path": "RECORDING",
-    "hypnogram": "HYPNOGRAM",
-    "store_path": "--out",
-    "record_id": "--record-id",
-    "eeg_channels": "--eeg-channels",
-    "dtype": "--dtype",
-}
+OPTION_NAMES = OptionNames(
+    {
+        "path": "RECORDING",
+        "hypnogram": "HYPNOGRAM",
+        "store_path": "--out",
+        "record_id": "--record-id",
+        "subject_id": "--subject-id",
+        "split": "--split",
+        "eeg_channels": "--eeg-channels",
+        "dtype": "--dtype",
+        "strict": "--strict",
+        "overwrite": "--overwrite",
+    }
+)
+"""How :func:`ingest_file`'s arguments read as ``partnd ingest`` options."""
 
 
 def _parse_channels(text: str | None) -> list[str] | dict[str, str] | None:
@@ -538,6 +634,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=False,
         help="replace a record with the same id already in --out (other records are kept)",
     )
+    parser.add_argument(
+        "--strict",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="refuse files MNE warns about while reading them (e.g. an EDF whose header does not "
+        "match its size: a truncated file); default: ingest them and print the warnings",
+    )
     return parser
 
 
@@ -545,41 +648,53 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``partnd ingest``.
 
     Returns:
-        0 when the record was stored, 1 when it could not be preprocessed (the reason is printed
-        and written to the store's manifest), 2 for unusable arguments (message on stderr).
+        0 when the record was stored (MNE's warnings about the files, if any, are printed on
+        stderr and kept in the record's ``source_warnings``), 1 when it could not be preprocessed
+        (the reason is printed, and written to the manifest of a store that existed), 2 for
+        unusable arguments or, with ``--strict``, files MNE warns about (message on stderr).
     """
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        attrs = ingest_file(
-            args.recording,
-            args.hypnogram,
-            args.out,
-            args.record_id,
-            subject_id=args.subject_id,
-            split=args.split,
-            eeg_channels=_parse_channels(args.eeg_channels),
-            dtype=args.dtype,
-            overwrite=args.overwrite,
-        )
-    except (InputError, FileExistsError) as error:
-        message = str(error)
-        name, sep, rest = message.partition(":")
-        if sep and name in _CLI_NAMES:
-            message = _CLI_NAMES[name] + sep + rest
-        print(f"{parser.prog}: error: {message}", file=sys.stderr)
-        return 2
-    except RecordError as error:
-        print(f"{parser.prog}: {args.recording} failed: {error.reason}: {error.detail}")
-        return 1
+    return run_command(parser.prog, OPTION_NAMES, lambda: _run(parser.prog, args))
+
+
+def _run(prog: str, args: argparse.Namespace) -> int:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SourceWarning)
+        try:
+            attrs = ingest_file(
+                args.recording,
+                args.hypnogram,
+                args.out,
+                args.record_id,
+                strict=args.strict,
+                subject_id=args.subject_id,
+                split=args.split,
+                eeg_channels=_parse_channels(args.eeg_channels),
+                dtype=args.dtype,
+                overwrite=args.overwrite,
+            )
+        except RecordError as error:
+            print(f"{prog}: {args.recording} failed: {error.reason}: {error.detail}")
+            return 1
+    for warning in caught:
+        if issubclass(warning.category, SourceWarning):
+            print(f"{prog}: warning: {warning.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
     labelled = "unlabelled" if args.hypnogram is None else f"{attrs['n_labelled']} labelled"
     how = (
         " (picked by their 10-20 names; choose with --eeg-channels)"
         if not args.eeg_channels
         else ""
     )
+    problems = len(attrs["source_warnings"])
+    flagged = f"; {problems} MNE warning(s) about the files, see above" if problems else ""
     print(
-        f"{parser.prog}: {attrs['record_id']}: {attrs['n_windows']} windows ({labelled}, "
-        f"dropped {attrs['dropped']}) from channels {attrs['source_channels']}{how} -> {args.out}"
+        f"{prog}: {attrs['record_id']}: {attrs['n_windows']} windows ({labelled}, "
+        f"dropped {attrs['dropped']}) from channels {attrs['source_channels']}{how}{flagged} "
+        f"-> {args.out}"
     )
     return 0

@@ -179,7 +179,8 @@ def test_zarr_sleep_store_end_to_end(tmp_path: Path) -> None:
     assert cli.main([*argv, "--edf"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["tr01.csv", "tr01.edf", "tr02.csv", "tr02.edf"]
     rows = (out / "tr02.csv").read_text().splitlines()
-    assert rows[0].startswith("onset,duration,stage,p_W") and rows[2].startswith("30,30,")
+    assert rows[0].startswith("onset,duration,description,stage,onset_s,p_W,p_N1")
+    assert rows[2].split(",")[1] == "30.0" and rows[2].split(",")[4] == "30.0"
     assert cli.main(argv) == 2  # existing predictions are not overwritten silently
 
 
@@ -207,3 +208,195 @@ def test_help_shows_the_presets_values(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit):
         cli.main(["pretrain", "--help"])
     assert "default 100]" in " ".join(capsys.readouterr().out.split())  # the plain default epochs
+
+
+def test_errors_name_the_options_not_the_python_arguments(
+    tmp_path: Path, signals: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "run"
+    argv = ["pretrain", "--data", str(signals), "--out", str(out), "--preset", "test"]
+    argv += ["--patch-size", "20", "--epochs", "1"]
+    assert cli.main(argv) == 0
+    capsys.readouterr()
+    assert cli.main(argv) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(
+        "partnd pretrain: error: --out: expected a new or empty directory (pass --overwrite to "
+        "clear it, or --resume to continue the run in it)"
+    )
+    assert cli.main([*argv, "--resume", "--overwrite"]) == 2
+    assert "--resume/--overwrite: expected at most one of --resume and --overwrite" in (
+        capsys.readouterr().err
+    )
+    assert cli.main([*argv, "--overwrite", "--batch-size", "0"]) == 2
+    assert "error: --batch-size: expected a number > 0" in capsys.readouterr().err
+    argv = ["evaluate", "--model", str(tmp_path / "nope"), "--data", str(signals)]
+    assert cli.main(argv) == 2
+    assert "error: --model: expected a classifier.pt" in capsys.readouterr().err
+
+
+def test_labels_must_be_integers_at_the_command_line_as_in_the_api(
+    tmp_path: Path, signals: Path, capsys: pytest.CaptureFixture
+) -> None:
+    labels = tmp_path / "y.npy"
+    argv = ["finetune", "--data", str(signals), "--labels", str(labels), "--num-classes", "2"]
+    argv += ["--out", str(tmp_path / "ft"), "--preset", "test", "--patch-size", "20"]
+    for values, message in [
+        (np.arange(16) % 2 + 0.5, "--labels: expected integer class labels"),
+        (np.ones(16), "--labels: expected integer class labels"),  # 1.0 is not a class index
+        (np.zeros((16, 2), dtype=np.int64), "--labels: expected labels [N]"),
+    ]:
+        np.save(labels, values)
+        assert cli.main(argv) == 2
+        assert message in capsys.readouterr().err
+    labels.write_text("0\n1\n")  # a text file named .npy
+    assert cli.main(argv) == 2
+    assert "--labels: expected a .npy array file written by numpy.save" in capsys.readouterr().err
+    text = tmp_path / "x.npy"
+    text.write_text("not an array")
+    assert cli.main(["pretrain", "--data", str(text), "--out", str(tmp_path / "pre")]) == 2
+    assert "--data: expected a .npy array file" in capsys.readouterr().err
+    assert not (tmp_path / "ft").exists() and not (tmp_path / "pre").exists()
+
+
+def test_predict_epoch_seconds_must_be_positive(
+    tmp_path: Path, signals: Path, capsys: pytest.CaptureFixture
+) -> None:
+    labels = tmp_path / "y.npy"
+    np.save(labels, np.arange(16) % 2)
+    argv = ["finetune", "--data", str(signals), "--labels", str(labels), "--num-classes", "2"]
+    argv += ["--out", str(tmp_path / "ft"), "--preset", "test", "--patch-size", "20"]
+    assert cli.main([*argv, "--epochs", "1"]) == 0
+    out = tmp_path / "hypnograms"
+    argv = ["predict", "--model", str(tmp_path / "ft"), "--data", str(signals), "--out", str(out)]
+    for seconds in ("-30", "0", "nan", "inf"):
+        with pytest.raises(SystemExit) as exited:
+            cli.main([*argv, "--epoch-seconds", seconds])
+        assert exited.value.code == 2
+        assert "--epoch-seconds: expected a" in capsys.readouterr().err
+    assert not out.exists()
+    assert cli.main([*argv, "--epoch-seconds", "20"]) == 0
+    rows = (out / "predictions.csv").read_text().splitlines()
+    assert [row.split(",")[4] for row in rows[1:4]] == ["0.0", "20.0", "40.0"]  # onset_s
+
+
+def test_resume_on_other_records_is_refused_naming_the_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    store = tmp_path / "sleep.zarr"
+    write_sleep_store(store)
+    run = tmp_path / "pre"
+    common = ["--data", str(store), "--out", str(run), "--preset", "test", "--patch-size", "30"]
+    assert cli.main(["pretrain", *common, "--records", "tr01", "--epochs", "1"]) == 0
+    capsys.readouterr()
+    assert cli.main(["pretrain", *common, "--records", "tr02", "--resume", "--epochs", "2"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(
+        f"partnd pretrain: error: --data: expected the data the interrupted run in {run} was "
+        "trained on when --resume, got other data (records: 1 left out (tr01); 1 added (tr02))"
+    )
+    assert "--overwrite to replace this one" in error
+    assert cli.main(["pretrain", *common, "--records", "tr01", "--resume", "--epochs", "2"]) == 0
+
+
+def test_a_classifier_records_its_signal_and_refuses_other_channels(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    import torch
+
+    from partnd.datasets.store import SleepStore, create_store, write_record
+    from partnd.models.serialization import load_classifier
+    from partnd.signal_info import SignalInfo
+
+    store = tmp_path / "sleep.zarr"
+    write_sleep_store(store)
+    ft = tmp_path / "ft"
+    argv = ["finetune", "--data", str(store), "--out", str(ft), "--preset", "test"]
+    assert cli.main([*argv, "--patch-size", "30", "--epochs", "1", "--batch-size", "8"]) == 0
+    model = load_classifier(ft)
+    assert model.signal_info == SignalInfo(2, (300,), ("C3", "C4"), 10.0)
+
+    def copy_store(path: Path, channels: list[str], order: list[int]) -> None:
+        source = SleepStore(store)
+        create_store(path, sfreq=10.0, channels=channels, window_seconds=30.0, metadata={})
+        for record in source.record_ids():
+            signal = source.read_windows(record, 0, source.n_windows(record))
+            extra = np.random.default_rng(1).standard_normal(signal[:, :1].shape)
+            signal = np.concatenate([signal, extra.astype(np.float32)], axis=1)[:, order]
+            attrs = {"subject_id": record, "split": "training"}
+            stages, starts = source.stages(record), source.start_times(record)
+            write_record(path, record, signal, stages, starts, attrs=attrs, chunk_windows=8)
+
+    copy_store(tmp_path / "other.zarr", ["Fp1", "Fp2"], [0, 1])
+    copy_store(tmp_path / "reordered.zarr", ["O1", "C4", "C3"], [2, 1, 0])
+    predict = ["predict", "--model", str(ft), "--out"]
+    assert cli.main([*predict, str(tmp_path / "a"), "--data", str(tmp_path / "other.zarr")]) == 2
+    error = capsys.readouterr().err
+    assert "error: --data: expected the channels ['C3', 'C4'] (the model was trained on 2 " in error
+    assert "got channels ['Fp1', 'Fp2'] (missing ['C3', 'C4'])" in error
+    assert not (tmp_path / "a").exists()
+    assert cli.main([*predict, str(tmp_path / "b"), "--data", str(store)]) == 0
+    assert (
+        cli.main([*predict, str(tmp_path / "c"), "--data", str(tmp_path / "reordered.zarr")]) == 0
+    )
+    for name in ("tr01.csv", "tr02.csv"):  # the model's channels, picked by name
+        assert (tmp_path / "b" / name).read_text() == (tmp_path / "c" / name).read_text()
+    payload = torch.load(ft / "classifier.pt", weights_only=False)
+    del payload["signal"]  # as written before the signal was recorded
+    torch.save(payload, tmp_path / "old.pt")
+    assert load_classifier(tmp_path / "old.pt").signal_info == SignalInfo(2, (300,))
+
+
+def test_a_corrupt_store_is_refused_with_a_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    store = tmp_path / "sleep.zarr"
+    write_sleep_store(store)
+    (store / "zarr.json").write_text("{ not json")
+    assert cli.main(["pretrain", "--data", str(store), "--out", str(tmp_path / "r")]) == 2
+    error = capsys.readouterr().err
+    assert "error: --data: expected a zarr store whose zarr.json is JSON" in error
+    assert "Traceback" not in error and not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_a_resumable_checkpoint_and_ends_with_one_line(
+    tmp_path: Path, signals: Path
+) -> None:
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    argv = ["pretrain", "--data", str(signals), "--out", str(run), "--preset", "test"]
+    argv += [
+        "--patch-size",
+        "20",
+        "--epochs",
+        "100000",
+        "--batch-size",
+        "4",
+        "--log-every-steps",
+        "1",
+    ]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "partnd.cli", *argv], stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 240
+    while not (run / "metrics.jsonl").is_file() or not (run / "metrics.jsonl").read_text():
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, error = process.communicate(timeout=120)
+    assert process.returncode == 130
+    lines = error.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in error, error
+    last = run / "checkpoints" / "last.pt"
+    assert lines[0].startswith("partnd pretrain: interrupted by SIGINT after step ")
+    assert lines[0].endswith(f"resumable checkpoint {last} (continue with --resume)")
+    from partnd.engine.checkpoint import load_checkpoint
+
+    step = load_checkpoint(last)["trainer"]["step"]
+    assert f"after step {step};" in lines[0]
+    resume = ["pretrain", "--data", str(signals), "--out", str(run), "--resume"]
+    assert cli.main([*resume, "--max-steps", str(step + 2)]) == 0
+    assert load_checkpoint(last)["trainer"]["step"] == step + 2

@@ -114,7 +114,46 @@ def test_partnd_ingest_usage_errors_and_failed_records(
     _recording(tmp_path, nan=True).save(fif, verbose="error")
     assert cli.main(["ingest", str(fif), str(fif), "--out", out]) == 1
     assert "failed: nan:" in capsys.readouterr().out
-    assert SleepStore(out).manifest["bad_raw"]["reason"] == "nan"
+    assert not Path(out).exists()  # a failed command leaves no store it created
+    good = tmp_path / "good_raw.fif"
+    _recording(tmp_path).save(good, verbose="error")
+    assert cli.main(["ingest", str(good), str(good), "--out", out]) == 0
+    assert cli.main(["ingest", str(fif), str(fif), "--out", out]) == 1
+    assert SleepStore(out).manifest["bad_raw"]["reason"] == "nan"  # an existing store records it
+    capsys.readouterr()
+    for record_id in (".hidden", "a/b"):
+        new_store = tmp_path / "never.zarr"
+        argv = ["ingest", str(good), str(good), "--out", str(new_store), "--record-id", record_id]
+        assert cli.main(argv) == 2
+        assert (
+            "error: --record-id: expected a non-empty name without '/'" in capsys.readouterr().err
+        )
+        assert not new_store.exists()
+
+
+def test_partnd_ingest_surfaces_mne_warnings_about_a_truncated_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    pytest.importorskip("edfio")
+    edf = tmp_path / "night.edf"
+    mne.export.export_raw(edf, _recording(tmp_path), fmt="edf")
+    data = edf.read_bytes()
+    edf.write_bytes(data[: len(data) // 2])  # truncated: the header says twice as many records
+    out = tmp_path / "sleep.zarr"
+    assert cli.main(["ingest", str(edf), "--out", str(out), "--strict"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("partnd ingest: error: RECORDING: expected files MNE reads without ")
+    assert "when --strict, got night.edf: Number of records from the header does not match" in error
+    assert not out.exists()
+    assert cli.main(["ingest", str(edf), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "partnd ingest: warning: night.edf: Number of records from the header does not " in (
+        captured.err
+    )
+    assert "MNE warning(s) about the files, see above" in captured.out
+    warned = SleepStore(out).record_attrs("night")["source_warnings"]
+    assert any("does not match the file size" in text for text in warned)
+    assert SleepStore(out).record_start("night") == datetime(2021, 3, 4, 23, 0, tzinfo=timezone.utc)
 
 
 def test_partnd_cohort_then_preprocess_reports_the_injected_fault_as_expected(

@@ -66,8 +66,12 @@ def test_predict_and_export_the_hypnogram(finetuned: partnd.FinetuneResult, tmp_
     assert list(annotations.description) == [f"Sleep stage {s}" for s in prediction.stage_names]
     prediction.write_csv(tmp_path / "hypnogram.csv")
     lines = (tmp_path / "hypnogram.csv").read_text().splitlines()
-    assert lines[0] == "onset,duration,stage,p_W,p_N2,p_N3" and len(lines) == 7
-    assert lines[1].split(",")[:3] == ["15", "30", prediction.stage_names[0]]
+    assert lines[0] == "onset,duration,description,stage,onset_s,p_W,p_N2,p_N3"
+    assert len(lines) == 7
+    row = lines[1].split(",")
+    assert row[1:5] == ["30.0", annotations.description[0], prediction.stage_names[0], "15.0"]
+    from_csv = mne.read_annotations(tmp_path / "hypnogram.csv")  # MNE's annotation CSV
+    assert list(from_csv.description) == list(annotations.description)
     prediction.write_edf(tmp_path / "hypnogram.edf")
     read = mne.read_annotations(tmp_path / "hypnogram.edf")
     np.testing.assert_allclose(read.onset, annotations.onset)

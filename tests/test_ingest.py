@@ -252,17 +252,22 @@ def test_failures_are_written_to_the_manifest_and_float16_overflow_is_refused(tm
     raw._data[0, 100] = np.nan
     with pytest.raises(RecordError):
         ingest_raw(raw, None, tmp_path / "s.zarr", "bad")
-    entry = SleepStore(tmp_path / "s.zarr").manifest["bad"]
+    assert not (tmp_path / "s.zarr").exists()  # the store this call created is removed again
+    ingest_raw(_raw(), None, tmp_path / "s.zarr", "good")
+    with pytest.raises(RecordError):
+        ingest_raw(raw, None, tmp_path / "s.zarr", "bad")
+    entry = SleepStore(tmp_path / "s.zarr").manifest["bad"]  # an existing store records it
     assert (entry["status"], entry["reason"]) == ("failed", NON_FINITE)
     assert "EEG Fpz-Cz" in entry["detail"]
 
     loud = _raw(seconds=100.0)
+    ingest_raw(loud, None, tmp_path / "half.zarr", "quiet", dtype="float16")
     loud._data[:2] *= 2000.0  # 100 000 µV peaks: finite in float32, infinite in float16
     with pytest.raises(RecordError) as error:
         ingest_raw(loud, None, tmp_path / "half.zarr", "loud", dtype="float16")
     assert error.value.reason == OUT_OF_RANGE
     store = SleepStore(tmp_path / "half.zarr")
-    assert store.record_ids() == [] and store.manifest["loud"]["reason"] == OUT_OF_RANGE
+    assert store.record_ids() == ["quiet"] and store.manifest["loud"]["reason"] == OUT_OF_RANGE
     ingest_raw(loud, None, tmp_path / "single.zarr", "loud")
     assert np.abs(SleepStore(tmp_path / "single.zarr").read_windows("loud", 0, 3)).max() > 9e4
 

@@ -7,7 +7,8 @@ Layout (see ``docs/store_format.md`` for the full description)::
                                    resample, source, ...
       records/                     zarr v3 group holding one sub-group per record
         <record_id>/               xarray Dataset; attrs: record_id, subject_id, split, sfreq,
-                                   source_checksum, n_windows, n_labelled, dropped
+                                   source_checksum, n_windows, n_labelled, dropped,
+                                   start_datetime (ISO 8601 recording start, or absent)
           signal     (window, channel, time) float32 or float16, chunks (64, C, T)
           stage      (window,) int8, stage code 0..4, -1 for unlabelled windows
           start_time (window,) float64, seconds from the recording start
@@ -37,6 +38,7 @@ import zarr
 from zarr.codecs import BloscCodec
 
 from partnd._validation import InputError, check
+from partnd.datasets.stages import STAGE_NAMES
 
 __all__ = [
     "DEFAULT_CHUNK_WINDOWS",
@@ -49,6 +51,7 @@ __all__ = [
     "TEMP_PREFIX",
     "UNLABELLED",
     "SleepStore",
+    "check_record_id",
     "create_store",
     "remove_incomplete_records",
     "write_record",
@@ -58,7 +61,6 @@ FORMAT_NAME = "partnd-sleep"
 FORMAT_VERSION = 1
 RECORDS_GROUP = "records"
 MANIFEST_FILENAME = "manifest.json"
-STAGE_NAMES: tuple[str, ...] = ("W", "N1", "N2", "N3", "REM")
 UNLABELLED = -1
 DEFAULT_CHUNK_WINDOWS = 64
 SIGNAL_DTYPES: tuple[str, ...] = ("float32", "float16")
@@ -69,10 +71,28 @@ _RESUME_IGNORED_KEYS = frozenset({"created", "library_versions"})
 
 
 def _read_group_attrs(group_dir: Path) -> dict[str, Any]:
-    """Return the ``attributes`` of a zarr v3 group from its ``zarr.json`` without opening zarr."""
-    with open(group_dir / _ZARR_JSON, encoding="utf-8") as handle:
-        metadata = json.load(handle)
-    return dict(metadata.get("attributes", {}))
+    """Return the ``attributes`` of a zarr v3 group from its ``zarr.json`` without opening zarr.
+
+    Raises:
+        InputError: The file is not a JSON object with an ``attributes`` object (a corrupt or
+            foreign store), naming the file.
+    """
+    path = group_dir / _ZARR_JSON
+    try:
+        with open(path, encoding="utf-8") as handle:
+            metadata = json.load(handle)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InputError(
+            f"path: expected a zarr store whose {_ZARR_JSON} is JSON, got {str(path)!r} that "
+            f"cannot be read ({type(error).__name__}: {error})"
+        ) from None
+    attributes = metadata.get("attributes", {}) if isinstance(metadata, dict) else None
+    if not isinstance(attributes, dict):
+        raise InputError(
+            f"path: expected a zarr store whose {_ZARR_JSON} is a JSON object with an "
+            f"'attributes' object, got {str(path)!r} holding {type(metadata).__name__}"
+        )
+    return dict(attributes)
 
 
 def _json_normalised(value: Any, argument: str) -> Any:
@@ -248,6 +268,15 @@ class SleepStore:
             self._stages_cache[record_id] = np.asarray(stage[:], dtype=np.int8)
         return self._stages_cache[record_id].copy()
 
+    def record_start(self, record_id: str) -> datetime | None:
+        """Start date and time of the recording (timezone-aware), ``None`` when the source did not
+        record one (attribute ``start_datetime``, written at ingest from ``meas_date``)."""
+        text = self.record_attrs(record_id).get("start_datetime")
+        if text is None:
+            return None
+        value = datetime.fromisoformat(str(text))
+        return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
     def start_times(self, record_id: str) -> np.ndarray:
         """Start of each window in seconds from the recording start, ``[n_windows]`` float64."""
         start = zarr.open_array(self._record_dir(record_id) / "start_time", mode="r", zarr_format=3)
@@ -398,6 +427,21 @@ def create_store(
     return SleepStore(path)
 
 
+def check_record_id(record_id: str) -> None:
+    """Refuse a record id that cannot name a record directory (empty, ``/``, leading ``.``,
+    surrounding spaces), with :class:`InputError` naming ``record_id``."""
+    check(
+        isinstance(record_id, str)
+        and bool(record_id)
+        and not record_id.startswith(".")
+        and "/" not in record_id
+        and record_id == record_id.strip(),
+        "record_id",
+        "a non-empty name without '/', leading '.' or surrounding spaces",
+        repr(record_id),
+    )
+
+
 def write_record(
     store_path: str | Path,
     record_id: str,
@@ -431,15 +475,7 @@ def write_record(
         FileExistsError: The record exists and ``overwrite`` is False.
     """
     store = SleepStore(store_path)
-    check(
-        bool(record_id)
-        and not record_id.startswith(".")
-        and "/" not in record_id
-        and record_id == record_id.strip(),
-        "record_id",
-        "a non-empty name without '/', leading '.' or surrounding spaces",
-        repr(record_id),
-    )
+    check_record_id(record_id)
     check(dtype in SIGNAL_DTYPES, "dtype", f"one of {SIGNAL_DTYPES}", repr(dtype))
     check(chunk_windows >= 1, "chunk_windows", "a positive number of windows", chunk_windows)
     n_channels = len(store.channels)

@@ -1,0 +1,80 @@
+"""How every ``partnd`` command reports a failure: one line naming its options, no traceback.
+
+The library's errors name the Python arguments (``out_dir: expected ... (pass overwrite=True to
+clear it)``); a command line has options (``--out``, ``--overwrite``). Each command declares the
+mapping once (:class:`OptionNames`) and runs its body through :func:`run_command`, which turns
+
+* :class:`~partnd._validation.InputError` (and ``FileNotFoundError``/``FileExistsError`` raised
+  for its paths) into ``<prog>: error: <message with options>`` and exit status 2;
+* :class:`~partnd.engine.trainer.NonFiniteLossError` into the same line and status 1;
+* Ctrl-C / SIGTERM (``KeyboardInterrupt``, or the engine's
+  :class:`~partnd.engine.trainer.TrainingInterrupted` after it saved a resumable checkpoint) into
+  ``<prog>: interrupted ...`` and status ``128 + signal`` (130 for Ctrl-C, 143 for SIGTERM).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from partnd._validation import InputError, rename_arguments
+
+__all__ = ["OptionNames", "run_command"]
+
+_CONFIG_FIELD = re.compile(r"\b[A-Z]\w*Config\.([a-z_]\w*)")
+
+
+@dataclass(frozen=True)
+class OptionNames:
+    """The options a command gives for the arguments of the functions it calls.
+
+    Attributes:
+        options: API argument name -> option (``{"out_dir": "--out", "path": "RECORDING"}``).
+        config_fields: Also name ``PretrainConfig.<field>`` / ``FinetuneConfig.<field>`` by their
+            generated options (``--<field-name>``), as ``partnd pretrain``/``finetune`` do.
+    """
+
+    options: Mapping[str, str] = field(default_factory=dict)
+    config_fields: bool = False
+
+    def translate(self, message: str) -> str:
+        """``message`` with every API argument it names replaced by its option (see
+        :func:`~partnd._validation.rename_arguments`)."""
+        if self.config_fields:
+            message = _CONFIG_FIELD.sub(lambda m: "--" + m.group(1).replace("_", "-"), message)
+        return rename_arguments(message, self.options)
+
+
+def run_command(prog: str, names: OptionNames, body: Callable[[], int | None]) -> int:
+    """Run a command's ``body`` and turn its failures into one line (on stderr) and a status.
+
+    Args:
+        prog: The command as shown in messages (``"partnd pretrain"``).
+        names: The command's option names.
+        body: Does the work; returns the exit status (``None`` for 0).
+
+    Returns:
+        ``body``'s status, 2 for bad input, 1 for a non-finite loss, ``128 + signal`` when
+        interrupted.
+    """
+    stream = sys.stderr
+    try:
+        return int(body() or 0)
+    except (InputError, FileNotFoundError, FileExistsError) as error:
+        print(f"{prog}: error: {names.translate(str(error))}", file=stream)
+        return 2
+    except FloatingPointError as error:
+        from partnd.engine.trainer import NonFiniteLossError
+
+        if not isinstance(error, NonFiniteLossError):
+            raise
+        print(f"{prog}: error: {names.translate(str(error))}", file=stream)
+        return 1
+    except KeyboardInterrupt as error:
+        number = int(getattr(error, "signal_number", signal.SIGINT))
+        detail = names.translate(str(error)) if str(error) else "interrupted"
+        print(f"{prog}: {detail}", file=stream)
+        return 128 + number
