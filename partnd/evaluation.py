@@ -115,10 +115,13 @@ class ProbeResult:
     Attributes:
         report: Test-set accuracy, Cohen's kappa, F1 and confusion matrix.
         inverse_regularisation: The logistic regression ``C`` chosen by cross-validation.
+        predictions: [M] predicted class of every test example (for paired comparisons and
+            bootstrap intervals).
     """
 
     report: ClassificationReport
     inverse_regularisation: float
+    predictions: np.ndarray
 
 
 def logistic_regression_probe(
@@ -185,7 +188,7 @@ def logistic_regression_probe(
         model = pipeline.set_params(logisticregression__C=chosen).fit(train_features, train_labels)
     predictions = model.predict(test_features)
     report = classification_metrics(test_labels, predictions, classes, class_names)
-    return ProbeResult(report=report, inverse_regularisation=chosen)
+    return ProbeResult(report=report, inverse_regularisation=chosen, predictions=predictions)
 
 
 def linear_probe(

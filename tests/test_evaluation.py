@@ -60,6 +60,7 @@ def test_logistic_regression_probe_on_separable_features() -> None:
     result = logistic_regression_probe(features[::2], labels[::2], features[1::2], labels[1::2])
     assert result.report.accuracy == 1.0
     assert result.inverse_regularisation in (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
+    assert result.predictions.tolist() == labels[1::2].tolist()  # the test predictions, in order
     noise = rng.standard_normal((60, 3))
     chance = logistic_regression_probe(noise[::2], labels[::2], noise[1::2], labels[1::2])
     assert chance.report.accuracy < 0.6
