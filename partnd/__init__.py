@@ -10,8 +10,9 @@ preprocessing workers) do not pay for torch.
 - Objectives: :class:`PARTModel`, :func:`list_objectives` (``pretrain(method=...)``).
 - Training: :func:`pretrain`, :func:`finetune`, :func:`evaluate`, :class:`PretrainConfig`,
   :class:`FinetuneConfig`, :func:`load_encoder`.
-- Inference: :func:`load_classifier`, :func:`predict` (per-window stages with probabilities,
-  hypnogram export as ``mne.Annotations``, CSV and EDF+).
+- Inference: :func:`load_classifier`, :func:`predict` / :func:`predict_records` (per-window
+  stages with probabilities, one hypnogram per recording, exported as ``mne.Annotations``, CSV
+  and EDF+); :class:`SignalInfo` (what a model was trained on: channels, rate, window).
 - Frozen-feature evaluation: :func:`linear_probe`, :func:`knn_eval`, :class:`KNNMonitor`,
   :func:`extract_features`.
 - Metrics: :func:`classification_metrics`, :class:`ClassificationReport`.
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from partnd.engine.trainer import NonFiniteLossError
     from partnd.evaluation import KNNMonitor, extract_features, knn_eval, linear_probe
     from partnd.finetuning import FinetuneResult, evaluate, finetune
-    from partnd.inference import Prediction, predict
+    from partnd.inference import Prediction, predict, predict_records
     from partnd.metrics import ClassificationReport, classification_metrics
     from partnd.models import (
         PatchClassifier,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from partnd.objectives import PARTModel, list_objectives
     from partnd.pretraining import PretrainResult, pretrain
     from partnd.sampling import GridSampler, OffGridSampler, PatchBatch, crop_and_resize
+    from partnd.signal_info import SignalInfo
     from partnd.targets import all_pairs, relative_targets, sample_pairs
 
 from partnd._version import __version__
@@ -81,7 +83,9 @@ _EXPORTS: dict[str, str] = {
     "load_encoder": "partnd.models.serialization",
     "load_classifier": "partnd.models.serialization",
     "predict": "partnd.inference",
+    "predict_records": "partnd.inference",
     "Prediction": "partnd.inference",
+    "SignalInfo": "partnd.signal_info",
     "finetune": "partnd.finetuning",
     "FinetuneResult": "partnd.finetuning",
     "evaluate": "partnd.finetuning",
@@ -109,6 +113,7 @@ __all__ = [
     "Prediction",
     "PretrainConfig",
     "PretrainResult",
+    "SignalInfo",
     "ViTEncoder",
     "__version__",
     "all_pairs",
@@ -130,6 +135,7 @@ __all__ = [
     "offgrid_reconstruction",
     "patch_uncertainty",
     "predict",
+    "predict_records",
     "pretrain",
     "relative_targets",
     "sample_pairs",
