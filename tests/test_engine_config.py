@@ -84,6 +84,14 @@ def test_every_field_is_validated(overrides: dict, message: str) -> None:
         PretrainConfig(**overrides)
 
 
+def test_an_unknown_method_fails_when_the_config_is_built() -> None:
+    with pytest.raises(
+        InputError, match=r"PretrainConfig.method: expected one of \[.*'mae'.*'part'"
+    ):
+        PretrainConfig.preset("eeg_sleep", method="nope")
+    assert PretrainConfig(method="part_grid").method == "part_grid"
+
+
 def test_finetune_fields_are_validated() -> None:
     with pytest.raises(InputError, match="class_weights"):
         FinetuneConfig(class_weights="inverse")  # type: ignore[arg-type]

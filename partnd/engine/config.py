@@ -363,7 +363,8 @@ class PretrainConfig(TrainConfig):
     off-grid patches carry their position only in their content (see ``docs/part.md``).
 
     Attributes:
-        method: Pretraining objective (see :func:`partnd.objectives.list_objectives`):
+        method: Pretraining objective, one of :func:`partnd.objectives.list_objectives` (checked
+            when the config is built):
             ``"part"`` (off-grid PART) or ``"part_grid"`` (PART on the on-grid tiles).
         encoder: Encoder preset name for :func:`partnd.models.create_encoder`.
         encoder_overrides: Keyword overrides of the encoder preset, e.g.
@@ -430,6 +431,11 @@ class PretrainConfig(TrainConfig):
 
     def _validate(self) -> None:
         super()._validate()
+        # Imported here: the objectives import this module (registry.py itself is a leaf).
+        from partnd.objectives.registry import list_objectives
+
+        methods = list_objectives()
+        check(self.method in methods, self._arg("method"), f"one of {methods}", repr(self.method))
         sizes = (self.patch_size,) if isinstance(self.patch_size, int) else self.patch_size
         check(
             all(size > 0 for size in sizes),

@@ -16,14 +16,12 @@ floors) and runs under the same engine (bf16, EMA, resume, DDP, logs).
 
 Defaults, sources and differences from the original methods: ``docs/baselines.md``.
 
-Register another with :func:`register_objective`.
+Register another with :func:`register_objective` (:mod:`partnd.objectives.registry`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from partnd._validation import InputError, check
 from partnd.data import SignalSpec
@@ -39,6 +37,12 @@ from partnd.objectives.droppos import DropPosModel, DropPosOutput, build_droppos
 from partnd.objectives.mae import MAEModel, MAEOutput, build_mae
 from partnd.objectives.mp3 import MP3Model, MP3Output, build_mp3
 from partnd.objectives.part import PARTModel, PARTOutput, PatchSampler
+from partnd.objectives.registry import (
+    ObjectiveSpec,
+    list_objectives,
+    register_objective,
+    registered,
+)
 from partnd.sampling import GridSampler, OffGridSampler
 
 __all__ = [
@@ -63,36 +67,6 @@ __all__ = [
     "list_objectives",
     "register_objective",
 ]
-
-ObjectiveBuilder = Callable[[PretrainConfig, SignalSpec], Objective]
-
-
-@dataclass(frozen=True)
-class ObjectiveSpec:
-    """A registered objective.
-
-    Attributes:
-        name: The ``method`` name.
-        build: ``build(config, spec) -> Objective``.
-        summary: One line on what it learns.
-    """
-
-    name: str
-    build: ObjectiveBuilder
-    summary: str
-
-
-_REGISTRY: dict[str, ObjectiveSpec] = {}
-
-
-def register_objective(name: str, build: ObjectiveBuilder, summary: str) -> None:
-    """Add (or replace) an objective under ``name``."""
-    _REGISTRY[name] = ObjectiveSpec(name=name, build=build, summary=summary)
-
-
-def list_objectives() -> list[str]:
-    """Names accepted by ``pretrain(method=...)``, sorted."""
-    return sorted(_REGISTRY)
 
 
 def _build_part(config: PretrainConfig, spec: SignalSpec, grid: bool) -> PARTModel:
@@ -179,7 +153,7 @@ register_objective(
 
 def build_objective(config: PretrainConfig, spec: SignalSpec) -> Objective:
     """Build the objective named by ``config.method`` for data of shape ``spec``."""
-    entry = _REGISTRY.get(config.method)
+    entry = registered(config.method)
     if entry is None:
         raise InputError(
             f"PretrainConfig.method: expected one of {list_objectives()}, got {config.method!r}"
