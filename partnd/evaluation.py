@@ -124,6 +124,17 @@ class ProbeResult:
     predictions: np.ndarray
 
 
+def _check_classes(labels: np.ndarray, argument: str) -> None:
+    """A classifier is fitted on at least two classes (scikit-learn fails deep inside else)."""
+    present = np.unique(labels).tolist()
+    check(
+        len(present) >= 2,
+        argument,
+        "labelled examples of at least two classes (a probe separates classes)",
+        f"{len(labels)} example(s) of class {present[0]} only" if present else "no examples",
+    )
+
+
 def logistic_regression_probe(
     train_features: np.ndarray,
     train_labels: np.ndarray,
@@ -171,6 +182,7 @@ def logistic_regression_probe(
     )
     train_labels = np.asarray(train_labels, dtype=np.int64)
     test_labels = np.asarray(test_labels, dtype=np.int64)
+    _check_classes(train_labels, "train_labels")
     classes = num_classes or int(max(train_labels.max(), test_labels.max())) + 1
     pipeline = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
     folds = min(cv_folds, int(np.bincount(train_labels)[np.unique(train_labels)].min()))
@@ -224,6 +236,7 @@ def linear_probe(
     train_x, train_y = extract_features(
         encoder, train, train_labels, batch_size=batch_size, device=device
     )
+    _check_classes(train_y, "train_labels" if train_labels is not None else "train")
     test_x, test_y = extract_features(
         encoder, test, test_labels, batch_size=batch_size, device=device
     )

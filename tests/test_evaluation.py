@@ -66,6 +66,16 @@ def test_logistic_regression_probe_on_separable_features() -> None:
     assert chance.report.accuracy < 0.6
 
 
+def test_a_probe_needs_two_classes_and_says_so() -> None:
+    features = np.random.default_rng(0).standard_normal((18, 3))
+    with pytest.raises(InputError, match=r"^train_labels: .*at least two classes.*18 example"):
+        logistic_regression_probe(features, np.full(18, 3), features, np.full(18, 3))
+    encoder = create_encoder("vit_test", in_chans=2, patch_size=20, ndim=1)
+    signals = np.random.default_rng(1).standard_normal((18, 2, 40)).astype(np.float32)
+    with pytest.raises(InputError, match=r"^train: .*of class 0 only"):
+        linear_probe(encoder, [(x, 0) for x in signals], [(x, 1) for x in signals])
+
+
 def test_knn_votes_are_weighted_by_similarity() -> None:
     bank = np.array([[1.0, 0.0], [0.0, 1.0], [0.05, 1.0], [0.1, 1.0]])
     bank_labels = np.array([0, 1, 1, 1])
