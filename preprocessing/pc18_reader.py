@@ -12,6 +12,7 @@ import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import h5py
@@ -138,11 +139,14 @@ class EEGRecording:
         data: ``[C, N]`` float32 in µV (invalid samples are NaN).
         sfreq: Sampling frequency in Hz.
         channels: Channel names, in ``data`` order.
+        start: Start date and time from the header (WFDB base date and time, read as UTC), or
+            ``None`` when the header has none (the challenge's headers have none).
     """
 
     data: np.ndarray
     sfreq: float
     channels: list[str]
+    start: datetime | None = None
 
 
 def _require_file(path: Path) -> None:
@@ -252,7 +256,10 @@ def read_eeg(record: PC18Record, channels: Sequence[str] = PC18_EEG_CHANNELS) ->
             np.subtract(column, header.baseline[index], out=block, dtype=np.float32)
             block *= np.float32(scales[row])
             block[column == _WFDB_INVALID_16] = np.nan
-    return EEGRecording(data, float(header.fs), list(channels))
+    start = header.base_datetime if header.base_date is not None else None
+    if start is not None and start.tzinfo is None:
+        start = start.replace(tzinfo=timezone.utc)
+    return EEGRecording(data, float(header.fs), list(channels), start)
 
 
 def _check_signal_files(record: PC18Record, header: wfdb.Record, indices: list[int]) -> None:

@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from partnd._validation import InputError, check
+from partnd._validation import check
+from partnd.cli_errors import OptionNames, run_command
 from partnd.datasets.store import SIGNAL_DTYPES, SleepStore, remove_incomplete_records
 
 from .errors import FLAT_CHANNEL, UNEXPECTED_ERROR, RecordError
@@ -251,6 +252,7 @@ def _process_record(task: RecordTask) -> tuple[str, str, dict[str, Any]]:
         windowed = preprocess_continuous(
             eeg.data, eeg.sfreq, stages, task.config, channels=eeg.channels
         )
+        start = eeg.start
         del eeg
         attrs = store_windowed_record(
             task.store_path,
@@ -260,6 +262,7 @@ def _process_record(task: RecordTask) -> tuple[str, str, dict[str, Any]]:
             {
                 "subject_id": record.record_id,
                 "split": record.split,
+                "start_datetime": None if start is None else start.isoformat(),
                 "source_checksum": checksum,
                 "source_sha256": file_checksums,
             },
@@ -449,7 +452,20 @@ def build_parser(prog: str = "partnd preprocess") -> argparse.ArgumentParser:
     return parser
 
 
-_CLI_NAMES = {"src": "--src", "out": "--out", "records": "--records"}
+OPTION_NAMES = OptionNames(
+    {
+        "src": "--src",
+        "out": "--out",
+        "records": "--records",
+        "n_jobs": "--n-jobs",
+        "backend": "--backend",
+        "dtype": "--dtype",
+        "overwrite": "--overwrite",
+        "scheduler_address": "--scheduler-address",
+        "verify_checksums": "--verify-checksums",
+    }
+)
+"""How :func:`preprocess_physionet2018`'s arguments read as ``partnd preprocess`` options."""
 
 
 def main(argv: list[str] | None = None, *, prog: str = "partnd preprocess") -> int:
@@ -463,12 +479,14 @@ def main(argv: list[str] | None = None, *, prog: str = "partnd preprocess") -> i
         0 when every record is complete or failed exactly as the source declares (faults injected
         into a generated sample cohort, listed as expected failures), 1 when any other record
         failed, 2 for unusable arguments (no record directory under ``--src``, an ``--out`` that
-        is not a compatible store, unknown ``--records``), reported on stderr without a traceback.
+        is not a compatible store, unknown ``--records``), reported on stderr without a traceback;
+        130 after Ctrl-C (finished records stay in the store: the same command resumes).
     """
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     records = None if args.records is None else [rid for ids in args.records for rid in ids]
-    try:
+
+    def run() -> int:
         report = preprocess_physionet2018(
             args.src,
             args.out,
@@ -481,15 +499,10 @@ def main(argv: list[str] | None = None, *, prog: str = "partnd preprocess") -> i
             verify_checksums=args.verify_checksums,
             scheduler_address=args.scheduler_address,
         )
-    except (InputError, FileNotFoundError, FileExistsError) as error:
-        message = str(error).replace("overwrite=True", "--overwrite")
-        name, sep, rest = message.partition(":")
-        if sep and name in _CLI_NAMES:
-            message = _CLI_NAMES[name] + sep + rest
-        print(f"{parser.prog}: error: {message}", file=sys.stderr)
-        return 2
-    print(report.summary())
-    return 1 if report.unexpected_failures else 0
+        print(report.summary())
+        return 1 if report.unexpected_failures else 0
+
+    return run_command(parser.prog, OPTION_NAMES, run)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -175,6 +176,17 @@ def test_read_eeg_picks_channels_by_name_in_microvolts(tmp_path):
     np.testing.assert_array_equal(recording.data, expected)
 
 
+def test_a_header_start_date_becomes_the_record_start(tmp_path):
+    record_dir = write_record(tmp_path / "src", "training", "tr02-0001", seconds=120.0)
+    header = record_dir / "tr02-0001.hea"
+    lines = header.read_text().split("\n")
+    lines[0] += " 23:10:05 04/03/2021"  # WFDB: base time, base date (dd/mm/yyyy)
+    header.write_text("\n".join(lines))
+    assert _run(tmp_path / "src", tmp_path / "s.zarr") == 0
+    start = SleepStore(tmp_path / "s.zarr").record_start("tr02-0001")
+    assert start == datetime(2021, 3, 4, 23, 10, 5, tzinfo=timezone.utc)
+
+
 def _permute_signals(record_dir: Path, order: list[int]) -> None:
     """Rewrite a record with its 13 signals (data and header lines) in file order ``order``."""
     name = record_dir.name
@@ -329,7 +341,7 @@ def test_rerun_skips_finished_records_and_redoes_changed_ones(cohort, tmp_path, 
     assert set(report.outcomes.values()) == {"skipped"}
 
 
-def test_killed_run_resumes_to_an_identical_store(cohort, tmp_path, monkeypatch):
+def test_killed_run_resumes_to_an_identical_store(cohort, tmp_path, monkeypatch, capsys):
     reference = tmp_path / "reference.zarr"
     assert _run(cohort, reference) == 0
 
@@ -344,8 +356,9 @@ def test_killed_run_resumes_to_an_identical_store(cohort, tmp_path, monkeypatch)
         original_update(self, record_id, entry)
 
     monkeypatch.setattr(Manifest, "update", dying_update)
-    with pytest.raises(KeyboardInterrupt):
-        _run(cohort, resumed)
+    capsys.readouterr()
+    assert _run(cohort, resumed) == 130  # Ctrl-C: one line, the shell's status for SIGINT
+    assert capsys.readouterr().err == "partnd preprocess: killed\n"
     monkeypatch.setattr(Manifest, "update", original_update)
     leftover = resumed / "records" / ".tmp-tr01-0002-deadbeef"
     leftover.mkdir()
