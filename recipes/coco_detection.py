@@ -67,6 +67,7 @@ from partnd.engine.optim import build_optimizer
 from partnd.models import ViTEncoder, create_encoder
 from partnd.models.serialization import encoder_from_spec, encoder_spec, load_encoder
 from partnd.recipes.sleep_report import write_table
+from partnd.recipes.study_directory import run_recipe
 
 __all__ = [
     "AP_KEYS",
@@ -706,6 +707,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     config = _settings(args)
     out: Path = args.out
+    splits = {"train": ["train"], "evaluate": ["val"], "all": ["train", "val"]}[args.stage]
+    for split in splits:  # check the data before anything is written under --out
+        _split_paths(Path(args.root), split)
     settings = {
         "config": config.to_dict(),
         "encoder": None if args.encoder is None else str(args.encoder.expanduser().resolve()),
@@ -744,5 +748,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # one line and an exit status instead of a traceback
+    sys.exit(run_recipe("python -m partnd.recipes.coco_detection", main))

@@ -83,7 +83,7 @@ from partnd.recipes.image_report import (
     scale_table,
     write_table,
 )
-from partnd.recipes.study_directory import add_run_arguments, claim_study_directory
+from partnd.recipes.study_directory import add_run_arguments, claim_study_directory, run_recipe
 
 __all__ = [
     "DATASETS",
@@ -703,5 +703,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # one line and an exit status instead of a traceback
+    sys.exit(run_recipe("python -m partnd.recipes.images", main))

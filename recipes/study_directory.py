@@ -11,15 +11,32 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from partnd._validation import check
+from partnd.cli_errors import OptionNames, run_command
 from partnd.engine.checkpoint import atomic_write_json
 
-__all__ = ["STUDY_MARKER", "add_run_arguments", "claim_study_directory"]
+__all__ = [
+    "RECIPE_OPTIONS",
+    "STUDY_MARKER",
+    "add_run_arguments",
+    "claim_study_directory",
+    "run_recipe",
+]
 
 STUDY_MARKER = "study.json"
+
+RECIPE_OPTIONS = OptionNames({"overwrite": "--overwrite", "device": "--device"})
+"""The API arguments a recipe's messages may name, as its options."""
+
+
+def run_recipe(prog: str, body: Callable[[], int | None]) -> int:
+    """Run a recipe's command ``body``: bad input, a non-finite loss or Ctrl-C end with one line
+    and an exit status (2, 1, 130), not a traceback (see :func:`partnd.cli_errors.run_command`)."""
+    return run_command(prog, RECIPE_OPTIONS, body)
 
 
 def claim_study_directory(out: Path, settings: dict[str, Any], overwrite: bool) -> None:

@@ -538,3 +538,10 @@ def test_recipe_is_skipped_without_pycocotools(
     assert coco_detection.main(["--root", str(tmp_path), "--out", str(tmp_path / "o")]) == 0
     assert "pycocotools" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_recipe_checks_the_coco_root_before_writing_its_run_directory(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(InputError, match="--root: expected a COCO root"):
+        coco_detection.main(["train", "--root", str(tmp_path / "nope"), "--out", str(out)])
+    assert not out.exists()

@@ -45,3 +45,40 @@ def test_overwrite_clears_a_study_but_never_another_folder(tmp_path: Path) -> No
         with pytest.raises(InputError, match="--out"):
             claim_study_directory(other, {"seed": 0}, overwrite=overwrite)
     assert (other / "holiday.jpg").read_text() == "precious"
+
+
+@pytest.mark.slow
+def test_a_recipe_run_as_a_module_ends_with_one_line_not_a_traceback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("not a study")
+    argv = ["--dataset", "cifar100", "--root", str(tmp_path), "--out", str(tmp_path / "out")]
+    done = subprocess.run(
+        [sys.executable, "-m", "partnd.recipes.images", "report", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("python -m partnd.recipes.images: error: --")
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_run_recipe_turns_failures_into_an_exit_status(capsys: pytest.CaptureFixture) -> None:
+    from partnd.recipes.study_directory import run_recipe
+
+    def refused() -> int:
+        raise InputError("device: expected 'cpu', got 'gpu' (pass overwrite=True to clear it)")
+
+    assert run_recipe("recipe", refused) == 2
+    assert capsys.readouterr().err == (
+        "recipe: error: --device: expected 'cpu', got 'gpu' (pass --overwrite to clear it)\n"
+    )
+
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    assert run_recipe("recipe", interrupted) == 130
+    assert capsys.readouterr().err == "recipe: interrupted\n"
