@@ -38,6 +38,7 @@ from partnd.recipes.sleep_report import (
 )
 from partnd.recipes.sleep_staging import DEFAULT_METHODS, add_study_arguments, study_from_args
 from partnd.recipes.sleep_study import SCRATCH_METHODS, CellResult, SleepStudy, available_methods
+from partnd.recipes.study_directory import run_recipe
 
 __all__ = ["COMMANDS", "aggregate", "cell_list", "main", "parse_cell", "run_cells"]
 
@@ -162,5 +163,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # one line and an exit status instead of a traceback
+    sys.exit(run_recipe("python -m partnd.recipes.sample_efficiency", main))

@@ -51,7 +51,7 @@ from partnd.recipes.sleep_study import (
     StudyConfig,
     available_methods,
 )
-from partnd.recipes.study_directory import add_run_arguments
+from partnd.recipes.study_directory import add_run_arguments, run_recipe
 
 __all__ = [
     "DEFAULT_METHODS",
@@ -213,5 +213,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # one line and an exit status instead of a traceback
+    sys.exit(run_recipe("python -m partnd.recipes.sleep_staging", main))
