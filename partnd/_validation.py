@@ -24,7 +24,8 @@ __all__ = [
 ]
 
 _NOT_AFTER = r"(?<![\w/.\-])"  # not inside a word, a path or a file name
-_NOT_BEFORE = r"(?![\w/.\-])"
+_BARE_AFTER = r"(?<![\w/.\-\"'])"  # nor quoted (a state dict key, a value)
+_BARE_BEFORE = r"(?![\w/.\-\"'])"
 
 
 class InputError(ValueError):
@@ -84,7 +85,7 @@ def rename_arguments(message: str, names: Mapping[str, str]) -> str:
     Renamed: the argument before the first ``:`` (``train_dataset[3]: ...``, ``a/b: ...``),
     keyword settings (``overwrite=True`` -> ``--overwrite``, ``resume=False`` -> ``--no-resume``,
     ``num_classes=5`` -> ``--num-classes=5``; for names mapped to options) and bare names with an
-    underscore (``num_classes``). Words inside paths and file names are left alone.
+    underscore (``num_classes``). Words inside paths, file names and quotes are left alone.
 
     Args:
         message: An error message of this library.
@@ -103,7 +104,7 @@ def rename_arguments(message: str, names: Mapping[str, str]) -> str:
             message = re.sub(word + r"=False\b", "--no-" + new[2:], message)
             message = re.sub(word + "=", new + "=", message)
         if "_" in name:
-            message = re.sub(word + _NOT_BEFORE, new, message)
+            message = re.sub(_BARE_AFTER + re.escape(name) + _BARE_BEFORE, new, message)
     return message
 
 

@@ -231,7 +231,8 @@ def _store_selection(args: argparse.Namespace, prefix: str, flag: str) -> dict[s
         from partnd.datasets.splits import SubjectSplit
 
         check(not selection, "--split", "no --subjects/--records as well", str(split))
-        selection["records"] = list(SubjectSplit.load(split).pretrain)
+        with renamed_arguments({"path": "--split"}):
+            selection["records"] = list(SubjectSplit.load(split).pretrain)
     return selection
 
 

@@ -60,21 +60,21 @@ def run_command(prog: str, names: OptionNames, body: Callable[[], int | None]) -
         ``body``'s status, 2 for bad input, 1 for a non-finite loss, ``128 + signal`` when
         interrupted.
     """
-    stream = sys.stderr
+    def say(prefix: str, message: str) -> None:  # one line, whatever the message embeds
+        print(f"{prog}: {prefix}{' '.join(names.translate(message).split())}", file=sys.stderr)
+
     try:
         return int(body() or 0)
     except (InputError, FileNotFoundError, FileExistsError) as error:
-        print(f"{prog}: error: {names.translate(str(error))}", file=stream)
+        say("error: ", str(error))
         return 2
     except FloatingPointError as error:
         from partnd.engine.trainer import NonFiniteLossError
 
         if not isinstance(error, NonFiniteLossError):
             raise
-        print(f"{prog}: error: {names.translate(str(error))}", file=stream)
+        say("error: ", str(error))
         return 1
     except KeyboardInterrupt as error:
-        number = int(getattr(error, "signal_number", signal.SIGINT))
-        detail = names.translate(str(error)) if str(error) else "interrupted"
-        print(f"{prog}: {detail}", file=stream)
-        return 128 + number
+        say("", str(error) or "interrupted")
+        return 128 + int(getattr(error, "signal_number", signal.SIGINT))

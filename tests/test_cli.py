@@ -256,6 +256,12 @@ def test_labels_must_be_integers_at_the_command_line_as_in_the_api(
     text.write_text("not an array")
     assert cli.main(["pretrain", "--data", str(text), "--out", str(tmp_path / "pre")]) == 2
     assert "--data: expected a .npy array file" in capsys.readouterr().err
+    store = tmp_path / "sleep.zarr"
+    write_sleep_store(store)
+    for split in (tmp_path / "missing.json", text):  # no file, not JSON
+        argv = ["pretrain", "--data", str(store), "--split", str(split), "--out", str(tmp_path)]
+        assert cli.main(argv) == 2
+        assert "error: --split: expected a readable split JSON file" in capsys.readouterr().err
     assert not (tmp_path / "ft").exists() and not (tmp_path / "pre").exists()
 
 
@@ -400,3 +406,27 @@ def test_ctrl_c_saves_a_resumable_checkpoint_and_ends_with_one_line(
     resume = ["pretrain", "--data", str(signals), "--out", str(run), "--resume"]
     assert cli.main([*resume, "--max-steps", str(step + 2)]) == 0
     assert load_checkpoint(last)["trainer"]["step"] == step + 2
+
+
+def test_a_message_embedding_a_library_report_stays_one_line(
+    tmp_path: Path, signals: Path, capsys: pytest.CaptureFixture
+) -> None:
+    labels = tmp_path / "y.npy"
+    np.save(labels, np.arange(16) % 2)
+    common = ["--data", str(signals), "--preset", "test", "--patch-size", "20", "--epochs", "1"]
+    argv = ["finetune", *common, "--labels", str(labels), "--num-classes", "2"]
+    assert cli.main([*argv, "--out", str(tmp_path / "ft")]) == 0
+    capsys.readouterr()
+    argv = [
+        "pretrain",
+        *common,
+        "--init-weights",
+        str(tmp_path / "ft"),
+        "--out",
+        str(tmp_path / "p"),
+    ]
+    assert cli.main(argv) == 2  # a classifier's encoder has a position embedding PART has not
+    error = capsys.readouterr().err
+    assert error.startswith("partnd pretrain: error: --init-weights: expected encoder weights")
+    assert len(error.strip().splitlines()) == 1 and '"pos_embed"' in error  # a key, not an option
+    assert not (tmp_path / "p").exists()

@@ -175,10 +175,17 @@ class SubjectSplit:
         """Read a split written by :meth:`save`.
 
         Raises:
-            InputError: The file is not a partnd subject split of a supported version.
+            InputError: The file is missing, not JSON, or not a partnd subject split of a
+                supported version (naming ``path``).
         """
-        with open(path, encoding="utf-8") as file:
-            data = json.load(file)
+        try:
+            with open(path, encoding="utf-8") as file:
+                data = json.load(file)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise InputError(
+                f"path: expected a readable split JSON file (SubjectSplit.save), got {path} "
+                f"({type(error).__name__}: {error})"
+            ) from None
         check(
             isinstance(data, dict)
             and data.get("format") == SPLIT_FORMAT
