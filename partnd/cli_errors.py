@@ -60,6 +60,7 @@ def run_command(prog: str, names: OptionNames, body: Callable[[], int | None]) -
         ``body``'s status, 2 for bad input, 1 for a non-finite loss, ``128 + signal`` when
         interrupted.
     """
+
     def say(prefix: str, message: str) -> None:  # one line, whatever the message embeds
         print(f"{prog}: {prefix}{' '.join(names.translate(message).split())}", file=sys.stderr)
 
