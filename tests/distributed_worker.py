@@ -10,7 +10,8 @@ Every rank trains on the same generated data and writes its final weights to
 item holds a NaN: every rank must stop with an ``InputError`` (none may hang in a collective), and
 writes the message to ``RESULTS/rank{RANK}.error``. With ``heads``, the worker joins the process
 group itself (``pretrain`` reuses it) and pretrains once per ablation head (with scale targets) and
-once per baseline method; it writes ``RESULTS/{name}_rank{RANK}.pt``.
+once per other method (PART across windows reads each item as a segment of 4 windows of 20
+samples); it writes ``RESULTS/{name}_rank{RANK}.pt``.
 """
 
 import os
@@ -26,7 +27,7 @@ from partnd.engine.config import PretrainConfig
 from partnd.pretraining import pretrain
 
 ABLATION_HEADS = ("pairwise_mlp", "mlp")
-METHODS = ("part_grid", "mae", "mp3", "droppos")
+METHODS = ("part_grid", "mae", "mp3", "droppos", "part_windows")
 
 
 def run_heads(data: np.ndarray, out_dir: Path, results: Path, rank: int) -> None:
@@ -40,6 +41,15 @@ def run_heads(data: np.ndarray, out_dir: Path, results: Path, rank: int) -> None
         }
         runs.update({method: {"method": method} for method in METHODS})
         runs["droppos"]["mask_ratio"] = 0.5  # 4 tiles of 80 samples: keep 2
+        runs["part_windows"].update(  # anchored: 2 of 3 windows per segment hidden
+            window_samples=20,
+            segment_windows=4,
+            num_windows=3,
+            patch_size=10,
+            temporal_encoder="temporal_test",
+            pos_embed=True,
+            pos_mask_ratio=0.5,
+        )
         for name, settings in runs.items():
             config = PretrainConfig.preset(
                 "test", patch_size=20, num_patches=3, num_pairs=6, epochs=1, batch_size=4

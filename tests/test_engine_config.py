@@ -40,6 +40,7 @@ def test_image_presets() -> None:
     assert test.encoder == "vit_test" and test.precision == "fp32" and not test.progress
     assert set(PretrainConfig.list_presets()) == {
         "eeg_sleep",
+        "eeg_sleep_windows",
         "images_cifar",
         "images_imagenet",
         "images_small",

@@ -1,11 +1,12 @@
 """One contract for every registered pretraining objective, plus each baseline's pinned details.
 
 The shared contract (parametrised over :func:`partnd.objectives.list_objectives`): outputs for
-ndim 1, 2, 3; every parameter gets a gradient in one step (DDP runs without
-``find_unused_parameters``); same generator seed, same loss; float32 loss under bf16 autocast; no
-host synchronisation in ``forward``; and a short run on data whose content reveals position beats
-the objective's content-free floor. Then, per baseline, masks, targets and labels pinned on small
-hand-checked cases (MAE, MP3, DropPos).
+ndim 1, 2, 3 (1 only for PART across windows, whose items are 1-D segments of whole windows);
+every parameter gets a gradient in one step (DDP runs without ``find_unused_parameters``); same
+generator seed, same loss; float32 loss under bf16 autocast; no host synchronisation in
+``forward``; a short run on data whose content reveals position beats the objective's
+content-free floor; and an interrupted ``pretrain`` resumes to the same weights. Then, per
+baseline, masks, targets and labels pinned on small hand-checked cases (MAE, MP3, DropPos).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch.nn.functional as F
 
 from partnd.data import SignalSpec
 from partnd.engine.config import PretrainConfig
+from partnd.models.sequence import HierarchicalEncoder
 from partnd.models.vit import ViTEncoder
 from partnd.objectives import (
     DropPosModel,
@@ -36,6 +38,34 @@ from partnd.pretraining import pretrain
 METHODS = list_objectives()
 BASELINES = ["mae", "mp3", "droppos"]
 SHAPES = {1: (32,), 2: (16, 12), 3: (8, 8, 8)}
+#: Objectives over 1-D segments of whole windows (PART across windows): they read ndim 1 only,
+#: and learn from content that survives each window's own normalisation.
+WINDOW_METHODS = ("part_windows",)
+
+
+def method_settings(method: str, spatial: tuple[int, ...]) -> dict[str, object]:
+    """Settings beyond the ``test`` preset: PART across windows cuts a 1-D item into a segment
+    of 4 whole windows (3 drawn per segment, anchored with half of them hidden, tiles of 4)."""
+    if method not in WINDOW_METHODS:
+        return {}
+    return {
+        "window_samples": spatial[0] // 4,
+        "segment_windows": 4,
+        "num_windows": 3,
+        "temporal_encoder": "temporal_test",
+        "pos_embed": True,
+        "pos_mask_ratio": 0.5,
+    }
+
+
+def method_ndims(ndims: tuple[int, ...]) -> list[tuple[str, int]]:
+    """(method, ndim) pairs for every method and each of ``ndims`` it reads."""
+    return [(m, n) for m in METHODS for n in ndims if n == 1 or m not in WINDOW_METHODS]
+
+
+def widest_shape(method: str) -> tuple[int, ...]:
+    """The test shape of the highest ndim ``method`` reads."""
+    return SHAPES[1 if method in WINDOW_METHODS else 3]
 
 
 @pytest.fixture(autouse=True)
@@ -49,7 +79,8 @@ def _one_thread():
 
 
 def build(method: str, spatial: tuple[int, ...], in_chans: int = 2, **overrides: object):
-    config = PretrainConfig.preset("test", method=method, patch_size=4, **overrides)
+    settings = {**method_settings(method, spatial), **overrides}
+    config = PretrainConfig.preset("test", method=method, patch_size=4, **settings)
     return build_objective(config, SignalSpec(in_chans, spatial))
 
 
@@ -64,6 +95,17 @@ def position_signal(batch: int, generator: torch.Generator, length: int = 64) ->
     offset = (torch.rand(batch, 1, 1, generator=generator) - 0.5) * 0.2
     noise = 0.01 * torch.randn(batch, 1, length, generator=generator)
     return 2 * t + 0.5 * torch.sin(2 * math.pi * 3 * t) + offset + noise
+
+
+def position_chirp(batch: int, generator: torch.Generator, length: int = 64) -> torch.Tensor:
+    """[B, 1, L]: a chirp (0.02 to 0.25 cycles per sample) with a random phase plus noise: the
+    frequency of a whole window reveals where it lies even after its own normalisation (which
+    removes position_signal's ramp)."""
+    t = torch.arange(length, dtype=torch.float32)
+    phase = 2 * math.pi * (0.02 * t + 0.23 * t.square() / (2 * length))
+    shift = 2 * math.pi * torch.rand(batch, 1, 1, generator=generator)
+    noise = 0.05 * torch.randn(batch, 1, length, generator=generator)
+    return torch.sin(phase + shift) + noise
 
 
 def position_field(batch: int, generator: torch.Generator) -> torch.Tensor:
@@ -81,14 +123,14 @@ def position_field(batch: int, generator: torch.Generator) -> torch.Tensor:
 
 
 def test_registry_lists_the_paper_baselines() -> None:
-    assert {"part", "part_grid", "mae", "mp3", "droppos"} <= set(METHODS)
+    assert {"part", "part_grid", "mae", "mp3", "droppos", "part_windows"} <= set(METHODS)
 
 
-@pytest.mark.parametrize("ndim", [1, 2, 3])
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize(("method", "ndim"), method_ndims((1, 2, 3)))
 def test_outputs_and_every_parameter_gets_a_gradient(method: str, ndim: int) -> None:
     model = build(method, SHAPES[ndim])
-    assert isinstance(model, Objective) and isinstance(model.encoder, ViTEncoder)
+    assert isinstance(model, Objective)
+    assert isinstance(model.encoder, ViTEncoder | HierarchicalEncoder)
     assert model.encoder.ndim == ndim
     out = model(torch.randn(3, 2, *SHAPES[ndim]), generator=seeded())
     assert out.loss.dim() == 0 and out.loss.dtype == torch.float32
@@ -105,10 +147,10 @@ def test_outputs_and_every_parameter_gets_a_gradient(method: str, ndim: int) -> 
 @pytest.mark.parametrize("method", METHODS)
 def test_same_seed_same_loss_other_seed_other_loss(method: str) -> None:
     torch.manual_seed(3)
-    first = build(method, SHAPES[2])
+    first = build(method, widest_shape(method))
     torch.manual_seed(3)
-    second = build(method, SHAPES[2])
-    x = torch.randn(4, 2, *SHAPES[2])
+    second = build(method, widest_shape(method))
+    x = torch.randn(4, 2, *widest_shape(method))
     loss = first(x, generator=seeded(7)).loss
     assert torch.equal(loss, first(x, generator=seeded(7)).loss)
     assert torch.equal(loss, second(x, generator=seeded(7)).loss)
@@ -126,16 +168,15 @@ def test_bf16_autocast_gives_a_float32_loss(method: str) -> None:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_forward_reads_nothing_back_to_the_host(method: str, host_syncs) -> None:
-    model = build(method, SHAPES[2])
-    x = torch.randn(3, 2, *SHAPES[2])
+    model = build(method, widest_shape(method))
+    x = torch.randn(3, 2, *widest_shape(method))
     generator = seeded()
     with host_syncs:
         model(x, generator=generator)
     assert host_syncs.calls == []
 
 
-@pytest.mark.parametrize("ndim", [1, 2])
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize(("method", "ndim"), method_ndims((1, 2)))
 def test_short_run_beats_the_content_free_floor(method: str, ndim: int) -> None:
     torch.manual_seed(0)
     spatial = (64,) if ndim == 1 else (16, 16)
@@ -143,8 +184,9 @@ def test_short_run_beats_the_content_free_floor(method: str, ndim: int) -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     data, masks = seeded(1), seeded(2)
     history: list[dict[str, float]] = []
+    signal = position_chirp if method in WINDOW_METHODS else position_signal
     for _ in range(120):
-        x = position_signal(32, data) if ndim == 1 else position_field(32, data)
+        x = signal(32, data) if ndim == 1 else position_field(32, data)
         out = model(x, generator=masks)
         optimizer.zero_grad()
         out.loss.backward()

@@ -13,6 +13,8 @@ floors) and runs under the same engine (bf16, EMA, resume, DDP, logs).
 | ``mae`` | :mod:`~partnd.objectives.mae` | the values of masked on-grid patches (MAE) |
 | ``mp3`` | :mod:`~partnd.objectives.mp3` | each patch's slot, without position embedding |
 | ``droppos`` | :mod:`~partnd.objectives.droppos` | the slots of tokens whose position was dropped |
+| ``part_windows`` | :mod:`~partnd.objectives.part_windows` | shifts between whole windows of a |
+|  |  | segment of consecutive windows (PART across windows) |
 
 Defaults, sources and differences from the original methods: ``docs/baselines.md``.
 
@@ -37,6 +39,7 @@ from partnd.objectives.droppos import DropPosModel, DropPosOutput, build_droppos
 from partnd.objectives.mae import MAEModel, MAEOutput, build_mae
 from partnd.objectives.mp3 import MP3Model, MP3Output, build_mp3
 from partnd.objectives.part import PARTModel, PARTOutput, PatchSampler
+from partnd.objectives.part_windows import CrossWindowPART, build_part_windows
 from partnd.objectives.registry import (
     ObjectiveSpec,
     list_objectives,
@@ -46,6 +49,7 @@ from partnd.objectives.registry import (
 from partnd.sampling import GridSampler, OffGridSampler
 
 __all__ = [
+    "CrossWindowPART",
     "DropPosModel",
     "DropPosOutput",
     "GridObjective",
@@ -64,6 +68,7 @@ __all__ = [
     "build_mae",
     "build_mp3",
     "build_objective",
+    "build_part_windows",
     "list_objectives",
     "register_objective",
 ]
@@ -148,6 +153,12 @@ register_objective(
     "droppos",
     build_droppos,
     "DropPos: classify the slots of patches whose position embedding was dropped",
+)
+register_objective(
+    "part_windows",
+    build_part_windows,
+    "PART across windows: relative shifts between whole windows drawn off-grid from segments of "
+    "consecutive windows (window ViT + temporal ViT)",
 )
 
 

@@ -1,0 +1,210 @@
+"""PART across windows: relative time shifts between whole windows of a longer segment.
+
+Within a 30 s window a 1 s patch's content does not say where it sits (``docs/part.md``), but the
+night has structure at the scale of tens of minutes: the sleep cycle. PART across windows applies
+PART one level up, as the paper describes its EEG pretext ("relative time shifts between
+randomly-sampled, unequally-spaced windows from longer sequences"). One step, for a batch of
+segments ``x: [B, C, S*T]`` (``S`` consecutive windows of ``T`` samples of one record,
+:class:`~partnd.datasets.segments.SleepSegmentDataset`):
+
+1. :class:`~partnd.sampling.OffGridSampler` draws ``N`` windows of ``T`` samples at random integer
+   starts inside each segment (exact slices; off the stored 30 s grid);
+2. every drawn window is instance-normalised (:func:`~partnd.datasets.sleep_windows.
+   instance_normalize`, what fine-tuning windows get), so its amplitude says nothing the
+   fine-tuned model will not see;
+3. the :class:`~partnd.models.sequence.HierarchicalEncoder` embeds each window with the window
+   ViT (1 s tiles, its [CLS] token) and mixes the ``N`` embeddings with the temporal ViT;
+4. the relative head predicts, for ``num_pairs`` (reference, target) pairs, the shift
+   ``Δt = (c_tgt - c_ref) / T`` in window lengths; the loss is the mean squared error.
+
+**Anchored** (``pos_embed=True``, the default of the ``eeg_sleep_windows`` preset): the temporal
+encoder has a slot position embedding over the segment's ``S`` slots (slot = stored window holding
+a drawn window's centre); per segment ``pos_mask_ratio`` of the drawn windows get the mask
+embedding, the others are anchors whose slot is visible. Loss and diagnostics use the pairs whose
+target is hidden, and the diagnostics' floor is the content-free predictor that knows every
+visible slot (:class:`~partnd.objectives.part.PARTModel` does all of this for any encoder with a
+slot and a mask embedding). A hidden window can only be placed from its content, relative to the
+anchors: "this looks like the deep sleep 20 minutes after that anchor". **Plain**
+(``pos_embed=False``): no temporal position embedding, every pair counts, the floor is the best
+constant.
+
+The pretrained window encoder alone initialises a single-window classifier; with the temporal
+encoder it initialises a :class:`~partnd.models.sequence.SequenceClassifier`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import cast
+
+import torch
+from torch import Tensor, nn
+
+from partnd._validation import check
+from partnd.data import SignalSpec
+from partnd.engine.config import PretrainConfig
+from partnd.models.heads import build_head
+from partnd.models.sequence import TEMPORAL_PRESETS, HierarchicalEncoder, create_temporal_encoder
+from partnd.models.vit import ViTEncoder
+from partnd.objectives.base import build_encoder
+from partnd.objectives.part import PARTModel
+from partnd.sampling import OffGridSampler, PatchBatch
+
+__all__ = ["CrossWindowPART", "build_part_windows"]
+
+_TEMPORAL_OVERRIDES = frozenset({"embed_dim", "depth", "num_heads", "mlp_ratio", "drop_path_rate"})
+
+
+class CrossWindowPART(PARTModel):
+    """PART over whole windows drawn off-grid from segments of consecutive windows.
+
+    Args:
+        encoder: A :class:`HierarchicalEncoder`; with a temporal slot position embedding (and a
+            mask embedding) the model is anchored, and that embedding must have
+            ``segment_windows`` slots.
+        head: A relative head with ``out_dim=1`` and the temporal encoder's width.
+        segment_windows: Windows S per segment; inputs are ``[B, C, S * T]``.
+        num_windows: Windows N drawn per segment.
+        num_pairs: (reference, target) pairs K per segment.
+        shared_pairs: Plain mode: one set of pairs for the batch (anchored mode draws per
+            segment).
+
+    ``self.encoder`` is the hierarchical encoder (typed as PART's encoder interface);
+    :attr:`hierarchical` gives it with its own type.
+    """
+
+    def __init__(
+        self,
+        encoder: HierarchicalEncoder,
+        head: nn.Module,
+        *,
+        segment_windows: int,
+        num_windows: int,
+        num_pairs: int,
+        shared_pairs: bool = True,
+    ) -> None:
+        check(
+            isinstance(encoder, HierarchicalEncoder),
+            "encoder",
+            "a HierarchicalEncoder (window encoder + temporal encoder)",
+            type(encoder).__name__,
+        )
+        check(segment_windows >= 2, "segment_windows", "an int >= 2", repr(segment_windows))
+        check(num_windows >= 2, "num_windows", "an int >= 2", repr(num_windows))
+        check(
+            encoder.pos_embed is None or encoder.num_positions == segment_windows,
+            "encoder",
+            f"a temporal position embedding of segment_windows={segment_windows} slots",
+            f"{encoder.num_positions} slots",
+        )
+        sampler = OffGridSampler(1, encoder.window_samples, num_windows, integer_boxes=True)
+        # HierarchicalEncoder has the encoder interface PART uses, one level up.
+        super().__init__(
+            cast(ViTEncoder, encoder),
+            head,
+            sampler,
+            num_pairs=num_pairs,
+            shared_pairs=shared_pairs,
+        )
+        self.segment_windows = int(segment_windows)
+        self.num_windows = int(num_windows)
+
+    @property
+    def hierarchical(self) -> HierarchicalEncoder:
+        """The window encoder and the temporal encoder."""
+        return cast(HierarchicalEncoder, self.encoder)
+
+    def sample(self, x: Tensor, generator: torch.Generator | None = None) -> PatchBatch:
+        """Draw ``N`` windows per segment and instance-normalise each (no gradient).
+
+        Args:
+            x: [B, C, S * T] segments of raw (not per-window normalised) values.
+            generator: Random source of the window starts.
+
+        Returns:
+            A :class:`~partnd.sampling.PatchBatch` with ``patches: [B, N, C, T]`` normalised
+            per window and channel, centres and sizes in samples, ``grid_index`` the slot of
+            each window's centre.
+        """
+        from partnd.datasets.sleep_windows import instance_normalize  # the reader pulls zarr
+
+        hierarchical = self.hierarchical
+        length = self.segment_windows * hierarchical.window_samples
+        check(
+            x.dim() == 3 and x.shape[1] == hierarchical.in_chans and x.shape[2] == length,
+            "x",
+            f"segments [B, {hierarchical.in_chans}, {length}] ({self.segment_windows} windows "
+            f"of {hierarchical.window_samples} samples)",
+            x,
+        )
+        windows = super().sample(x, generator)
+        with torch.no_grad():
+            return dataclasses.replace(windows, patches=instance_normalize(windows.patches))
+
+    def extra_repr(self) -> str:
+        return (
+            f"segment_windows={self.segment_windows}, num_windows={self.num_windows}, "
+            + super().extra_repr()
+        )
+
+
+def build_part_windows(config: PretrainConfig, spec: SignalSpec) -> CrossWindowPART:
+    """PART across windows for segments ``[C, segment_windows * window_samples]``.
+
+    The window encoder is ``config.encoder`` (with ``encoder_overrides``, tiles of
+    ``patch_size``) on windows of ``window_samples``, pooled by ``window_pool``; the temporal
+    encoder is ``config.temporal_encoder`` (with ``temporal_overrides``), with
+    ``segment_windows`` slots and ``pos_mask_ratio`` hidden when ``pos_embed`` (anchored).
+    """
+    length = config.segment_windows * config.window_samples
+    check(
+        spec.ndim == 1 and spec.spatial_shape[0] == length,
+        "dataset",
+        f"segments [C, {length}] (segment_windows={config.segment_windows} x "
+        f"window_samples={config.window_samples}; see partnd.datasets.SleepSegmentDataset)",
+        f"items of shape {spec.item_shape}",
+    )
+    check(
+        config.scale_range is None and config.pair_radius is None,
+        "PretrainConfig.scale_range",
+        "None, and pair_radius None, for part_windows (whole windows of fixed length)",
+        f"scale_range={config.scale_range}, pair_radius={config.pair_radius}",
+    )
+    check(
+        config.temporal_encoder in TEMPORAL_PRESETS,
+        "PretrainConfig.temporal_encoder",
+        f"one of {sorted(TEMPORAL_PRESETS)}",
+        repr(config.temporal_encoder),
+    )
+    unknown = sorted(set(config.temporal_overrides) - _TEMPORAL_OVERRIDES)
+    check(
+        not unknown,
+        "PretrainConfig.temporal_overrides",
+        f"keys among {sorted(_TEMPORAL_OVERRIDES)}",
+        f"unknown key(s) {unknown}",
+    )
+    window = build_encoder(config, SignalSpec(spec.in_chans, (config.window_samples,)))
+    window.reset_classifier(0, config.window_pool)
+    temporal = create_temporal_encoder(
+        window.embed_dim,
+        config.temporal_encoder,
+        num_positions=config.segment_windows if config.pos_embed else None,
+        pos_mask_ratio=config.pos_mask_ratio if config.pos_embed else 0.0,
+        **config.temporal_overrides,
+    )
+    encoder = HierarchicalEncoder(window, temporal, config.window_samples)
+    head = build_head(
+        config.head,
+        embed_dim=encoder.embed_dim,
+        out_dim=1,
+        num_patches=config.num_windows,
+        **config.head_overrides,
+    )
+    return CrossWindowPART(
+        encoder,
+        head,
+        segment_windows=config.segment_windows,
+        num_windows=config.num_windows,
+        num_pairs=config.num_pairs,
+        shared_pairs=config.shared_pairs,
+    )
