@@ -13,12 +13,17 @@ Example:
 
 The run directory holds ``config.json``, ``meta.json``, ``metrics.jsonl``/``metrics.csv``
 (loss, pretext diagnostics next to their content-free floors, optional kNN monitor), ``tb/``,
-``checkpoints/`` and ``encoder.pt`` (reload with :func:`load_encoder`).
+``checkpoints/`` and ``encoder.pt`` (reload with :func:`load_encoder`). PART across windows
+(``method="part_windows"``) trains a window encoder and a temporal encoder on segments of
+consecutive windows: ``encoder.pt`` is then the window encoder (every single-window tool reads
+it) and ``temporal_encoder.pt`` the temporal one (reload both with
+:func:`~partnd.models.serialization.load_hierarchical_encoder`).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -40,8 +45,9 @@ from partnd.models.serialization import (
     encoder_state_from,
     load_encoder,
     save_encoder,
+    save_hierarchical_encoder,
 )
-from partnd.objectives import Objective, build_objective
+from partnd.objectives import CrossWindowPART, Objective, build_objective
 
 __all__ = [
     "ObjectiveTask",
@@ -57,7 +63,8 @@ class PretrainResult:
     """Outcome of :func:`pretrain`.
 
     Attributes:
-        encoder: The pretrained encoder on the CPU in eval mode (EMA weights when EMA is on).
+        encoder: The pretrained encoder on the CPU in eval mode (EMA weights when EMA is on);
+            for PART across windows the window encoder.
         model: The whole objective module (encoder plus head/decoder/sampler) it belongs to.
         history: Logged records (``phase`` "train" per ``log_every_steps``, "epoch" per epoch,
             "val" for the kNN monitor), each with ``loss``, ``lr`` and the objective's
@@ -65,6 +72,8 @@ class PretrainResult:
             ``euclid``/``euclid_floor``).
         run_dir: The run directory.
         config: The resolved configuration.
+        temporal_encoder: PART across windows: the temporal encoder over window embeddings (CPU,
+            eval mode, EMA weights when EMA is on); ``None`` for the other methods.
     """
 
     encoder: ViTEncoder
@@ -72,6 +81,7 @@ class PretrainResult:
     history: list[dict[str, Any]]
     run_dir: Path
     config: PretrainConfig
+    temporal_encoder: ViTEncoder | None = None
 
 
 class ObjectiveTask:
@@ -115,7 +125,10 @@ def pretrain(
             element is one (labels are ignored), or an array/tensor ``[N, C, *spatial]`` (numpy
             memory maps work). ``ndim = len(spatial)`` and ``in_chans = C`` are inferred. Values
             are used as given (normalise them first; the sleep store's datasets instance-normalise
-            by default).
+            by default). For ``method="part_windows"``: segments ``[C, S * T]`` of raw values (a
+            :class:`~partnd.datasets.segments.SleepSegmentDataset` or an array
+            ``[N, C, S * T]``); a store path, a ``SleepWindowDataset`` or an ``InMemoryWindows``
+            is read as segments of ``config.segment_windows`` windows of the same records.
         out_dir: Run directory; must be new or empty unless ``overwrite`` or ``resume``.
         config: Configuration (default :class:`PretrainConfig`; on resume, the stored one).
         resume: Continue the interrupted run in ``out_dir`` from ``checkpoints/last.pt``; the
@@ -140,14 +153,23 @@ def pretrain(
         PretrainConfig, config, overrides, out_dir=out_dir, resume=resume, overwrite=overwrite
     ) as session:
         config = session.config
+        if config.method == "part_windows":
+            from partnd.datasets.segments import as_segment_dataset  # the store reader pulls zarr
+
+            dataset = as_segment_dataset(dataset, config.segment_windows, config.window_samples)
         train_set, spec = as_signal_dataset(
             dataset, expected=None if initial is None else initial[1], same_shape=False
         )
         torch.manual_seed(config.seed)
         model = build_objective(config, spec)
+        windows = model if isinstance(model, CrossWindowPART) else None
+        encoder = model.encoder if windows is None else windows.hierarchical.window
+        info = train_set.info
+        if windows is not None:  # the window encoder's signal: one window, not a segment
+            info = dataclasses.replace(info, spatial_shape=(config.window_samples,))
         if initial is not None:
-            _load_initial_weights(model.encoder, initial[0], init_weights)
-        model.encoder.signal_info = train_set.info
+            _load_initial_weights(encoder, initial[0], init_weights)
+        encoder.signal_info = info
         data_shape = {"in_chans": spec.in_chans, "spatial_shape": list(spec.spatial_shape)}
         trainer = Trainer(
             model,
@@ -159,8 +181,9 @@ def pretrain(
             evaluate=monitor,
             checkpoint_extra={
                 "data": data_shape,
-                "encoder": encoder_spec(model.encoder),
-                "signal": train_set.info.to_dict(),
+                "encoder": encoder_spec(encoder),
+                **({} if windows is None else {"encoder_prefix": "encoder.window."}),
+                "signal": info.to_dict(),
             },
         )
         session.start(
@@ -169,13 +192,21 @@ def pretrain(
         )
         history = trainer.fit(resume_from=session.resume_from)
         final_model = cast(Objective, copy.deepcopy(trainer.eval_model)).cpu().eval()
+        final_encoder, temporal = final_model.encoder, None
+        if isinstance(final_model, CrossWindowPART):
+            final_encoder = final_model.hierarchical.window
+            temporal = final_model.hierarchical.temporal
         if session.context.is_main:
-            save_encoder(final_model.encoder, session.run_dir.root / ENCODER_FILE)
+            if isinstance(final_model, CrossWindowPART):
+                save_hierarchical_encoder(final_model.hierarchical, session.run_dir.root)
+            else:
+                save_encoder(final_encoder, session.run_dir.root / ENCODER_FILE)
         session.context.barrier()
     return PretrainResult(
-        encoder=final_model.encoder,
+        encoder=final_encoder,
         model=final_model,
         history=history,
         run_dir=session.run_dir.root,
         config=config,
+        temporal_encoder=temporal,
     )

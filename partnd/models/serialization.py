@@ -301,12 +301,13 @@ def load_hierarchical_encoder(path: str | Path) -> HierarchicalEncoder:
     resolved = Path(path)
     directory = resolved if resolved.is_dir() else resolved.parent
     temporal_file, window_file = directory / TEMPORAL_ENCODER_FILE, directory / ENCODER_FILE
+    missing = [file.name for file in (temporal_file, window_file) if not file.is_file()]
     check(
-        temporal_file.is_file() and window_file.is_file(),
+        not missing,
         "path",
         f"a run directory of method 'part_windows' holding {TEMPORAL_ENCODER_FILE} and "
         f"{ENCODER_FILE}, or its {TEMPORAL_ENCODER_FILE}",
-        f"{path} (missing {TEMPORAL_ENCODER_FILE if not temporal_file.is_file() else ENCODER_FILE})",
+        f"{path} (missing {', '.join(missing)})",
     )
     payload = load_checkpoint(temporal_file, "path")
     check(

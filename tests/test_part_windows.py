@@ -1,0 +1,242 @@
+"""PART across windows: sampling and normalisation of whole windows, the floor on white noise,
+learning from planted cross-window structure, pretraining from a store, the two saved encoders."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from partnd._validation import InputError
+from partnd.data import SignalSpec
+from partnd.datasets.segments import SleepSegmentDataset
+from partnd.datasets.sleep_windows import SleepWindowDataset, instance_normalize
+from partnd.datasets.store import create_store, write_record
+from partnd.engine.config import PretrainConfig
+from partnd.models.sequence import HierarchicalEncoder
+from partnd.models.serialization import load_encoder, load_hierarchical_encoder
+from partnd.objectives import CrossWindowPART, build_objective
+from partnd.pretraining import pretrain
+
+WINDOW, SEGMENT = 40, 8  # windows of 40 samples (4 tiles of 10), segments of 8 windows
+CHANNELS = ["C3-M2", "C4-M1"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models: one intra-op thread is as fast and does not fight other processes."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def config(**overrides: object) -> PretrainConfig:
+    settings = {
+        "method": "part_windows",
+        "patch_size": 10,
+        "window_samples": WINDOW,
+        "segment_windows": SEGMENT,
+        "num_windows": 6,
+        "num_pairs": 32,
+        "temporal_encoder": "temporal_test",
+        "pos_embed": True,
+        "pos_mask_ratio": 0.5,
+    }
+    return PretrainConfig.preset("test", **{**settings, **overrides})
+
+
+def build(in_chans: int = 1, **overrides: object) -> CrossWindowPART:
+    model = build_objective(config(**overrides), SignalSpec(in_chans, (SEGMENT * WINDOW,)))
+    assert isinstance(model, CrossWindowPART)
+    return model
+
+
+def white_noise(batch: int, generator: torch.Generator) -> torch.Tensor:
+    return torch.randn(batch, 1, SEGMENT * WINDOW, generator=generator)
+
+
+def drifting_rhythm(batch: int, generator: torch.Generator) -> torch.Tensor:
+    """[B, 1, S*T]: a rhythm whose frequency drifts slowly over the segment (from a random start,
+    0.05 to 0.12 cycles per sample, rising by 0.2 across the segment), random amplitude and
+    phase, plus noise: a window's frequency says where it sits relative to the others, and its
+    own normalisation keeps that."""
+    t = torch.arange(SEGMENT * WINDOW, dtype=torch.float32)
+    start = 0.05 + 0.07 * torch.rand(batch, 1, 1, generator=generator)
+    frequency = start + 0.2 * t / (2 * SEGMENT * WINDOW)
+    phase = 2 * torch.pi * (frequency * t + torch.rand(batch, 1, 1, generator=generator))
+    amplitude = 1 + 4 * torch.rand(batch, 1, 1, generator=generator)
+    noise = 0.2 * torch.randn(batch, 1, SEGMENT * WINDOW, generator=generator)
+    return amplitude * torch.sin(phase) + noise
+
+
+def train(make_batch: Callable[[int, torch.Generator], torch.Tensor], **overrides: object) -> float:
+    """Mean nmse (against the objective's content-free floor) over the last 30 of 150 steps."""
+    torch.manual_seed(0)
+    model = build(**overrides)
+    generator = torch.Generator().manual_seed(0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
+    nmse = []
+    for _ in range(150):
+        out = model(make_batch(16, generator), generator=generator)
+        optimizer.zero_grad()
+        out.loss.backward()
+        optimizer.step()
+        nmse.append(float(out.metrics["nmse"]))
+    return sum(nmse[-30:]) / 30
+
+
+def test_windows_are_normalised_exact_slices_placed_on_the_segment_slots() -> None:
+    model = build(in_chans=2)
+    x = 50.0 * torch.randn(3, 2, SEGMENT * WINDOW) + 7.0
+    windows = model.sample(x, torch.Generator().manual_seed(1))
+    assert windows.patches.shape == (3, 6, 2, WINDOW)
+    starts = windows.starts[..., 0]
+    assert torch.equal(starts, starts.round())  # integer (off-grid) starts
+    assert bool((starts % WINDOW != 0).any())
+    for b in range(3):
+        for n in range(6):
+            start = int(starts[b, n])
+            expected = instance_normalize(x[b, :, start : start + WINDOW])
+            torch.testing.assert_close(windows.patches[b, n], expected)
+    slots = torch.div(windows.centers[..., 0], WINDOW, rounding_mode="floor").long()
+    assert torch.equal(windows.grid_index, slots)
+    out = model(x, generator=torch.Generator().manual_seed(1))
+    assert bool(out.patches.grid_index.lt(SEGMENT).all())
+    assert out.pred.shape == (3, 32, 1)  # per-segment pairs, Δt in window lengths
+    hidden = model.hierarchical.temporal.pos_mask_ratio
+    assert hidden == 0.5 and model.anchored
+
+
+def test_the_objective_checks_its_inputs() -> None:
+    model = build()
+    with pytest.raises(InputError, match=r"x: expected segments \[B, 1, 320\]"):
+        model(torch.randn(2, 1, SEGMENT * WINDOW + 1))
+    spec = SignalSpec(1, (7 * WINDOW,))
+    with pytest.raises(InputError, match="segment_windows=8 x window_samples=40"):
+        build_objective(config(), spec)
+    with pytest.raises(InputError, match="temporal_overrides"):
+        build(temporal_overrides={"width": 8})
+    with pytest.raises(InputError, match="temporal_encoder"):
+        build(temporal_encoder="temporal_huge")
+    with pytest.raises(InputError, match="pair_radius"):
+        build(pair_radius=1.0)
+    with pytest.raises(InputError, match="num_windows"):
+        config(num_windows=1)
+
+
+def test_plain_mode_has_no_temporal_position_embedding() -> None:
+    model = build(pos_embed=False)
+    assert not model.anchored and model.hierarchical.pos_embed is None
+    assert model.hierarchical.window.pos_embed is not None  # tiles keep their place in a window
+    out = model(torch.randn(4, 1, SEGMENT * WINDOW), torch.Generator().manual_seed(0))
+    assert out.ref.shape == (32,)  # pairs shared by the batch, any pair counts
+
+
+def test_on_white_noise_the_anchored_objective_stays_at_its_floor() -> None:
+    """Nothing in noise says where a window sits: the hidden windows' shifts cannot be predicted
+    better than by the predictor that knows the anchors' slots (overlapping windows share samples,
+    but a small model does not learn to match waveforms across windows in this budget)."""
+    assert train(white_noise) > 0.85
+
+
+@pytest.mark.parametrize("anchored", [True, False], ids=["anchored", "plain"])
+def test_planted_cross_window_structure_falls_below_the_floor(anchored: bool) -> None:
+    assert train(drifting_rhythm, pos_embed=anchored) < 0.6
+
+
+# --------------------------------------------------------------------------------------------
+# pretrain: from a store, the saved encoders
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two records at 1 Hz with 40 s windows (40 samples), one with a gap, one unlabelled."""
+    path = tmp_path_factory.mktemp("part_windows") / "store.zarr"
+    create_store(path, sfreq=1.0, channels=CHANNELS, window_seconds=40.0, metadata={})
+    rng = np.random.default_rng(0)
+    for record_id, subject, split, slots in [
+        ("tr01", "s1", "training", [*range(12), *range(13, 23)]),
+        ("te01", "s2", "test", list(range(14))),
+    ]:
+        signal = rng.standard_normal((len(slots), 2, WINDOW)).astype(np.float32) * 20
+        stage = np.full(len(slots), 2 if split == "training" else -1, dtype=np.int8)
+        write_record(
+            path,
+            record_id,
+            signal,
+            stage,
+            40.0 * np.asarray(slots, dtype=np.float64),
+            attrs={"subject_id": subject, "split": split},
+            chunk_windows=8,
+        )
+    return path
+
+
+def test_pretrain_saves_the_window_and_the_temporal_encoder(store: Path, tmp_path: Path) -> None:
+    segments = SleepSegmentDataset(store, segment_windows=SEGMENT)
+    settings = config(ema_decay=0.9, epochs=1, batch_size=4)
+    result = pretrain(segments, out_dir=tmp_path, config=settings)
+    assert isinstance(result.model, CrossWindowPART)
+    assert result.temporal_encoder is result.model.hierarchical.temporal
+    assert result.encoder is result.model.hierarchical.window
+    info = result.encoder.signal_info
+    assert info is not None
+    assert info.spatial_shape == (WINDOW,) and info.ch_names == tuple(CHANNELS)
+    assert info.sfreq == 1.0
+    # encoder.pt is the window encoder, for every single-window tool
+    window = load_encoder(tmp_path)
+    assert window.signal_info == info and window.num_positions == WINDOW // 10
+    for name, value in result.encoder.state_dict().items():
+        assert torch.equal(value, window.state_dict()[name]), name
+    # both encoders round-trip, with the temporal slot and mask embeddings
+    loaded = load_hierarchical_encoder(tmp_path)
+    assert isinstance(loaded, HierarchicalEncoder) and not loaded.training
+    assert loaded.window_samples == WINDOW and loaded.num_positions == SEGMENT
+    assert loaded.pos_mask_ratio == 0.5 and loaded.pos_mask_token is not None
+    expected = result.model.hierarchical.state_dict()
+    assert loaded.state_dict().keys() == expected.keys()
+    for name, value in expected.items():
+        assert torch.equal(value, loaded.state_dict()[name]), name
+    again = load_hierarchical_encoder(tmp_path / "temporal_encoder.pt")
+    torch.testing.assert_close(again.state_dict(), expected)
+    # the window encoder of an interrupted run is read from its checkpoint (EMA weights)
+    from_checkpoint = load_encoder(tmp_path / "checkpoints" / "last.pt")
+    for name, value in window.state_dict().items():
+        assert torch.equal(value, from_checkpoint.state_dict()[name]), name
+    with pytest.raises(InputError, match=r"temporal_encoder\.pt"):
+        load_hierarchical_encoder(tmp_path / "checkpoints")
+
+
+def test_pretrain_reads_other_sleep_data_as_segments(store: Path, tmp_path: Path) -> None:
+    windows = SleepWindowDataset(store, records=["tr01"], channels=["C4-M1"])
+    settings = config(batch_size=2, max_steps=1)
+    result = pretrain(windows, out_dir=tmp_path / "windows", config=settings)
+    meta = (tmp_path / "windows" / "meta.json").read_text()
+    assert '"num_items": 5' in meta  # tr01's runs of 12 and 10 windows: 3 + 2 segments
+    assert result.encoder.in_chans == 1
+    from_path = pretrain(store, out_dir=tmp_path / "path", config=settings)
+    assert from_path.encoder.signal_info is not None
+    assert from_path.encoder.signal_info.ch_names == tuple(CHANNELS)
+    with pytest.raises(InputError, match="segment_windows=4"):
+        pretrain(
+            SleepSegmentDataset(store, segment_windows=SEGMENT),
+            out_dir=tmp_path / "other",
+            config=config(segment_windows=4),
+        )
+
+
+def test_an_interrupted_run_resumes_exactly(tmp_path: Path) -> None:
+    data = drifting_rhythm(16, torch.Generator().manual_seed(0)).numpy()
+    settings = config(ema_decay=0.9, epochs=2, batch_size=4)
+    full = pretrain(data, out_dir=tmp_path / "full", config=settings)
+    pretrain(data, out_dir=tmp_path / "cut", config=settings, max_steps=5)
+    resumed = pretrain(data, out_dir=tmp_path / "cut", config=settings, resume=True)
+    for name, value in full.model.state_dict().items():
+        assert torch.equal(value, resumed.model.state_dict()[name]), name
+    losses = [r["loss"] for r in full.history if r["phase"] == "train"]
+    assert losses == [r["loss"] for r in resumed.history if r["phase"] == "train"]
