@@ -218,6 +218,17 @@ def _add_data_arguments(parser: argparse.ArgumentParser, prefix: str = "", what:
     parser.add_argument(f"--{prefix}records", help=f"{what}comma-separated records (store data)")
 
 
+def _add_normalize_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--normalize",
+        choices=("window", "record", "none"),
+        default="window",
+        help="how windows of a sleep store are normalised: each window on its own (window, the "
+        "paper's), by its night's channel scales (record), or not at all (none); "
+        ".npy data are used as given",
+    )
+
+
 def _store_selection(args: argparse.Namespace, prefix: str, flag: str) -> dict[str, Any]:
     selection: dict[str, Any] = {}
     subjects = _names(getattr(args, f"{prefix}subjects"))
@@ -236,13 +247,22 @@ def _store_selection(args: argparse.Namespace, prefix: str, flag: str) -> dict[s
     return selection
 
 
-def _open(path: Path, flag: str, labelled: bool, selection: dict[str, Any]) -> Any:
-    """The data of ``flag`` (``--data``, ``--val-data``); selection errors name its options."""
+def _open(
+    path: Path,
+    flag: str,
+    labelled: bool,
+    selection: dict[str, Any],
+    normalize: str | None = None,
+) -> Any:
+    """The data of ``flag`` (``--data``, ``--val-data``); selection errors name its options.
+    ``normalize`` applies to a store (its windows' normalisation)."""
     from partnd.data import load_signals
 
     options = dict(selection)
     if labelled and path.is_dir():
         options["labelled_only"] = True
+    if normalize is not None and path.is_dir():
+        options["normalize"] = normalize
     prefix = flag[: -len("data")]  # "--" or "--val-"
     names = {"records": f"{prefix}records", "subjects": f"{prefix}subjects"}
     names["selection"] = f"{names['records']}/{names['subjects']}"
@@ -281,12 +301,14 @@ def _pretrain_main(argv: list[str]) -> int:
     parser.add_argument(
         "--init-weights", type=Path, help="start the encoder from these weights (run dir, .pt)"
     )
+    _add_normalize_argument(parser)
     _add_config_arguments(parser, PretrainConfig, argv)
     args = parser.parse_args(argv)
     config, overrides = _config_from_args(args, PretrainConfig)
     from partnd.pretraining import pretrain
 
-    data = _open(args.data, "--data", False, _store_selection(args, "", "--data"))
+    selection = _store_selection(args, "", "--data")
+    data = _open(args.data, "--data", False, selection, args.normalize)
     result = pretrain(
         data,
         out_dir=args.out,
@@ -314,6 +336,7 @@ def _finetune_main(argv: list[str]) -> int:
     )
     _add_data_arguments(parser, "", "training ")
     _add_data_arguments(parser, "val-", "validation ")
+    _add_normalize_argument(parser)
     parser.add_argument(
         "--num-classes",
         type=int,
@@ -334,10 +357,11 @@ def _finetune_main(argv: list[str]) -> int:
     config, overrides = _config_from_args(args, FinetuneConfig)
     from partnd.finetuning import finetune
 
-    train = _open(args.data, "--data", True, _store_selection(args, "", "--data"))
+    train = _open(args.data, "--data", True, _store_selection(args, "", "--data"), args.normalize)
     val = None
     if args.val_data is not None:
-        val = _open(args.val_data, "--val-data", True, _store_selection(args, "val_", ""))
+        selection = _store_selection(args, "val_", "")
+        val = _open(args.val_data, "--val-data", True, selection, args.normalize)
     stage_names = getattr(train, "stage_names", None)
     class_names = _names(args.class_names) or (None if stage_names is None else list(stage_names))
     num_classes = args.num_classes
@@ -399,7 +423,13 @@ def _evaluate_main(argv: list[str]) -> int:
     from partnd.models.serialization import load_classifier
 
     model = load_classifier(args.model)
-    data = _open(args.data, "--data", True, _store_selection(args, "", "--data"))
+    data = _open(
+        args.data,
+        "--data",
+        True,
+        _store_selection(args, "", "--data"),
+        model.signal_info.normalization,
+    )
     report = evaluate(
         model,
         data,

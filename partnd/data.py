@@ -405,11 +405,13 @@ def source_attribute(dataset: Any, name: str) -> Any:
 
 def _signal_info(dataset: Any, spec: SignalSpec) -> SignalInfo:
     sfreq = source_attribute(dataset, "sfreq")
+    normalization = source_attribute(dataset, "normalize")
     return SignalInfo(
         in_chans=spec.in_chans,
         spatial_shape=spec.spatial_shape,
         ch_names=channel_names(source_attribute(dataset, "ch_names"), spec.in_chans),
         sfreq=float(sfreq) if isinstance(sfreq, int | float) and sfreq > 0 else None,
+        normalization=normalization if isinstance(normalization, str) else None,
     )
 
 
@@ -532,9 +534,10 @@ def as_labelled_dataset(
         The adapted dataset and the item shape inferred from item 0.
     """
     if isinstance(data, str | Path):
-        data = load_signals(
-            data, argument, **({} if labels is not None else {"labelled_only": True})
-        )
+        options: dict[str, Any] = {} if labels is not None else {"labelled_only": True}
+        if expected is not None and expected.normalization is not None and labels is None:
+            options["normalize"] = expected.normalization  # a store, read as the model was
+        data = load_signals(data, argument, **options)
     if isinstance(data, np.ndarray | torch.Tensor):
         check(labels is not None, labels_argument, f"labels [N] for the array {argument}", "None")
     dataset = _wrap(data, labels, argument, labels_argument)

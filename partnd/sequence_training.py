@@ -99,7 +99,9 @@ def as_sequence_dataset(
 
 def sequence_signal_info(data: SleepSequenceDataset) -> SignalInfo:
     """The signal of one window of ``data`` (channels with names, rate, samples)."""
-    return SignalInfo(data.n_chans, (data.n_times,), tuple(data.ch_names), data.sfreq)
+    return SignalInfo(
+        data.n_chans, (data.n_times,), tuple(data.ch_names), data.sfreq, data.normalize
+    )
 
 
 def backbone_signal(encoder: ViTEncoder | HierarchicalEncoder) -> SignalInfo | None:

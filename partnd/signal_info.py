@@ -31,12 +31,16 @@ class SignalInfo:
         spatial_shape: Extent of one item, e.g. ``(3000,)`` for a 30 s window at 100 Hz.
         ch_names: Channel names in item order, or ``None`` when unknown.
         sfreq: Sampling rate in Hz of a 1-D signal, or ``None`` when unknown.
+        normalization: How the windows of a sleep store were normalised (``"window"``,
+            ``"record"`` or ``"none"``, see :data:`partnd.datasets.sleep_windows.NORMALIZATIONS`),
+            or ``None`` when unknown (arrays are used as given).
     """
 
     in_chans: int
     spatial_shape: tuple[int, ...]
     ch_names: tuple[str, ...] | None = None
     sfreq: float | None = None
+    normalization: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "spatial_shape", tuple(int(n) for n in self.spatial_shape))
@@ -76,6 +80,8 @@ class SignalInfo:
         text += f", items of {shape} sample{'s' if shape != '1' else ''}"
         if self.window_seconds is not None:
             text += f" ({self.window_seconds:g} s)"
+        if self.normalization is not None:
+            text += f", {self.normalization} normalisation"
         return text
 
     def to_dict(self) -> dict[str, Any]:
@@ -85,6 +91,7 @@ class SignalInfo:
             "spatial_shape": list(self.spatial_shape),
             "ch_names": None if self.ch_names is None else list(self.ch_names),
             "sfreq": self.sfreq,
+            "normalization": self.normalization,
         }
 
     @classmethod
@@ -96,6 +103,7 @@ class SignalInfo:
             spatial_shape=tuple(values["spatial_shape"]),
             ch_names=None if names is None else tuple(names),
             sfreq=values.get("sfreq"),
+            normalization=values.get("normalization"),
         )
 
 
@@ -109,7 +117,8 @@ def match_signal(
 ) -> tuple[int, ...] | None:
     """Check that data (``actual``) fit a model trained on ``expected``.
 
-    Rules, in this order: sampling rates must agree when both are known; when both sides name
+    Rules, in this order: sampling rates must agree when both are known, and so must the
+    normalisation of store windows; when both sides name
     their channels, the data must hold every channel of the model (picked by name, in the model's
     order), else the channel counts must agree; with ``same_shape`` the item shapes must agree
     (a classifier's grid is fixed; an encoder being fine-tuned may see other window lengths).
@@ -135,6 +144,13 @@ def match_signal(
             argument,
             f"signals sampled at {expected.sfreq:g} Hz {trained}",
             f"{actual.sfreq:g} Hz",
+        )
+    if expected.normalization is not None and actual.normalization is not None:
+        check(
+            expected.normalization == actual.normalization,
+            argument,
+            f"windows with {expected.normalization} normalisation {trained}",
+            f"{actual.normalization} normalisation",
         )
     picks: tuple[int, ...] | None = None
     if expected.ch_names is not None and actual.ch_names is not None:

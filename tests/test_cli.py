@@ -320,7 +320,7 @@ def test_a_classifier_records_its_signal_and_refuses_other_channels(
     argv = ["finetune", "--data", str(store), "--out", str(ft), "--preset", "test"]
     assert cli.main([*argv, "--patch-size", "30", "--epochs", "1", "--batch-size", "8"]) == 0
     model = load_classifier(ft)
-    assert model.signal_info == SignalInfo(2, (300,), ("C3", "C4"), 10.0)
+    assert model.signal_info == SignalInfo(2, (300,), ("C3", "C4"), 10.0, "window")
 
     def copy_store(path: Path, channels: list[str], order: list[int]) -> None:
         source = SleepStore(store)

@@ -18,6 +18,7 @@ from partnd.datasets.sleep_windows import (
     InMemoryWindows,
     SleepWindowDataset,
     instance_normalize,
+    record_normalize,
 )
 from partnd.datasets.store import SleepStore, create_store, write_record
 
@@ -113,6 +114,54 @@ def test_normalize_standardises_each_channel_of_each_window(store: tuple[Path, d
         x, _ = dataset[index]
         torch.testing.assert_close(x.mean(dim=-1), torch.zeros(6), atol=1e-5, rtol=0)
         torch.testing.assert_close(x.std(dim=-1, unbiased=False), torch.ones(6), atol=1e-4, rtol=0)
+
+
+def test_record_normalize_known_values() -> None:
+    x = torch.tensor([[[1.0, 2.0, 3.0, 6.0], [4.0, 4.0, 4.0, 4.0]]])  # [1 window, 2 channels, 4]
+    scale = torch.tensor([2.0, 5.0])
+    expected = torch.tensor([[[-2.0, -1.0, 0.0, 3.0], [0.0, 0.0, 0.0, 0.0]]])
+    expected[0, 0] /= 2.0 + NORMALIZE_EPS
+    torch.testing.assert_close(record_normalize(x, scale), expected)
+    with pytest.raises(InputError, match="scale"):
+        record_normalize(x, torch.ones(3))
+
+
+def test_record_normalisation_keeps_amplitude_within_a_night(store: tuple[Path, dict]) -> None:
+    path, written = store
+    opened = SleepStore(path)
+    signal, _ = written["tr03"]
+    scale = np.median(signal.astype(np.float64).std(axis=-1), axis=0)  # [C]
+    np.testing.assert_allclose(opened.channel_scale("tr03"), scale, rtol=1e-6)
+    assert opened.record_attrs("tr03")["channel_scale"] == pytest.approx(scale.tolist())
+    picked = ["O2-M1", "F3-M2"]
+    for dataset in (
+        SleepWindowDataset(path, normalize="record", channels=picked),
+        InMemoryWindows(path, normalize="record", channels=picked, progress=False),
+    ):
+        assert dataset.normalize == "record"
+        for index in (0, 21, len(dataset) - 1):
+            record, window = dataset.locate(index)
+            raw = written[record][0][window][[5, 0]].astype(np.float64)
+            record_scale = opened.channel_scale(record)[[5, 0]]
+            expected = (raw - raw.mean(-1, keepdims=True)) / (record_scale[:, None] + NORMALIZE_EPS)
+            np.testing.assert_allclose(dataset[index][0].numpy(), expected, atol=1e-5)
+        batch = dataset.__getitems__([3, 40, 60])  # windows of several records in one batch
+        for (x, _), index in zip(batch, [3, 40, 60], strict=True):
+            torch.testing.assert_close(x, dataset[index][0])
+    assert SleepWindowDataset(path, normalize=True).normalize == "window"
+    assert SleepWindowDataset(path, normalize=False).normalize == "none"
+    with pytest.raises(InputError, match="normalize"):
+        SleepWindowDataset(path, normalize="night")
+
+
+def test_channel_scale_of_a_store_written_without_it(store: tuple[Path, dict]) -> None:
+    path, written = store
+    opened = SleepStore(path)
+    opened._attrs_cache["tr01"] = {
+        k: v for k, v in opened.record_attrs("tr01").items() if k != "channel_scale"
+    }
+    expected = np.median(written["tr01"][0].astype(np.float64).std(axis=-1), axis=0)
+    np.testing.assert_allclose(opened.channel_scale("tr01"), expected, rtol=1e-6)
 
 
 def test_unnormalized_values_are_the_stored_values(store: tuple[Path, dict]) -> None:

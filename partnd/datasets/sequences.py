@@ -36,6 +36,8 @@ from partnd.datasets.sleep_windows import (
     _resolve_records,
     _store_path,
     instance_normalize,
+    record_normalize,
+    resolve_normalization,
 )
 from partnd.datasets.store import SleepStore
 
@@ -75,7 +77,8 @@ class SleepSequenceDataset(Dataset[SequenceItem]):
         stride: Windows between the starts of consecutive sequences of a run (1: every window
             starts one, the usual training set; ``context``: no overlap).
         labelled_only: Keep only sequences with at least one labelled window.
-        normalize: Instance-normalise each window per channel (as the window datasets).
+        normalize: ``True``/``"window"``, ``"record"`` or ``False``/``"none"``, as the window
+            datasets (:class:`~partnd.datasets.SleepWindowDataset`).
         channels: Channel names to return, in this order; ``None`` for all store channels.
         dtype: Floating point dtype of ``x``.
         in_memory: Load the selected records once (fast; ``N * C * T * 4`` bytes) instead of
@@ -97,7 +100,7 @@ class SleepSequenceDataset(Dataset[SequenceItem]):
         context: int = 21,
         stride: int = 1,
         labelled_only: bool = True,
-        normalize: bool = True,
+        normalize: bool | str = True,
         channels: Sequence[str] | None = None,
         dtype: torch.dtype = torch.float32,
         in_memory: bool = True,
@@ -116,7 +119,7 @@ class SleepSequenceDataset(Dataset[SequenceItem]):
         self._store: SleepStore | None = opened
         self.context = context
         self.stride = stride
-        self.normalize = bool(normalize)
+        self.normalize = resolve_normalization(normalize)
         self.dtype = dtype
         self.sfreq = float(opened.sfreq)
         self.n_times = int(opened.n_times)
@@ -172,8 +175,13 @@ class SleepSequenceDataset(Dataset[SequenceItem]):
         if self._channel_index is not None:
             block = block[:, self._channel_index]
         windows = torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32))
-        if self.normalize:
+        if self.normalize == "window":
             windows = instance_normalize(windows)
+        elif self.normalize == "record":
+            scale = self._open_store().channel_scale(record)
+            if self._channel_index is not None:
+                scale = scale[self._channel_index]
+            windows = record_normalize(windows, torch.from_numpy(scale.astype(np.float32)))
         return windows.to(self.dtype)
 
     def _windows(self, record: str, start: int, stop: int) -> Tensor:

@@ -40,11 +40,14 @@ from partnd._validation import InputError, check
 from partnd.datasets.store import SleepStore
 
 __all__ = [
+    "NORMALIZATIONS",
     "NORMALIZE_EPS",
     "ChunkShuffleSampler",
     "InMemoryWindows",
     "SleepWindowDataset",
     "instance_normalize",
+    "record_normalize",
+    "resolve_normalization",
 ]
 
 NORMALIZE_EPS = 1e-6
@@ -72,6 +75,50 @@ def instance_normalize(x: Tensor, eps: float = NORMALIZE_EPS) -> Tensor:
     return x.sub(mean).div_(std.add_(eps))
 
 
+#: How windows are normalised: ``"window"`` (each window and channel standardised over time,
+#: instance normalisation, the paper's), ``"record"`` (each window's mean removed and divided by
+#: its record's channel scale, so amplitude differences between windows of a night are kept and
+#: differences between nights and subjects removed, as YASA's per-night z-scores), ``"none"``.
+NORMALIZATIONS = ("window", "record", "none")
+
+
+def resolve_normalization(normalize: bool | str, argument: str = "normalize") -> str:
+    """The normalisation named by ``normalize``: ``True`` is ``"window"``, ``False``
+    ``"none"``, else one of :data:`NORMALIZATIONS`."""
+    if isinstance(normalize, bool):
+        return "window" if normalize else "none"
+    check(
+        normalize in NORMALIZATIONS,
+        argument,
+        f"True, False or one of {list(NORMALIZATIONS)}",
+        repr(normalize),
+    )
+    return str(normalize)
+
+
+def record_normalize(x: Tensor, scale: Tensor, eps: float = NORMALIZE_EPS) -> Tensor:
+    """Remove each window's mean and divide by its record's channel scale.
+
+    Args:
+        x: ``[..., C, T]`` floating point windows.
+        scale: ``[..., C]`` scale of each channel of each window's record (broadcast against
+            ``x``'s leading dimensions), e.g. :meth:`SleepStore.channel_scale`.
+        eps: Added to the scale, so that a flat channel maps to zeros.
+
+    Returns:
+        ``[..., C, T]`` ``(x - mean_t(x)) / (scale + eps)``, same dtype as ``x``.
+    """
+    check(x.is_floating_point(), "x", "a floating point tensor [..., C, T]", x)
+    check(
+        scale.shape[-1] == x.shape[-2],
+        "scale",
+        f"one scale per channel ({x.shape[-2]})",
+        scale,
+    )
+    divisor = scale.to(x.dtype).unsqueeze(-1).add(eps)
+    return x.sub(x.mean(dim=-1, keepdim=True)).div_(divisor)
+
+
 def _store_path(store: str | Path | SleepStore, argument: str) -> Path:
     if isinstance(store, SleepStore):
         return Path(store.path)
@@ -95,7 +142,7 @@ class _SelectedWindows:
         subjects: Sequence[str] | None,
         split: str | None,
         labelled_only: bool,
-        normalize: bool,
+        normalize: bool | str,
         channels: Sequence[str] | None,
         dtype: torch.dtype,
         return_index: bool,
@@ -110,7 +157,7 @@ class _SelectedWindows:
             "a floating point torch.dtype",
             dtype,
         )
-        self.normalize = bool(normalize)
+        self.normalize = resolve_normalization(normalize)
         self.dtype = dtype
         self.return_index = bool(return_index)
         self.labelled_only = bool(labelled_only)
@@ -123,6 +170,12 @@ class _SelectedWindows:
         self.record_subjects: tuple[str, ...] = tuple(
             str(opened.record_attrs(r)["subject_id"]) for r in self.records
         )
+        self._scales: Tensor | None = None
+        if self.normalize == "record":
+            scales = np.stack([opened.channel_scale(r) for r in self.records])  # [R, C_store]
+            if self._channel_index is not None:
+                scales = scales[:, self._channel_index]
+            self._scales = torch.from_numpy(scales.astype(np.float32))
         self._build_index(opened)
 
     def _build_index(self, store: SleepStore) -> None:
@@ -223,10 +276,18 @@ class _SelectedWindows:
         labelled = self._labels[self._labels >= 0].astype(np.int64)
         return np.bincount(labelled, minlength=len(self.stage_names))
 
-    def _finish(self, windows: Tensor) -> Tensor:
-        """Normalise (if asked) and cast ``[..., C, T]`` float32 windows."""
-        if self.normalize:
+    def _finish(self, windows: Tensor, records: np.ndarray | int) -> Tensor:
+        """Normalise (as asked) and cast float32 windows.
+
+        Args:
+            windows: ``[N, C, T]`` (or one ``[C, T]``) windows.
+            records: ``[N]`` position of each window's record in :attr:`records` (or one int).
+        """
+        if self.normalize == "window":
             windows = instance_normalize(windows)
+        elif self.normalize == "record":
+            assert self._scales is not None
+            windows = record_normalize(windows, self._scales[torch.as_tensor(records)])
         return windows.to(self.dtype)
 
     def _sample(self, x: Tensor, position: int) -> Sample:
@@ -306,9 +367,12 @@ class SleepWindowDataset(_SelectedWindows, Dataset[Sample]):
         subjects: Subject ids whose records to use; ``None`` for all.
         split: ``"training"`` (labelled PhysioNet partition) or ``"test"``; ``None`` for both.
         labelled_only: Drop windows whose stage is ``-1``.
-        normalize: Instance-normalise each window per channel,
-            ``(x - mean) / (std + eps)`` with ``eps = NORMALIZE_EPS = 1e-6``; ``False`` returns the
-            stored values exactly.
+        normalize: ``True`` or ``"window"``: instance-normalise each window per channel,
+            ``(x - mean) / (std + eps)`` with ``eps = NORMALIZE_EPS = 1e-6`` (the paper's);
+            ``"record"``: remove each window's mean and divide by its record's channel scale
+            (:func:`record_normalize`, :meth:`SleepStore.channel_scale`); ``False`` or
+            ``"none"``: the stored values exactly. Resolved to one of :data:`NORMALIZATIONS`
+            in the ``normalize`` attribute.
         channels: Channel names to return, in this order; ``None`` for all store channels.
         dtype: Floating point dtype of ``x``.
         return_index: Also return the dataset index of each window.
@@ -327,7 +391,7 @@ class SleepWindowDataset(_SelectedWindows, Dataset[Sample]):
         subjects: Sequence[str] | None = None,
         split: str | None = None,
         labelled_only: bool = False,
-        normalize: bool = True,
+        normalize: bool | str = True,
         channels: Sequence[str] | None = None,
         dtype: torch.dtype = torch.float32,
         return_index: bool = False,
@@ -421,7 +485,8 @@ class SleepWindowDataset(_SelectedWindows, Dataset[Sample]):
 
     def __getitem__(self, index: int) -> Sample:
         position = self._check_index(index)
-        x = self._finish(torch.from_numpy(np.array(self._window(position))))
+        window = torch.from_numpy(np.array(self._window(position)))
+        x = self._finish(window, int(self.record_index[position]))
         return self._sample(x, position)
 
     def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
@@ -470,7 +535,7 @@ class SleepWindowDataset(_SelectedWindows, Dataset[Sample]):
         ):
             block, block_start = found[(record, chunk)]
             batch[row] = block[window - block_start]
-        xs = self._finish(torch.from_numpy(batch))
+        xs = self._finish(torch.from_numpy(batch), records)
         return [self._sample(x, int(p)) for x, p in zip(xs, positions.tolist(), strict=True)]
 
 
@@ -504,7 +569,7 @@ class InMemoryWindows(_SelectedWindows, Dataset[Sample]):
         subjects: Sequence[str] | None = None,
         split: str | None = None,
         labelled_only: bool = False,
-        normalize: bool = True,
+        normalize: bool | str = True,
         channels: Sequence[str] | None = None,
         dtype: torch.dtype = torch.float32,
         return_index: bool = False,
@@ -537,7 +602,7 @@ class InMemoryWindows(_SelectedWindows, Dataset[Sample]):
             )
             if self._channel_index is not None:
                 block = block[:, self._channel_index]
-            self.windows[begin:end] = self._finish(torch.from_numpy(block[wanted - first]))
+            self.windows[begin:end] = self._finish(torch.from_numpy(block[wanted - first]), record)
 
     def __getitem__(self, index: int) -> Sample:
         position = self._check_index(index)

@@ -53,6 +53,7 @@ __all__ = [
     "SleepStore",
     "check_record_id",
     "create_store",
+    "record_channel_scale",
     "remove_incomplete_records",
     "write_record",
 ]
@@ -168,12 +169,14 @@ class SleepStore:
         self._attrs_cache: dict[str, dict[str, Any]] = {}
         self._stages_cache: dict[str, np.ndarray] = {}
         self._array_cache: dict[str, zarr.Array] = {}
+        self._scale_cache: dict[str, np.ndarray] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_attrs_cache"] = {}
         state["_stages_cache"] = {}
         state["_array_cache"] = {}
+        state["_scale_cache"] = {}
         return state
 
     def __repr__(self) -> str:
@@ -281,6 +284,18 @@ class SleepStore:
         """Start of each window in seconds from the recording start, ``[n_windows]`` float64."""
         start = zarr.open_array(self._record_dir(record_id) / "start_time", mode="r", zarr_format=3)
         return np.asarray(start[:], dtype=np.float64)
+
+    def channel_scale(self, record_id: str) -> np.ndarray:
+        """``[C]`` float64 scale of each channel of the record in µV: the median over its windows
+        of their standard deviation (:func:`record_channel_scale`). Stores written before it was
+        recorded get it computed from the signal once (cached)."""
+        if record_id not in self._scale_cache:
+            stored = self.record_attrs(record_id).get("channel_scale")
+            if stored is None:
+                signal = self.read_windows(record_id, 0, self.n_windows(record_id))
+                stored = record_channel_scale(signal)
+            self._scale_cache[record_id] = np.asarray(stored, dtype=np.float64)
+        return self._scale_cache[record_id].copy()
 
     def contiguous_runs(self, record_id: str) -> list[tuple[int, int]]:
         """Runs of consecutive windows: ``(start, stop)`` window-index ranges within which every
@@ -427,6 +442,19 @@ def create_store(
     return SleepStore(path)
 
 
+def record_channel_scale(signal: np.ndarray) -> np.ndarray:
+    """The scale of each channel of a record: the median over its windows of the window's
+    standard deviation (robust to a few artefact windows), for record normalisation.
+
+    Args:
+        signal: ``[W, C, T]`` the record's windows.
+
+    Returns:
+        ``[C]`` float64 scales (in the signal's unit).
+    """
+    return np.median(np.asarray(signal, dtype=np.float64).std(axis=-1), axis=0)
+
+
 def check_record_id(record_id: str) -> None:
     """Refuse a record id that cannot name a record directory (empty, ``/``, leading ``.``,
     surrounding spaces), with :class:`InputError` naming ``record_id``."""
@@ -531,6 +559,7 @@ def write_record(
         sfreq=store.sfreq,
         n_windows=int(n_windows),
         n_labelled=int(np.count_nonzero(stage >= 0)),
+        channel_scale=record_channel_scale(signal).tolist(),
     )
     dataset = xr.Dataset(
         {
