@@ -37,11 +37,14 @@ from torch.utils.data import DataLoader, Dataset
 
 from partnd._validation import check
 from partnd.data import as_signal_dataset, find_source
+from partnd.datasets.sequences import SleepSequenceDataset
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
 from partnd.datasets.stages import ANNOTATION_PREFIX, stage_description
 from partnd.datasets.store import SleepStore
 from partnd.engine.checkpoint import atomic_write_text
 from partnd.engine.distributed import resolve_device
+from partnd.models.sequence import SequenceClassifier
+from partnd.sequence_training import predict_nights
 
 __all__ = ["EDF_UNKNOWN_START", "Prediction", "predict", "predict_logits", "predict_records"]
 
@@ -205,6 +208,43 @@ def _record_timing(dataset: Any) -> tuple[np.ndarray, float, datetime | None] | 
     return onsets, source.n_times / source.sfreq, store.record_start(record)
 
 
+def _window_probabilities(
+    model: nn.Module, dataset: Dataset[Any], *, batch_size: int, device: str
+) -> torch.Tensor:
+    """[N, K] probabilities of every window of ``dataset``. A sequence classifier reads the
+    windows as one night in order (a store record's runs of consecutive windows each whole)."""
+    if not isinstance(model, SequenceClassifier):
+        logits = predict_logits(model, dataset, batch_size=batch_size, device=device)
+        return torch.softmax(logits, dim=1)
+    source: SleepWindowDataset | InMemoryWindows | None = find_source(
+        dataset, SleepWindowDataset
+    ) or find_source(dataset, InMemoryWindows)
+    if source is None:
+        windows = torch.stack([dataset[i] for i in range(len(dataset))])  # type: ignore[arg-type]
+        target = resolve_device(device)
+        original, was_training = model.head.weight.device, model.training
+        try:
+            return model.to(target).eval().predict_night(windows, batch_size=batch_size)
+        finally:
+            model.to(original).train(was_training)
+    nights = SleepSequenceDataset(
+        source.store_path,
+        records=source.records,
+        context=model.context,
+        labelled_only=False,
+        normalize=source.normalize,
+        channels=list(model.signal_info.ch_names or source.ch_names),
+        progress=False,
+    )
+    whole = np.concatenate(
+        [
+            night.probabilities
+            for night in predict_nights(model, nights, batch_size=batch_size, device=device)
+        ]
+    )
+    return torch.from_numpy(whole[source.window_index])
+
+
 def predict(
     model: nn.Module,
     data: Dataset[Any] | np.ndarray | torch.Tensor | str | Path,
@@ -260,8 +300,8 @@ def predict(
         "None or a timezone-aware datetime (MNE's meas_date is in UTC)",
         repr(start),
     )
-    logits = predict_logits(model, dataset, batch_size=batch_size, device=device)
-    num_classes = int(logits.shape[1])
+    probabilities = _window_probabilities(model, dataset, batch_size=batch_size, device=device)
+    num_classes = int(probabilities.shape[1])
     names = class_names if class_names is not None else getattr(model, "class_names", None)
     names = [str(k) for k in range(num_classes)] if names is None else list(names)
     check(len(names) == num_classes, "class_names", f"{num_classes} names", repr(names))
@@ -275,8 +315,8 @@ def predict(
             onsets,
         )
     return Prediction(
-        labels=logits.argmax(dim=1).numpy(),
-        probabilities=torch.softmax(logits, dim=1).numpy(),
+        labels=probabilities.argmax(dim=1).numpy(),
+        probabilities=probabilities.numpy(),
         class_names=names,
         epoch_seconds=float(epoch_seconds),
         onsets=onsets,
@@ -290,7 +330,7 @@ def predict_records(
     records: Sequence[str] | None = None,
     *,
     class_names: Sequence[str] | None = None,
-    normalize: bool = True,
+    normalize: bool | str | None = None,
     batch_size: int = 256,
     device: str = "auto",
 ) -> dict[str, Prediction]:
@@ -301,7 +341,9 @@ def predict_records(
         store: A sleep store (path or :class:`~partnd.datasets.SleepStore`).
         records: Record ids (default: every record of the store).
         class_names: As :func:`predict`'s.
-        normalize: Instance-normalise the windows (as the store's training datasets do).
+        normalize: How to normalise the windows (see
+            :class:`~partnd.datasets.SleepWindowDataset`); default the model's recorded
+            ``signal_info.normalization``, else instance normalisation.
         batch_size: Batch size.
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:K"``.
 
@@ -320,6 +362,9 @@ def predict_records(
     check(bool(selected), "store", "a store with at least one record", str(opened.path))
     unknown = sorted(set(selected) - set(opened.record_ids()))
     check(not unknown, "records", f"record ids of {opened.path}", unknown)
+    if normalize is None:
+        info = getattr(model, "signal_info", None)
+        normalize = info.normalization if info is not None and info.normalization else True
     return {
         record: predict(
             model,

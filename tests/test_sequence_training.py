@@ -175,3 +175,25 @@ def test_finetune_with_context_trains_saves_reloads_and_evaluates(gappy_store, t
     with pytest.raises(InputError, match="train_dataset: expected a sleep store"):
         finetune(None, array, num_classes=5, out_dir=tmp_path / "x", config=config)
     assert not (tmp_path / "x").exists()  # nothing left behind by a refused run
+
+
+def test_predict_gives_a_sequence_classifier_whole_nights(gappy_store):
+    from partnd.inference import predict, predict_records
+
+    torch.manual_seed(0)
+    model = build_sequence_classifier(
+        None, _config(), num_classes=5, in_chans=3, window_samples=50
+    ).eval()
+    model.class_names = ["W", "N1", "N2", "N3", "R"]
+    night = SleepSequenceDataset(gappy_store, records=["b"], context=4, progress=False)
+    runs = [torch.from_numpy(p.probabilities) for p in predict_nights(model, night, device="cpu")]
+    records = predict_records(model, gappy_store, device="cpu")
+    assert list(records) == ["a", "b", "c"]
+    b = records["b"]  # two runs (a gap), each read whole, in window order
+    torch.testing.assert_close(torch.from_numpy(b.probabilities), torch.cat(runs))
+    assert b.onsets.tolist() == [5.0, 35.0, 65.0, 95.0, 185.0, 215.0]
+    assert b.stage_names[0] in model.class_names
+    # an array of consecutive windows is one night
+    windows = night.nights().__next__().windows
+    array = predict(model, windows.numpy(), device="cpu")
+    torch.testing.assert_close(torch.from_numpy(array.probabilities), runs[0])
