@@ -1,26 +1,28 @@
 """Sample-efficiency study: kappa by number of fine-tuning subjects x seeds x methods.
 
 The paper's appendix: fine-tune on 10 / 50 / 100 / 657 subjects (nested subsets, one chain per
-seed from the saved split), 5 seeds, every method; test on the same held-out subjects. Each
-(method, budget, seed) *cell* is its own resumable run under ``OUT/finetune/<method>/b<B>_s<S>``
-and is never recomputed once finished; the pretrained encoders (``OUT/pretrain/<method>``) are
-shared by all cells of a method (and with ``partnd.recipes.sleep_staging`` on the same ``--out``).
+seed from the saved split), 5 seeds, every method and arm (``window``, ``sequence``, ``probe``,
+beside the classical rows); test on the same held-out subjects. Each (method, arm, budget, seed)
+*cell* is its own resumable run under ``OUT/finetune/<method>/<arm>/b<B>_s<S>`` and is never
+recomputed once finished; the pretrained encoders (``OUT/pretrain/<method>``) are shared by all
+cells of a method (and with ``partnd.recipes.sleep_staging`` on the same ``--out``).
 
 Commands (each skips what is finished)::
 
     python -m partnd.recipes.sample_efficiency pretrain  --out runs/se --methods part mae
     python -m partnd.recipes.sample_efficiency cells     --out runs/se --methods part mae supervised
-    python -m partnd.recipes.sample_efficiency run-cell  --out runs/se --cell part:10:3
+    python -m partnd.recipes.sample_efficiency run-cell  --out runs/se --cell part:sequence:10:3
     python -m partnd.recipes.sample_efficiency run-cell  --out runs/se \
         --cell-index $SLURM_ARRAY_TASK_ID
     python -m partnd.recipes.sample_efficiency run       --out runs/se --jobs 2  # pretrain, cells
     python -m partnd.recipes.sample_efficiency aggregate --out runs/se
 
-``cells`` prints one cell per line (``method:budget:seed``), in a fixed order, so a cluster job
+``cells`` prints one cell per line (``method:arm:budget:seed``), in a fixed order, so a cluster job
 array can run cell ``--cell-index i`` per task after one ``pretrain`` job. ``run --jobs N`` runs
 cells in N parallel processes with joblib. ``aggregate`` writes ``kappa_by_budget.{csv,md,json}``
-(mean ± std over seeds, the appendix layout with the paper's values), ``difference_to_part.*``
-(the per-seed paired difference to PART) and ``sample_efficiency.png``.
+(mean ± std over seeds, the appendix layout with the paper's values), ``difference_to_reference.*``
+(the per-seed paired difference to the reference row, the classical row with context when run)
+and ``sample_efficiency.png``.
 """
 
 from __future__ import annotations
@@ -31,13 +33,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from partnd._validation import check
+from partnd.objectives import list_objectives
 from partnd.recipes.sleep_report import (
     plot_sample_efficiency,
     sample_efficiency_tables,
     write_table,
 )
-from partnd.recipes.sleep_staging import DEFAULT_METHODS, add_study_arguments, study_from_args
-from partnd.recipes.sleep_study import SCRATCH_METHODS, CellResult, SleepStudy, available_methods
+from partnd.recipes.sleep_staging import (
+    DEFAULT_METHODS,
+    add_study_arguments,
+    rows_of,
+    study_from_args,
+)
+from partnd.recipes.sleep_study import CellResult, SleepStudy
 from partnd.recipes.study_directory import run_recipe
 
 __all__ = ["COMMANDS", "aggregate", "cell_list", "main", "parse_cell", "run_cells"]
@@ -45,40 +53,43 @@ __all__ = ["COMMANDS", "aggregate", "cell_list", "main", "parse_cell", "run_cell
 COMMANDS = ("pretrain", "cells", "run-cell", "run", "aggregate")
 
 
-def cell_list(study: SleepStudy, methods: Sequence[str]) -> list[tuple[str, int, int]]:
-    """Every (method, budget, seed) of the study, in a fixed order (method, budget, seed)."""
+Cell = tuple[str, str, int, int]
+
+
+def cell_list(study: SleepStudy, methods: Sequence[str], arms: Sequence[str]) -> list[Cell]:
+    """Every (method, arm, budget, seed) of the study, in a fixed order."""
     return [
-        (method, int(budget), int(seed))
-        for method in methods
+        (method, arm, int(budget), int(seed))
+        for method, arm in rows_of(methods, arms)
         for budget in study.scale["budgets"]
         for seed in study.scale["seeds"]
     ]
 
 
-def parse_cell(text: str) -> tuple[str, int, int]:
-    """``"part:10:3"`` -> ``("part", 10, 3)``."""
+def parse_cell(text: str) -> Cell:
+    """``"part:sequence:10:3"`` -> ``("part", "sequence", 10, 3)``."""
     parts = text.split(":")
     check(
-        len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit(),
+        len(parts) == 4 and parts[2].isdigit() and parts[3].isdigit(),
         "--cell",
-        "METHOD:BUDGET:SEED, e.g. part:10:3",
+        "METHOD:ARM:BUDGET:SEED, e.g. part:sequence:10:3",
         repr(text),
     )
-    return parts[0], int(parts[1]), int(parts[2])
+    return parts[0], parts[1], int(parts[2]), int(parts[3])
 
 
-def _run_one(args: argparse.Namespace, cell: tuple[str, int, int]) -> None:
+def _run_one(args: argparse.Namespace, cell: Cell) -> None:
     """One cell in its own process (joblib worker): reopen the study, run, discard the result."""
     study = study_from_args(argparse.Namespace(**{**vars(args), "overwrite": False}))
     study.run_cell(*cell)
 
 
 def run_cells(
-    study: SleepStudy, cells: Sequence[tuple[str, int, int]], jobs: int, args: argparse.Namespace
+    study: SleepStudy, cells: Sequence[Cell], jobs: int, args: argparse.Namespace
 ) -> None:
     """Pretrain what the cells need, then run the unfinished cells (``jobs`` in parallel)."""
-    for method in dict.fromkeys(method for method, _, _ in cells):
-        if method not in SCRATCH_METHODS:
+    for method in dict.fromkeys(method for method, _, _, _ in cells):
+        if method in list_objectives():
             study.run_pretraining(method)
     todo = [cell for cell in cells if not study.cell_done(*cell)]
     print(f"{len(cells) - len(todo)} of {len(cells)} cells already finished")
@@ -91,18 +102,18 @@ def run_cells(
     Parallel(n_jobs=jobs)(delayed(_run_one)(args, cell) for cell in todo)
 
 
-def aggregate(study: SleepStudy, methods: Sequence[str]) -> None:
+def aggregate(study: SleepStudy, methods: Sequence[str], arms: Sequence[str]) -> None:
     """Write the tables and the figure from the finished cells (unfinished ones are skipped)."""
     cells: list[CellResult] = [
-        study.load_cell(*cell) for cell in cell_list(study, methods) if study.cell_done(*cell)
+        study.load_cell(*cell) for cell in cell_list(study, methods, arms) if study.cell_done(*cell)
     ]
     check(bool(cells), "--out", "a study with finished cells", str(study.out))
     kappa_rows, difference_rows = sample_efficiency_tables(cells)
     write_table(kappa_rows, study.out, "kappa_by_budget")
-    write_table(difference_rows, study.out, "difference_to_part")
+    write_table(difference_rows, study.out, "difference_to_reference")
     plot_sample_efficiency(cells, study.out / "sample_efficiency.png")
     print((study.out / "kappa_by_budget.md").read_text())
-    print((study.out / "difference_to_part.md").read_text())
+    print((study.out / "difference_to_reference.md").read_text())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("stage", choices=COMMANDS, help="what to do")
     add_study_arguments(parser, Path("runs/sample_efficiency"), DEFAULT_METHODS)
-    parser.add_argument("--cell", help="run-cell: METHOD:BUDGET:SEED")
+    parser.add_argument("--cell", help="run-cell: METHOD:ARM:BUDGET:SEED")
     parser.add_argument("--cell-index", type=int, help="run-cell: index into the `cells` list")
     parser.add_argument("--jobs", type=int, default=1, help="run: cells in parallel processes")
     return parser
@@ -123,19 +134,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the recipe from the command line; returns the exit status."""
     args = build_parser().parse_args(argv)
-    unknown = sorted(set(args.methods) - set(available_methods()))
-    check(not unknown, "--methods", f"names from {available_methods()}", ", ".join(unknown))
     study = study_from_args(args)
     args.overwrite = False  # parallel workers reopen the study as it now is
-    cells = cell_list(study, args.methods)
+    cells = cell_list(study, args.methods, args.arms)
     if args.stage == "pretrain":
         for method in args.methods:
-            if method not in SCRATCH_METHODS:
+            if method in list_objectives():
                 study.run_pretraining(method)
     elif args.stage == "cells":
-        for method, budget, seed in cells:
-            done = " (done)" if study.cell_done(method, budget, seed) else ""
-            print(f"{method}:{budget}:{seed}{done}")
+        for cell in cells:
+            done = " (done)" if study.cell_done(*cell) else ""
+            print(f"{':'.join(map(str, cell))}{done}")
     elif args.stage == "run-cell":
         check(
             (args.cell is None) != (args.cell_index is None),
@@ -157,9 +166,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{':'.join(map(str, cell))}: kappa {result.report.cohen_kappa:.3f}")
     elif args.stage == "run":
         run_cells(study, cells, args.jobs, args)
-        aggregate(study, args.methods)
+        aggregate(study, args.methods, args.arms)
     else:
-        aggregate(study, args.methods)
+        aggregate(study, args.methods, args.arms)
     return 0
 
 

@@ -22,6 +22,7 @@ from partnd.stats import bootstrap_metric, kappa_metric, paired_bootstrap_differ
 __all__ = [
     "PAPER_KAPPA_10_SUBJECTS",
     "PAPER_SAMPLE_EFFICIENCY",
+    "default_reference",
     "plot_confusion_matrices",
     "plot_finetune_validation",
     "plot_hypnogram",
@@ -54,12 +55,26 @@ PAPER_SAMPLE_EFFICIENCY: dict[str, dict[int, float]] = {
 
 class _Cell(Protocol):
     method: str
+    arm: str
     budget: int
     seed: int
     report: ClassificationReport
     predictions: np.ndarray
     history: list[dict[str, Any]]
-    finetune_epochs: int
+    settings: dict[str, Any]
+
+    @property
+    def label(self) -> str: ...
+
+
+def default_reference(cells: Sequence[_Cell]) -> str:
+    """The row every other is compared with: the classical row with context when present (the
+    strongest simple baseline), else PART's single-window row, else the first."""
+    labels = [cell.label for cell in cells]
+    for candidate in ("classical+seq", "part"):
+        if candidate in labels:
+            return candidate
+    return labels[0]
 
 
 def staging_table(
@@ -69,49 +84,61 @@ def staging_table(
     class_names: Sequence[str],
     pretrain_epochs: Mapping[str, int],
     *,
-    reference: str = "part",
+    reference: str | None = None,
     n_boot: int = 1000,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
-    """The paper's sleep-staging table with uncertainty, one row per method.
+    """The sleep-staging table with uncertainty, one row per method and arm.
 
-    Columns: ``method``, ``pt_epochs``, ``ft_epochs``, ``kappa`` with its 95% interval from a
-    bootstrap over test subjects (``kappa_low``, ``kappa_high``), the paired difference to
-    ``reference`` on the same resampled subjects (``delta_kappa``, ``delta_low``,
-    ``delta_high``), ``accuracy``, ``macro_f1``, ``f1_<stage>``, ``n_test_windows``,
-    ``n_test_subjects`` and the paper's kappa.
+    Columns: ``row`` (``method``, ``method+seq``, ``method probe``), ``method``, ``arm``,
+    ``labels`` (labelled subjects used), ``pt_epochs``, the settings the row used (``ft_steps``,
+    ``selected_step`` and its ``val_kappa``, ``augmentations``, ``context``), ``kappa`` with its
+    95% interval from a bootstrap over test subjects (``kappa_low``, ``kappa_high``), the paired
+    difference to the ``reference`` row on the same resampled subjects (``delta_kappa``,
+    ``delta_low``, ``delta_high``), ``accuracy``, ``macro_f1``, ``f1_<stage>``,
+    ``n_test_windows``, ``n_test_subjects``, the paper's kappa (single-window rows of its methods)
+    and a ``note``.
 
     Args:
-        cells: One finished cell per method (same test set).
+        cells: One finished cell per row (same test set).
         truth: [n_test] true stages.
         subjects: [n_test] subject of every test window.
         class_names: Stage names.
-        pretrain_epochs: Method -> pretraining epochs (0 for from-scratch methods).
-        reference: The method differences are measured against (if present).
+        pretrain_epochs: Method -> pretraining epochs (absent: no pretraining).
+        reference: The row differences are measured against (default
+            :func:`default_reference`).
         n_boot: Bootstrap replicates.
-        seed: Seed of the replicates (shared by every method, so differences are paired).
+        seed: Seed of the replicates (shared by every row, so differences are paired).
     """
     metric = kappa_metric(len(class_names))
-    by_method = {cell.method: cell for cell in cells}
+    reference = reference or default_reference(cells)
+    by_label = {cell.label: cell for cell in cells}
     rows = []
     for cell in cells:
-        report = cell.report
+        report, settings = cell.report, cell.settings
         interval = bootstrap_metric(
             truth, cell.predictions, subjects, metric, n_boot=n_boot, seed=seed
         )
         row: dict[str, Any] = {
+            "row": cell.label,
             "method": cell.method,
+            "arm": cell.arm,
+            "labels": 0 if cell.method == "yasa_pretrained" else cell.budget,
             "pt_epochs": pretrain_epochs.get(cell.method, 0),
-            "ft_epochs": cell.finetune_epochs,
+            "ft_steps": settings.get("steps", ""),
+            "selected_step": settings.get("selected_step") or "",
+            "val_kappa": settings.get("val_kappa") or "",
+            "augmentations": "+".join(settings.get("augmentations") or []),
+            "context": settings.get("context") or "",
             "kappa": round(report.cohen_kappa, 4),
             "kappa_low": round(interval.low, 4),
             "kappa_high": round(interval.high, 4),
         }
-        if reference in by_method and cell.method != reference:
+        if reference in by_label and cell.label != reference:
             delta = paired_bootstrap_difference(
                 truth,
                 cell.predictions,
-                by_method[reference].predictions,
+                by_label[reference].predictions,
                 subjects,
                 metric,
                 n_boot=n_boot,
@@ -128,7 +155,9 @@ def staging_table(
         row.update({f"f1_{name}": round(report.per_class_f1[name], 4) for name in class_names})
         row["n_test_windows"] = report.n
         row["n_test_subjects"] = len(np.unique(subjects))
-        row["paper_kappa"] = PAPER_KAPPA_10_SUBJECTS.get(cell.method, "")
+        paper = PAPER_KAPPA_10_SUBJECTS.get(cell.method, "") if cell.arm == "window" else ""
+        row["paper_kappa"] = paper
+        row["note"] = settings.get("note", "")
         rows.append(row)
     return rows
 
@@ -151,18 +180,20 @@ def write_table(rows: Sequence[Mapping[str, Any]], out_dir: Path, name: str) -> 
 
 
 def sample_efficiency_tables(
-    cells: Sequence[_Cell], reference: str = "part"
+    cells: Sequence[_Cell], reference: str | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The appendix layout: one row per budget, one column per method, ``mean ± std`` of kappa
-    over seeds; and the paired difference to ``reference`` per seed, as ``mean ± std``.
+    """The appendix layout: one row per budget, one column per row label (``method``,
+    ``method+seq``, ``method probe``), ``mean ± std`` of kappa over seeds; and the paired
+    difference to ``reference`` per seed, as ``mean ± std``.
 
     Returns:
-        ``(kappa_rows, difference_rows)``; each row has ``subjects`` and one column per method
+        ``(kappa_rows, difference_rows)``; each row has ``subjects`` and one column per label
         (``"0.612 ± 0.021 (n=5)"``), and the kappa rows the paper's values as ``paper_<method>``.
     """
-    methods = list(dict.fromkeys(cell.method for cell in cells))
+    labels = list(dict.fromkeys(cell.label for cell in cells))
+    reference = reference or default_reference(cells)
     budgets = sorted({cell.budget for cell in cells})
-    kappa = {(c.method, c.budget, c.seed): c.report.cohen_kappa for c in cells}
+    kappa = {(c.label, c.budget, c.seed): c.report.cohen_kappa for c in cells}
 
     def summary(values: list[float]) -> str:
         if not values:
@@ -174,16 +205,16 @@ def sample_efficiency_tables(
     for budget in budgets:
         row: dict[str, Any] = {"subjects": budget}
         diff: dict[str, Any] = {"subjects": budget}
-        for method in methods:
-            seeds = sorted(s for (m, b, s) in kappa if m == method and b == budget)
-            row[method] = summary([kappa[(method, budget, s)] for s in seeds])
-            if method != reference:
+        for label in labels:
+            seeds = sorted(s for (m, b, s) in kappa if m == label and b == budget)
+            row[label] = summary([kappa[(label, budget, s)] for s in seeds])
+            if label != reference:
                 paired = [
-                    kappa[(method, budget, s)] - kappa[(reference, budget, s)]
+                    kappa[(label, budget, s)] - kappa[(reference, budget, s)]
                     for s in seeds
                     if (reference, budget, s) in kappa
                 ]
-                diff[f"{method} - {reference}"] = summary(paired)
+                diff[f"{label} - {reference}"] = summary(paired)
         for method, values in PAPER_SAMPLE_EFFICIENCY.items():
             row[f"paper_{method}"] = values.get(budget, "")
         kappa_rows.append(row)
@@ -195,8 +226,8 @@ def plot_sample_efficiency(cells: Sequence[_Cell], path: Path) -> None:
     """Kappa against the number of fine-tuning subjects: mean over seeds with the min-max spread
     as a band and every seed as a dot, one colour per method (log-scaled x axis)."""
     fig, ax = plt.subplots(figsize=(6, 4))
-    for method in dict.fromkeys(cell.method for cell in cells):
-        mine = [cell for cell in cells if cell.method == method]
+    for method in dict.fromkeys(cell.label for cell in cells):
+        mine = [cell for cell in cells if cell.label == method]
         budgets = sorted({cell.budget for cell in mine})
         values = [[c.report.cohen_kappa for c in mine if c.budget == b] for b in budgets]
         (line,) = ax.plot(budgets, [np.mean(v) for v in values], marker="o", label=method)
@@ -252,18 +283,19 @@ def plot_pretrain_loss(histories: Mapping[str, Sequence[Mapping[str, Any]]], pat
 
 
 def plot_finetune_validation(results: Sequence[_Cell], path: Path) -> None:
-    """Plot each method's validation kappa per fine-tuning epoch (if validated) to ``path``."""
+    """Plot each row's validation kappa per fine-tuning step (if validated) to ``path``."""
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for result in results:
         val = [record for record in result.history if record.get("phase") == "val"]
         if val:
             ax.plot(
-                [record["epoch"] for record in val],
+                [record["step"] for record in val],
                 [record["cohen_kappa"] for record in val],
                 marker="o",
-                label=result.method,
+                markersize=3,
+                label=result.label,
             )
-    ax.set_xlabel("epoch")
+    ax.set_xlabel("optimiser step")
     ax.set_ylabel("validation Cohen's kappa")
     ax.set_title("Fine-tuning")
     ax.grid(alpha=0.3)
@@ -289,7 +321,7 @@ def plot_confusion_matrices(
         ax.set_yticks(range(len(class_names)), class_names)
         ax.set_xlabel("predicted")
         ax.set_ylabel("true")
-        ax.set_title(f"{result.method}: κ = {result.report.cohen_kappa:.3f}")
+        ax.set_title(f"{result.label}: κ = {result.report.cohen_kappa:.3f}")
     fig.tight_layout()
     _save(fig, path)
 

@@ -1,28 +1,34 @@
-"""Sleep-staging recipe: the paper's PhysioNet 2018 table, every method on the same split.
+"""Sleep-staging recipe: the paper's PhysioNet 2018 table, every method on the same split, beside
+the classical reference rows a sleep researcher would trust.
 
-Protocol (DESIGN.md §4-§5): preprocess the recordings into a zarr store (6 EEG channels, 0.1-30 Hz,
+Protocol (DESIGN.md §4-§5b): preprocess the recordings into a zarr store (6 EEG channels, 0.1-30 Hz,
 100 Hz, 30 s windows); split by subject (held-out test subjects; a pretraining pool of every other
 record, the unlabelled ``test/`` partition included; nested fine-tuning subsets); pretrain every
-self-supervised method on the pool with the same budget; fine-tune each (and the from-scratch
-baselines) on the same few subjects with the same protocol; test on the held-out subjects.
+self-supervised method on the pool with the same budget; train every row on the same few labelled
+subjects with the same protocol (step budget, EEG augmentations, checkpoint chosen on validation
+subjects from the fine-tuning pool); test on the held-out subjects. A row is a method and an arm:
+``window`` (a single-window classifier, the paper's), ``sequence`` (a sequence classifier over
+``context`` consecutive windows) or ``probe`` (logistic regression on frozen features); the
+classical rows are YASA's features + LightGBM without (``classical``) and with context
+(``classical+seq``), and YASA's pretrained classifier (``yasa_pretrained+seq``, no labels).
 
 One command per stage, and one for the whole chain (each skips what is finished)::
 
     python -m partnd.recipes.sleep_staging prepare  --out runs/sleep       # cohort, store, split
-    python -m partnd.recipes.sleep_staging pretrain --out runs/sleep --methods part mae
-    python -m partnd.recipes.sleep_staging finetune --out runs/sleep --methods part mae supervised
+    python -m partnd.recipes.sleep_staging pretrain --out runs/sleep --methods part_windows mae
+    python -m partnd.recipes.sleep_staging finetune --out runs/sleep --methods part_windows supervised
     python -m partnd.recipes.sleep_staging report   --out runs/sleep
     python -m partnd.recipes.sleep_staging all      --out runs/sleep       # the chain
     python -m partnd.recipes.sleep_staging all --src /data/pc18 --scale paper --out runs/pc18
 
 Without ``--src`` the built-in PC18-format sample cohort (generated EEG) is used at a CPU-sized
 ``demo`` scale: the data are synthetic and the models small, so the numbers say whether the code
-works, not which method is better on real sleep. The report (``results.{csv,md,json}``) is the
-paper's table (PT and FT epochs, kappa) with accuracy, macro-F1, per-class F1, a 95% interval for
-kappa by bootstrap over test subjects and the paired difference to PART with its interval. Figures:
-``pretext.png``, ``finetune_validation.png``, ``confusion_matrices.png`` and
-``hypnogram_<record>.png``.
-"""
+works and how the rows compare on this data, not which method is better on real sleep. The report
+(``results.{csv,md,json}``) has kappa with a 95% interval by bootstrap over test subjects, the
+paired difference to the reference row (the classical row with context), the settings each row
+used, accuracy, macro-F1 and per-class F1. Figures: ``pretext.png``, ``finetune_validation.png``,
+``confusion_matrices.png`` and ``hypnogram_<record>.png``.
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -35,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from partnd._validation import check
+from partnd.objectives import list_objectives
 from partnd.recipes.sleep_report import (
     plot_confusion_matrices,
     plot_finetune_validation,
@@ -44,28 +51,34 @@ from partnd.recipes.sleep_report import (
     write_table,
 )
 from partnd.recipes.sleep_study import (
+    ARMS,
     SCALES,
-    SCRATCH_METHODS,
     CellResult,
     SleepStudy,
     StudyConfig,
     available_methods,
+    method_arms,
 )
 from partnd.recipes.study_directory import add_run_arguments, run_recipe
 
 __all__ = [
+    "DEFAULT_ARMS",
     "DEFAULT_METHODS",
     "STAGES",
     "add_study_arguments",
     "build_parser",
     "main",
     "report",
+    "rows_of",
     "run",
     "study_from_args",
 ]
 
-#: What ``all`` runs without ``--methods``: the demo's three (PART, MAE, supervised).
-DEFAULT_METHODS = ("part", "mae", "supervised")
+#: What ``all`` runs without ``--methods``: the classical reference rows, supervised training from
+#: scratch and PART across windows (pretrained once on the pool).
+DEFAULT_METHODS = ("classical", "yasa_pretrained", "supervised", "part_windows")
+#: The arms ``all`` runs without ``--arms``.
+DEFAULT_ARMS = ARMS
 STAGES = ("prepare", "pretrain", "finetune", "report", "all")
 
 
@@ -75,25 +88,34 @@ def _budget(study: SleepStudy) -> int:
 
 
 def _pretraining_methods(methods: Sequence[str]) -> list[str]:
-    return [method for method in methods if method not in SCRATCH_METHODS]
+    return [method for method in methods if method in list_objectives()]
 
 
-def report(study: SleepStudy, methods: Sequence[str]) -> list[dict]:
-    """Write the table and figures from the finished cells of ``methods``.
+def rows_of(methods: Sequence[str], arms: Sequence[str]) -> list[tuple[str, str]]:
+    """Every (method, arm) row of ``methods`` among ``arms`` (each method keeps its own arms)."""
+    unknown = sorted(set(methods) - set(available_methods()))
+    check(not unknown, "--methods", f"names from {available_methods()}", ", ".join(unknown))
+    bad = sorted(set(arms) - set(ARMS))
+    check(not bad, "--arms", f"names from {list(ARMS)}", ", ".join(bad))
+    return [(method, arm) for method in methods for arm in method_arms(method) if arm in arms]
+
+
+def report(study: SleepStudy, methods: Sequence[str], arms: Sequence[str] = ARMS) -> list[dict]:
+    """Write the table and figures from the finished cells of ``methods``' ``arms``.
 
     Returns:
         The table rows.
     """
     budget, seed = _budget(study), study.config.seed
     cells: list[CellResult] = []
-    for method in methods:
+    for method, arm in rows_of(methods, arms):
         check(
-            study.cell_done(method, budget, seed),
+            study.cell_done(method, arm, budget, seed),
             "methods",
-            f"methods whose fine-tuning finished (run the finetune stage for {method!r})",
+            f"methods whose cells finished (run the finetune stage for {method!r}, arm {arm!r})",
             method,
         )
-        cells.append(study.load_cell(method, budget, seed))
+        cells.append(study.load_cell(method, arm, budget, seed))
     truth = study.test_set.labels.astype(np.int64)
     pretrain_epochs = {}
     histories = {}
@@ -114,7 +136,7 @@ def report(study: SleepStudy, methods: Sequence[str]) -> list[dict]:
     in_record = np.array([study.test_set.record_of(i) == record for i in range(len(truth))])
     plot_hypnogram(
         truth[in_record],
-        {cell.method: cell.predictions[in_record] for cell in cells},
+        {cell.label: cell.predictions[in_record] for cell in cells},
         names,
         study.out / f"hypnogram_{record}.png",
         title=f"Test record {record}",
@@ -122,26 +144,26 @@ def report(study: SleepStudy, methods: Sequence[str]) -> list[dict]:
     return rows
 
 
-def run(study: SleepStudy, stage: str, methods: Sequence[str]) -> None:
-    """Run one stage (or ``all``) of the recipe for ``methods``."""
+def run(study: SleepStudy, stage: str, methods: Sequence[str], arms: Sequence[str] = ARMS) -> None:
+    """Run one stage (or ``all``) of the recipe for ``methods``' ``arms``."""
     check(stage in STAGES, "stage", f"one of {STAGES}", stage)
-    unknown = sorted(set(methods) - set(available_methods()))
-    check(not unknown, "--methods", f"names from {available_methods()}", ", ".join(unknown))
+    rows = rows_of(methods, arms)
     if stage in ("prepare", "all"):
         print(f"{len(study.store.record_ids())} records; {len(study.split.test)} test subjects")
     if stage in ("pretrain", "all"):
         for method in _pretraining_methods(methods):
             study.run_pretraining(method)
     if stage in ("finetune", "all"):
-        for method in methods:
-            study.run_cell(method, _budget(study), study.config.seed)
+        for method, arm in rows:
+            study.run_cell(method, arm, _budget(study), study.config.seed)
     if stage in ("report", "all"):
-        report(study, methods)
+        report(study, methods, arms)
         print((study.out / "results.md").read_text())
         if study.config.src is None:
             print(
                 "Note: generated sample cohort and a small model (demo scale): these numbers "
-                "check the pipeline, they do not rank the methods on real sleep EEG."
+                "check the pipeline and compare the rows on this data; they do not rank the "
+                "methods on real sleep EEG."
             )
 
 
@@ -164,13 +186,29 @@ def add_study_arguments(
         f"any of {' '.join(available_methods())})",
     )
     parser.add_argument(
+        "--arms",
+        nargs="+",
+        default=list(DEFAULT_ARMS),
+        choices=ARMS,
+        help="how labelled subjects are used: window (single-window classifier), sequence "
+        "(classifier over --context windows), probe (logistic regression on frozen features)",
+    )
+    parser.add_argument(
+        "--context",
+        type=int,
+        default=None,
+        help="windows per sequence of the sequence arm (default: the scale's, 21)",
+    )
+    parser.add_argument(
         "--budgets", type=int, nargs="+", help="fine-tuning subject counts (default: the scale's)"
     )
     parser.add_argument("--seeds", type=int, nargs="+", help="cell seeds (default: the scale's)")
     parser.add_argument("--n-jobs", type=int, default=1, help="preprocessing workers")
     parser.add_argument("--seed", type=int, default=0, help="split and training seed")
     parser.add_argument("--pretrain-epochs", type=int, default=None, help="override PT epochs")
-    parser.add_argument("--finetune-epochs", type=int, default=None, help="override FT epochs")
+    parser.add_argument(
+        "--finetune-steps", type=int, default=None, help="override the fine-tuning step budget"
+    )
     add_run_arguments(parser)
 
 
@@ -199,7 +237,10 @@ def study_from_args(args: argparse.Namespace) -> SleepStudy:
         device=args.device,
         progress=args.progress,
         pretrain_overrides={} if args.pretrain_epochs is None else {"epochs": args.pretrain_epochs},
-        finetune_overrides={} if args.finetune_epochs is None else {"epochs": args.finetune_epochs},
+        finetune_overrides={}
+        if args.finetune_steps is None
+        else {"min_steps": args.finetune_steps},
+        sequence_overrides={} if args.context is None else {"context": args.context},
         budgets=None if args.budgets is None else tuple(args.budgets),
         seeds=None if args.seeds is None else tuple(args.seeds),
     )
@@ -209,7 +250,7 @@ def study_from_args(args: argparse.Namespace) -> SleepStudy:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the recipe from the command line; returns the exit status."""
     args = build_parser().parse_args(argv)
-    run(study_from_args(args), args.stage, args.methods)
+    run(study_from_args(args), args.stage, args.methods, args.arms)
     return 0
 
 

@@ -6,20 +6,38 @@ A *study* lives in one output directory::
       study.json                 the settings (a later command must agree with them)
       split.json                 subject split (test subjects, pretraining pool, nested chains)
       store.zarr/                the preprocessed store (unless --store points elsewhere)
+      features.npz               the classical rows' YASA features of every labelled window
       pretrain/<method>/         one engine run per self-supervised method (encoder.pt when done)
-      finetune/<method>/b<B>_s<S>/   one fine-tuning cell: budget B subjects, seed S
+      finetune/<method>/<arm>/b<B>_s<S>/   one cell: budget B subjects, seed S
           result.json            written last (atomically): the cell is finished
           predictions.npy        predicted stage per test window (test-set order)
 
 Every stage is idempotent: a finished pretraining run (``encoder.pt``) or cell (``result.json``)
 is never recomputed, an interrupted one resumes from its last checkpoint, and a directory made
-with other settings is refused (``--overwrite`` starts over). Methods:
+with other settings is refused (``--overwrite`` starts over).
 
-| name | pretraining | fine-tuning |
+A *row* of the results is a method and an *arm*, how its labelled subjects are used:
+
+| arm | what is trained on the labelled subjects | scored |
 |---|---|---|
-| ``part``, ``part_grid``, ``mae``, ``mp3``, ``droppos`` | ``pretrain(method=name)`` on the pool | from its encoder |
-| ``supervised`` | none | from scratch, with position embedding |
-| ``supervised_no_pos`` | none | from scratch, without position embedding |
+| ``window`` | a single-window classifier (the paper's protocol) | each 30 s window alone |
+| ``sequence`` | a sequence classifier over ``context`` windows (``FinetuneConfig.context``) | each window with its neighbours |
+| ``probe`` | logistic regression on the frozen encoder's features (Banville et al. 2021) | each window alone |
+
+Methods:
+
+| name | pretraining | arms |
+|---|---|---|
+| ``part``, ``part_grid``, ``mae``, ``mp3``, ``droppos``, ``part_windows`` | ``pretrain(method=name)`` on the pool | window, sequence (``part_windows``: both its levels), probe |
+| ``supervised`` | none: from scratch, with position embedding | window, sequence, probe (a random encoder) |
+| ``supervised_no_pos`` | none: from scratch, without position embedding | window, probe |
+| ``classical`` | none: YASA's features + LightGBM (:mod:`partnd.classical`) | window (the epoch's features), sequence (with YASA's context) |
+| ``yasa_pretrained`` | YASA's shipped classifier, no labels | sequence |
+
+Every neural cell uses the same protocol for every initialisation: a step budget, the EEG
+augmentations, class weights, label smoothing, and the checkpoint chosen by Cohen's kappa on
+validation subjects drawn from the fine-tuning pool (never a test subject); each cell records the
+settings it used.
 """  # noqa: E501
 
 from __future__ import annotations
@@ -33,41 +51,61 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from partnd._validation import check
 from partnd.cohort.pc18_cohort import ensure_sample_cohort
 from partnd.data import as_labelled_dataset
+from partnd.datasets.sequences import SleepSequenceDataset
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
 from partnd.datasets.splits import SubjectSplit, make_subject_split
 from partnd.datasets.store import SleepStore
 from partnd.engine.checkpoint import atomic_write_json
 from partnd.engine.config import FinetuneConfig, PretrainConfig
-from partnd.finetuning import finetune
+from partnd.evaluation import linear_probe
+from partnd.finetuning import FinetuneResult, finetune
 from partnd.inference import predict_logits
 from partnd.metrics import ClassificationReport, classification_metrics
+from partnd.models import SequenceClassifier, ViTEncoder, create_encoder
 from partnd.models.serialization import ENCODER_FILE, load_encoder
 from partnd.objectives import list_objectives
 from partnd.preprocessing.physionet2018 import preprocess_physionet2018
 from partnd.pretraining import pretrain
 from partnd.recipes.study_directory import claim_study_directory
+from partnd.sequence_training import predict_nights
 
 __all__ = [
+    "ARMS",
+    "CLASSICAL_METHODS",
     "SCALES",
     "SCRATCH_METHODS",
     "CellResult",
     "SleepStudy",
     "StudyConfig",
     "available_methods",
+    "method_arms",
 ]
+
+#: How a method's labelled subjects are used (see the module docstring).
+ARMS = ("window", "sequence", "probe")
 
 #: Methods trained from scratch (no pretraining): name -> whether they get a position embedding.
 SCRATCH_METHODS: dict[str, bool] = {"supervised": True, "supervised_no_pos": False}
 
+#: Classical reference rows (no neural network): name -> its arms.
+CLASSICAL_METHODS: dict[str, tuple[str, ...]] = {
+    "classical": ("window", "sequence"),
+    "yasa_pretrained": ("sequence",),
+}
+
+_EEG_AUGMENTATIONS = ("time_shift", "amplitude_scale", "channel_dropout")
 _DEMO_ENCODER = {"encoder_overrides": {"embed_dim": 192, "depth": 4, "num_heads": 4}}
 
 #: Per-scale settings. ``demo`` fits a 2-core CPU and the 24-record sample cohort (a narrow ViT,
-#: few epochs, budgets of 2/4/8 subjects); ``paper`` is the paper's protocol (12.9 M ViT, 1000
-#: pretraining and 100 fine-tuning epochs, 200 test subjects, budgets 10/50/100/657, 5 seeds).
+#: budgets of 2/4/8 subjects); ``paper`` is the paper's protocol (12.9 M ViT, 1000 pretraining
+#: and 100 fine-tuning epochs, 200 test subjects, budgets 10/50/100/657, 5 seeds). ``finetune``
+#: is the single-window protocol of every method, ``sequence`` what the sequence arm changes,
+#: ``pretrain`` every method's pretraining and ``pretrain_methods`` per-method additions.
 SCALES: dict[str, dict[str, Any]] = {
     "demo": {
         "n_test_subjects": 0.34,
@@ -86,15 +124,28 @@ SCALES: dict[str, dict[str, Any]] = {
             "precision": "bf16",
             "log_every_steps": 5,
         },
+        "pretrain_methods": {"part_windows": {"batch_size": 8, "num_pairs": 256}},
         "finetune": {
             **_DEMO_ENCODER,
-            "epochs": 12,
-            "warmup_epochs": 1.0,
+            "epochs": 1,
+            "min_steps": 800,
+            "warmup_epochs": 0.0,
+            "warmup_steps": 40,
+            "eval_every_steps": 40,
             "batch_size": 64,
             "lr": 5e-4,
             "lr_reference_batch": None,
             "class_weights": "balanced",
-            "log_every_steps": 5,
+            "label_smoothing": 0.1,
+            "augmentations": _EEG_AUGMENTATIONS,
+            "log_every_steps": 20,
+        },
+        "sequence": {
+            "context": 21,
+            "batch_size": 8,
+            "min_steps": 400,
+            "warmup_steps": 20,
+            "eval_every_steps": 50,
         },
     },
     "paper": {
@@ -103,14 +154,30 @@ SCALES: dict[str, dict[str, Any]] = {
         "val_subjects": 10,
         "seeds": (0, 1, 2, 3, 4),
         "pretrain": {},
-        "finetune": {"class_weights": "balanced"},
+        "pretrain_methods": {},
+        "finetune": {
+            "class_weights": "balanced",
+            "augmentations": _EEG_AUGMENTATIONS,
+            "eval_every_steps": 200,
+        },
+        "sequence": {"context": 21, "batch_size": 32, "lr_reference_batch": None, "lr": 5e-4},
     },
 }
 
 
 def available_methods() -> list[str]:
-    """Every method name a study accepts: the registered objectives and the scratch baselines."""
-    return [*list_objectives(), *SCRATCH_METHODS]
+    """Every method name a study accepts: the registered objectives, the scratch baselines and
+    the classical rows."""
+    return [*list_objectives(), *SCRATCH_METHODS, *CLASSICAL_METHODS]
+
+
+def method_arms(method: str) -> tuple[str, ...]:
+    """The arms a method has (see the module docstring)."""
+    if method in CLASSICAL_METHODS:
+        return CLASSICAL_METHODS[method]
+    if method == "supervised_no_pos":
+        return ("window", "probe")
+    return ARMS
 
 
 @dataclass(frozen=True)
@@ -125,12 +192,15 @@ class StudyConfig:
         cohort_dir: Where the sample cohort is cached (default ``$PARTND_CACHE`` or
             ``~/.cache/partnd``).
         scale: ``"demo"`` or ``"paper"`` (see :data:`SCALES`).
-        n_jobs: Preprocessing workers (MNE semantics).
+        n_jobs: Preprocessing and feature-extraction workers (MNE semantics).
         seed: Seed of the subject split (and of the single cell of the sleep-staging table).
         device: ``"auto"``, ``"cpu"`` or ``"cuda"``.
         progress: Show progress bars.
         pretrain_overrides: :class:`PretrainConfig` fields replacing the scale's, every method.
-        finetune_overrides: :class:`FinetuneConfig` fields replacing the scale's, every method.
+        finetune_overrides: :class:`FinetuneConfig` fields replacing the scale's, every method
+            and arm.
+        sequence_overrides: :class:`FinetuneConfig` fields of the sequence arm (e.g.
+            ``{"context": 41}``), applied last.
         budgets: Fine-tuning subject counts replacing the scale's (nested, increasing).
         seeds: Seeds of the sample-efficiency cells replacing the scale's.
     """
@@ -146,6 +216,7 @@ class StudyConfig:
     progress: bool = True
     pretrain_overrides: dict[str, Any] = field(default_factory=dict)
     finetune_overrides: dict[str, Any] = field(default_factory=dict)
+    sequence_overrides: dict[str, Any] = field(default_factory=dict)
     budgets: tuple[int, ...] | None = None
     seeds: tuple[int, ...] | None = None
 
@@ -162,6 +233,7 @@ class StudyConfig:
             )
         PretrainConfig.check_field_names(self.pretrain_overrides, "pretrain_overrides")
         FinetuneConfig.check_field_names(self.finetune_overrides, "finetune_overrides")
+        FinetuneConfig.check_field_names(self.sequence_overrides, "sequence_overrides")
 
     @property
     def store_path(self) -> Path:
@@ -178,6 +250,7 @@ class StudyConfig:
             "seed",
             "pretrain_overrides",
             "finetune_overrides",
+            "sequence_overrides",
             "budgets",
         )
         values = asdict(self)
@@ -185,10 +258,17 @@ class StudyConfig:
         return dict(json.loads(json.dumps(chosen)))  # the form study.json holds
 
     def pretrain_config(self, method: str) -> PretrainConfig:
-        """The pretraining configuration of ``method`` (the same budget for every method)."""
-        values = {**SCALES[self.scale]["pretrain"], **self.pretrain_overrides}
+        """The pretraining configuration of ``method`` (the scale's budget for every method;
+        PART across windows starts from its own preset, ``eeg_sleep_windows``)."""
+        scale = SCALES[self.scale]
+        values = {
+            **scale["pretrain"],
+            **scale["pretrain_methods"].get(method, {}),
+            **self.pretrain_overrides,
+        }
+        preset = "eeg_sleep_windows" if method == "part_windows" else "eeg_sleep"
         return PretrainConfig.preset(
-            "eeg_sleep",
+            preset,
             method=method,
             seed=self.seed,
             device=self.device,
@@ -196,11 +276,14 @@ class StudyConfig:
             **values,
         )
 
-    def finetune_config(self, method: str, seed: int) -> FinetuneConfig:
-        """The fine-tuning configuration of ``method``: the ``eeg_sleep`` preset and the scale's
-        settings for everyone; from-scratch baselines get no layer-wise decay and their own
-        position-embedding choice."""
-        values = {**SCALES[self.scale]["finetune"], **self.finetune_overrides}
+    def finetune_config(self, method: str, seed: int, arm: str = "window") -> FinetuneConfig:
+        """The fine-tuning configuration of ``method``'s ``arm``: the ``eeg_sleep`` preset and the
+        scale's protocol for everyone (the sequence arm's changes on top); from-scratch baselines
+        get no layer-wise decay and their own position-embedding choice."""
+        scale = SCALES[self.scale]
+        values = {**scale["finetune"], **self.finetune_overrides}
+        if arm == "sequence":
+            values.update({**scale["sequence"], **self.sequence_overrides})
         if method in SCRATCH_METHODS:
             values["layer_decay"] = None
             values["pos_embed"] = SCRATCH_METHODS[method]
@@ -211,27 +294,47 @@ class StudyConfig:
 
 @dataclass(frozen=True)
 class CellResult:
-    """A finished fine-tuning cell.
+    """A finished cell: one method and arm, trained on ``budget`` subjects with ``seed``.
 
     Attributes:
         method: Method name.
-        budget: Number of fine-tuning subjects.
+        arm: ``"window"``, ``"sequence"`` or ``"probe"``.
+        budget: Number of labelled subjects (0 for a row that uses no labels).
         seed: Seed of the subject draw and of training.
-        subjects: The fine-tuning subjects.
+        subjects: The labelled subjects.
         report: Metrics on the test subjects.
         predictions: [n_test] predicted stage per test window.
-        history: The fine-tuning run's logged records.
-        finetune_epochs: Epochs trained.
+        history: The fine-tuning run's logged records (empty without one).
+        settings: What the cell used: steps, the selected step and its validation kappa,
+            augmentations, context, probe regularisation, features...
     """
 
     method: str
+    arm: str
     budget: int
     seed: int
     subjects: tuple[str, ...]
     report: ClassificationReport
     predictions: np.ndarray
     history: list[dict[str, Any]]
-    finetune_epochs: int
+    settings: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        """``method`` for the window arm, ``method+seq`` / ``method probe`` for the others."""
+        return {"window": self.method, "sequence": f"{self.method}+seq"}.get(
+            self.arm, f"{self.method} {self.arm}"
+        )
+
+
+def _selected(result: FinetuneResult) -> dict[str, Any]:
+    """The selected checkpoint of a fine-tuning run: epoch, step and validation kappa."""
+    epoch = result.best_metrics.get("epoch")
+    val = [r for r in result.history if r.get("phase") == "val" and r.get("epoch") == epoch]
+    return {
+        "selected_step": val[-1]["step"] if val else None,
+        "val_kappa": round(float(val[-1]["cohen_kappa"]), 4) if val else None,
+    }
 
 
 class SleepStudy:
@@ -314,6 +417,16 @@ class SleepStudy:
             progress=self.config.progress,
         )
 
+    def sequences(self, subjects: Sequence[str], context: int) -> SleepSequenceDataset:
+        """Sequences of ``context`` consecutive windows of ``subjects``' records (in memory)."""
+        return SleepSequenceDataset(
+            self.store,
+            records=self.split.records_of(subjects),
+            context=context,
+            normalize=True,
+            progress=self.config.progress,
+        )
+
     @cached_property
     def test_set(self) -> InMemoryWindows:
         """The held-out test subjects' windows (one fixed order for every method)."""
@@ -336,7 +449,7 @@ class SleepStudy:
         return self.split.finetune_subsets(seed)[budget]
 
     def validation_subjects(self, training: Sequence[str], seed: int) -> list[str]:
-        """Labelled non-test subjects outside ``training`` for epoch selection (seeded)."""
+        """Labelled non-test subjects outside ``training`` for checkpoint selection (seeded)."""
         rest = sorted(set(self.split.finetune_pool) - set(training))
         order = np.random.default_rng([self.split.seed, seed]).permutation(len(rest))
         return sorted(rest[i] for i in order[: self.scale["val_subjects"]])
@@ -380,17 +493,47 @@ class SleepStudy:
             pretrain(pool, out_dir=run_dir, config=config, overwrite=run_dir.exists())
         return run_dir
 
-    def cell_dir(self, method: str, budget: int, seed: int) -> Path:
-        """Directory of one fine-tuning cell."""
-        return self.out / "finetune" / method / f"b{budget}_s{seed}"
+    @cached_property
+    def classical_features(self) -> Any:
+        """YASA's features (with context) of every labelled window of the split's labelled
+        records, computed once (``features.npz``)."""
+        from partnd.classical import FeatureTable, sleep_features
 
-    def cell_done(self, method: str, budget: int, seed: int) -> bool:
+        path = self.out / "features.npz"
+        if path.is_file():
+            with np.load(path, allow_pickle=False) as stored:
+                return FeatureTable(
+                    features=stored["features"],
+                    labels=stored["labels"],
+                    records=stored["records"],
+                    windows=stored["windows"],
+                    columns=tuple(stored["columns"].tolist()),
+                )
+        records = [*self.split.records_of(self.split.finetune_pool), *self.split.test_records]
+        table = sleep_features(self.store, records, context=True, n_jobs=self.config.n_jobs)
+        partial = path.with_name(f".{path.name}.partial.npz")
+        np.savez(
+            partial,
+            features=table.features,
+            labels=table.labels,
+            records=table.records.astype(str),
+            windows=table.windows,
+            columns=np.array(table.columns),
+        )
+        partial.replace(path)
+        return table
+
+    def cell_dir(self, method: str, arm: str, budget: int, seed: int) -> Path:
+        """Directory of one cell."""
+        return self.out / "finetune" / method / arm / f"b{budget}_s{seed}"
+
+    def cell_done(self, method: str, arm: str, budget: int, seed: int) -> bool:
         """Whether the cell has finished."""
-        return (self.cell_dir(method, budget, seed) / "result.json").is_file()
+        return (self.cell_dir(method, arm, budget, seed) / "result.json").is_file()
 
-    def load_cell(self, method: str, budget: int, seed: int) -> CellResult:
+    def load_cell(self, method: str, arm: str, budget: int, seed: int) -> CellResult:
         """Read a finished cell."""
-        cell = self.cell_dir(method, budget, seed)
+        cell = self.cell_dir(method, arm, budget, seed)
         data = json.loads((cell / "result.json").read_text())
         report = ClassificationReport(
             **{
@@ -398,46 +541,173 @@ class SleepStudy:
                 "confusion_matrix": np.asarray(data["report"]["confusion_matrix"]),
             }
         )
-        history = [json.loads(line) for line in (cell / "run" / "metrics.jsonl").open()]
+        metrics = cell / "run" / "metrics.jsonl"
+        history = [json.loads(line) for line in metrics.open()] if metrics.is_file() else []
         return CellResult(
             method=method,
+            arm=arm,
             budget=budget,
             seed=seed,
             subjects=tuple(data["subjects"]),
             report=report,
             predictions=np.load(cell / "predictions.npy"),
             history=history,
-            finetune_epochs=int(data["finetune_epochs"]),
+            settings=dict(data["settings"]),
         )
 
-    def run_cell(self, method: str, budget: int, seed: int) -> CellResult:
-        """Fine-tune ``method`` on ``budget`` subjects with ``seed`` and test it, unless done.
-
-        A pretrained method's pretraining must have finished (:meth:`run_pretraining`).
-        """
+    def _check_cell(self, method: str, arm: str) -> None:
         check(method in available_methods(), "method", f"one of {available_methods()}", method)
-        if self.cell_done(method, budget, seed):
-            return self.load_cell(method, budget, seed)
-        encoder = None
-        if method not in SCRATCH_METHODS:
+        check(
+            arm in method_arms(method),
+            "arm",
+            f"one of {method}'s arms {method_arms(method)}",
+            repr(arm),
+        )
+        if method in list_objectives():
             check(
                 self.pretrained(method),
                 "method",
                 f"a finished pretraining of {method!r} (run the pretrain stage first)",
                 f"no {self.pretrain_dir(method) / ENCODER_FILE}",
             )
-            encoder = load_encoder(self.pretrain_dir(method))
+
+    def run_cell(self, method: str, arm: str, budget: int, seed: int) -> CellResult:
+        """Train ``method``'s ``arm`` on ``budget`` subjects with ``seed`` and test it, unless
+        done. A pretrained method's pretraining must have finished (:meth:`run_pretraining`)."""
+        self._check_cell(method, arm)
+        if self.cell_done(method, arm, budget, seed):
+            return self.load_cell(method, arm, budget, seed)
         subjects = self.subjects(budget, seed)
+        cell = self.cell_dir(method, arm, budget, seed)
+        cell.mkdir(parents=True, exist_ok=True)
+        if method in CLASSICAL_METHODS:
+            predictions, settings = self._classical(method, arm, subjects, seed)
+            used = () if method == "yasa_pretrained" else subjects
+        elif arm == "probe":
+            predictions, settings = self._probe(method, subjects, seed)
+            used = subjects
+        else:
+            predictions, settings = self._finetune(method, arm, subjects, seed, cell / "run")
+            used = subjects
+        labels = self.test_set.labels.astype(np.int64)
+        report = classification_metrics(
+            labels, predictions, len(self.class_names), self.class_names
+        )
+        np.save(cell / "predictions.npy", predictions.astype(np.int8))
+        atomic_write_json(
+            {
+                "method": method,
+                "arm": arm,
+                "budget": budget,
+                "seed": seed,
+                "subjects": list(used),
+                "report": report.to_dict(),
+                "settings": settings,
+            },
+            cell / "result.json",
+        )
+        return self.load_cell(method, arm, budget, seed)
+
+    def _classical(
+        self, method: str, arm: str, subjects: Sequence[str], seed: int
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """A classical row: YASA's features + LightGBM, or YASA's pretrained classifier."""
+        from partnd.classical import fit_classical_stager, predict_stages, yasa_pretrained_stages
+
+        test_records = list(self.split.test_records)
+        if method == "yasa_pretrained":  # no labels: one prediction shared by every cell
+            path = self.out / "yasa_pretrained.npy"
+            if not path.is_file():
+                staged = yasa_pretrained_stages(self.store, test_records)
+                self._check_test_order(staged.labels)
+                partial = path.with_name(f".{path.name}.partial.npy")
+                np.save(partial, staged.predictions)
+                partial.replace(path)
+            return np.load(path), {
+                "features": "YASA's own (C4-M1, rolling context, per-night z-scores)",
+                "classifier": "YASA's shipped clf_eeg LightGBM, no labels from this data",
+                "note": "out of domain on the generated sample cohort"
+                if self.config.src is None
+                else "",
+            }
+        table = self.classical_features
+        if arm == "window":
+            table = table.single_window()
+        train = table.select(self.split.records_of(subjects))
+        test = table.select(test_records)
+        self._check_test_order(test.labels)
+        model = fit_classical_stager(train.features, train.labels, seed=seed)
+        return predict_stages(model, test.features), {
+            "features": f"YASA {'with' if arm == 'sequence' else 'without'} context, "
+            f"{len(table.columns)} columns",
+            "classifier": "LightGBM, YASA's hyper-parameters and class weights",
+        }
+
+    def _check_test_order(self, labels: np.ndarray) -> None:
+        """Predictions of every row must follow the test set's windows."""
+        check(
+            np.array_equal(np.asarray(labels), self.test_set.labels.astype(np.int64)),
+            "predictions",
+            "one prediction per labelled test window, in the test set's order",
+            "another order",
+        )
+
+    def _encoder(self, method: str, seed: int) -> ViTEncoder:
+        """A pretrained method's window encoder, or a scratch method's random encoder."""
+        if method not in SCRATCH_METHODS:
+            return load_encoder(self.pretrain_dir(method))
         config = self.config.finetune_config(method, seed)
-        cell = self.cell_dir(method, budget, seed)
-        run_dir = cell / "run"
+        torch.manual_seed(seed)
+        encoder = create_encoder(
+            config.encoder,
+            in_chans=len(self.store.channels),
+            patch_size=config.patch_size,
+            ndim=1,
+            **config.encoder_overrides,
+        )
+        if SCRATCH_METHODS[method]:
+            encoder.add_position_embedding(self.store.n_times // encoder.patch_size[0])
+        return encoder.eval()
+
+    def _probe(
+        self, method: str, subjects: Sequence[str], seed: int
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Logistic regression on the frozen encoder's [CLS] + mean patch token features."""
+        result = linear_probe(
+            self._encoder(method, seed),
+            self.windows(subjects),
+            self.test_set,
+            num_classes=len(self.class_names),
+            device=self.config.device if self.config.device != "auto" else None,
+            seed=seed,
+        )
+        init = "random (seeded)" if method in SCRATCH_METHODS else f"{method} pretraining"
+        return result.predictions, {
+            "encoder": init,
+            "features": "[CLS] + mean patch token, standardised",
+            "C": result.inverse_regularisation,
+        }
+
+    def _finetune(
+        self, method: str, arm: str, subjects: Sequence[str], seed: int, run_dir: Path
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Fine-tune the window or sequence classifier of ``method`` and predict the test set."""
+        config = self.config.finetune_config(method, seed, arm)
         resume = (run_dir / "checkpoints" / "last.pt").is_file()
+        encoder: Any = None if method in SCRATCH_METHODS else self.pretrain_dir(method)
         val_subjects = self.validation_subjects(subjects, seed)
+        if arm == "sequence":
+            assert config.context is not None
+            train: Any = self.sequences(subjects, config.context)
+            val: Any = self.sequences(val_subjects, config.context) if val_subjects else None
+        else:
+            train = self.windows(subjects)
+            val = self.windows(val_subjects) if val_subjects else None
         result = finetune(
             encoder,
-            self.windows(subjects),
+            train,
             num_classes=len(self.class_names),
-            val_dataset=self.windows(val_subjects) if val_subjects else None,
+            val_dataset=val,
             out_dir=run_dir,
             config=None if resume else config,
             class_names=self.class_names,
@@ -445,25 +715,33 @@ class SleepStudy:
             overwrite=not resume and run_dir.exists(),
             **({"max_steps": None} if resume else {}),
         )
-        test, _ = as_labelled_dataset(self.test_set)
-        logits = predict_logits(result.model, test.signals, device=self.config.device)
-        predictions = logits.argmax(dim=1).numpy().astype(np.int8)
-        labels = self.test_set.labels.astype(np.int64)
-        report = classification_metrics(
-            labels, predictions, len(self.class_names), self.class_names
-        )
-        np.save(cell / "predictions.npy", predictions)
-        epochs = max((r["epoch"] for r in result.history if r.get("phase") == "epoch"), default=-1)
-        atomic_write_json(
-            {
-                "method": method,
-                "budget": budget,
-                "seed": seed,
-                "subjects": list(subjects),
-                "validation_subjects": val_subjects,
-                "report": report.to_dict(),
-                "finetune_epochs": epochs + 1,
-            },
-            cell / "result.json",
-        )
-        return self.load_cell(method, budget, seed)
+        model = result.model
+        if isinstance(model, SequenceClassifier):
+            nights = predict_nights(
+                model,
+                self.sequences(self.split.test, model.context),
+                device=self.config.device,
+            )
+            labels = np.concatenate([night.labels for night in nights])
+            probabilities = np.concatenate([night.probabilities for night in nights])
+            scored = labels >= 0
+            self._check_test_order(labels[scored])
+            predictions = probabilities[scored].argmax(axis=1)
+        else:
+            test, _ = as_labelled_dataset(self.test_set)
+            logits = predict_logits(model, test.signals, device=self.config.device)
+            predictions = logits.argmax(dim=1).numpy()
+        meta = json.loads((run_dir / "meta.json").read_text())["resolved"]
+        settings = {
+            "init": "scratch" if method in SCRATCH_METHODS else f"{method} pretraining",
+            "steps": meta["total_steps"],
+            **_selected(result),
+            "batch_size": config.batch_size,
+            "lr": meta["peak_lr"],
+            "layer_decay": config.layer_decay,
+            "label_smoothing": config.label_smoothing,
+            "augmentations": list(config.augmentations or ()),
+            "context": config.context,
+            "validation_subjects": val_subjects,
+        }
+        return predictions, settings

@@ -28,12 +28,16 @@ TINY_FINETUNE = {
     "encoder": "vit_test",
     "encoder_overrides": {},
     "epochs": 3,
+    "min_steps": None,
+    "eval_every_steps": None,
+    "warmup_steps": None,
     "batch_size": 32,
     "lr": 2e-3,
     "lr_reference_batch": None,
     "warmup_epochs": 0.0,
     "precision": "fp32",
 }
+TINY_SEQUENCE = {"context": 5, "batch_size": 4, "temporal_encoder": "temporal_test"}
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +55,7 @@ def tiny_study(out: Path, cohort: Path, **overrides: object) -> SleepStudy:
         device="cpu",
         pretrain_overrides=TINY_PRETRAIN,
         finetune_overrides=TINY_FINETUNE,
+        sequence_overrides=TINY_SEQUENCE,
         budgets=(1, 2),
         seeds=(0, 1),
         **overrides,  # type: ignore[arg-type]
@@ -76,7 +81,8 @@ def test_sleep_staging_table_figures_and_a_resume_that_recomputes_nothing(
     assert not study.pretrained("part")  # stopped after 3 of 2 x 12 steps
     assert (out / "pretrain" / "part" / "checkpoints" / "last.pt").is_file()
     monkeypatch.setattr("partnd.recipes.sleep_study.pretrain", real_pretrain)
-    sleep_staging.run(study, "all", ["part", "supervised"])
+    methods = ["part", "supervised", "classical", "yasa_pretrained"]
+    sleep_staging.run(study, "all", methods)
     history = [json.loads(line) for line in (out / "pretrain/part/metrics.jsonl").open()]
     steps = [r["step"] for r in history if r["phase"] == "train"]
     assert steps == list(range(5, 5 * len(steps) + 1, 5))  # one trajectory, logged every 5
@@ -84,16 +90,28 @@ def test_sleep_staging_table_figures_and_a_resume_that_recomputes_nothing(
 
     with open(out / "results.csv") as handle:
         rows = list(csv.DictReader(handle))
-    assert [row["method"] for row in rows] == ["part", "supervised"]
+    assert [row["row"] for row in rows] == [
+        "part", "part+seq", "part probe",
+        "supervised", "supervised+seq", "supervised probe",
+        "classical", "classical+seq", "yasa_pretrained+seq",
+    ]  # fmt: skip
+    by_row = {row["row"]: row for row in rows}
     for row in rows:
         assert float(row["kappa_low"]) <= float(row["kappa"]) <= float(row["kappa_high"])
-        assert {"pt_epochs", "ft_epochs", "accuracy", "macro_f1", "f1_W", "paper_kappa"} <= set(row)
-    assert rows[0]["pt_epochs"] == "2" and rows[1]["pt_epochs"] == "0"
-    assert rows[0]["ft_epochs"] == "3"
-    assert (
-        float(rows[1]["delta_low"]) <= float(rows[1]["delta_kappa"]) <= float(rows[1]["delta_high"])
-    )
-    assert rows[0]["delta_kappa"] == ""  # PART is the reference
+        assert {"pt_epochs", "ft_steps", "accuracy", "macro_f1", "f1_W", "paper_kappa"} <= set(row)
+        assert row["n_test_windows"] == rows[0]["n_test_windows"]  # one test set for every row
+    assert by_row["part"]["pt_epochs"] == "2" and by_row["supervised"]["pt_epochs"] == "0"
+    assert by_row["part"]["ft_steps"] == "3"  # 3 epochs of one step (one subject, batch 32)
+    assert by_row["part+seq"]["context"] == "5" and by_row["part"]["context"] == ""
+    assert by_row["yasa_pretrained+seq"]["labels"] == "0"
+    assert by_row["classical+seq"]["delta_kappa"] == ""  # the reference row
+    supervised = by_row["supervised"]
+    assert float(supervised["delta_low"]) <= float(supervised["delta_kappa"])
+    assert float(supervised["delta_kappa"]) <= float(supervised["delta_high"])
+    cell = study.load_cell("supervised", "sequence", 1, 0)
+    assert cell.settings["selected_step"] is not None and cell.settings["context"] == 5
+    assert cell.settings["augmentations"] == ["time_shift", "amplitude_scale", "channel_dropout"]
+    assert study.load_cell("part", "probe", 1, 0).settings["C"] > 0
     for figure in ("pretext.png", "finetune_validation.png", "confusion_matrices.png"):
         assert (out / figure).stat().st_size > 1000
     assert list(out.glob("hypnogram_*.png"))
@@ -107,8 +125,9 @@ def test_sleep_staging_table_figures_and_a_resume_that_recomputes_nothing(
 
     monkeypatch.setattr("partnd.recipes.sleep_study.pretrain", refuse)
     monkeypatch.setattr("partnd.recipes.sleep_study.finetune", refuse)
+    monkeypatch.setattr("partnd.recipes.sleep_study.linear_probe", refuse)
     again = tiny_study(out, cohort_root)
-    sleep_staging.run(again, "all", ["part", "supervised"])
+    sleep_staging.run(again, "all", methods)
     # and the settings of a study cannot silently change
     with pytest.raises(InputError, match="same settings"):
         tiny_study(out, cohort_root, seed=5)
@@ -123,32 +142,39 @@ def test_sample_efficiency_cells_resume_and_aggregate(
 ) -> None:
     out = tmp_path / "se"
     study = tiny_study(out, cohort_root)
-    cells = sample_efficiency.cell_list(study, ["part", "supervised"])
+    cells = sample_efficiency.cell_list(study, ["part", "supervised"], ["window"])
     assert cells == [
-        ("part", 1, 0), ("part", 1, 1), ("part", 2, 0), ("part", 2, 1),
-        ("supervised", 1, 0), ("supervised", 1, 1), ("supervised", 2, 0), ("supervised", 2, 1),
+        ("part", "window", 1, 0), ("part", "window", 1, 1),
+        ("part", "window", 2, 0), ("part", "window", 2, 1),
+        ("supervised", "window", 1, 0), ("supervised", "window", 1, 1),
+        ("supervised", "window", 2, 0), ("supervised", "window", 2, 1),
     ]  # fmt: skip
     # nested subsets per seed, shared encoder
     assert set(study.subjects(1, 0)) <= set(study.subjects(2, 0))
     study.run_pretraining("part")
-    first = study.run_cell("part", 1, 0)
+    first = study.run_cell("part", "window", 1, 0)
     encoder_time = (out / "pretrain/part/encoder.pt").stat().st_mtime
-    done = (out / "finetune/part/b1_s0/result.json").stat().st_mtime
+    done = (out / "finetune/part/window/b1_s0/result.json").stat().st_mtime
+    cells += sample_efficiency.cell_list(study, ["classical"], ["sequence"])
     sample_efficiency.run_cells(study, cells, jobs=1, args=None)  # type: ignore[arg-type]
-    assert (out / "finetune/part/b1_s0/result.json").stat().st_mtime == done
+    assert (out / "finetune/part/window/b1_s0/result.json").stat().st_mtime == done
     assert (out / "pretrain/part/encoder.pt").stat().st_mtime == encoder_time
-    assert study.load_cell("part", 1, 0).report.cohen_kappa == first.report.cohen_kappa
-    sample_efficiency.aggregate(study, ["part", "supervised"])
+    assert study.load_cell("part", "window", 1, 0).report.cohen_kappa == first.report.cohen_kappa
+    sample_efficiency.aggregate(study, ["part", "supervised", "classical"], ["window", "sequence"])
     with open(out / "kappa_by_budget.csv") as handle:
         rows = list(csv.DictReader(handle))
     assert [row["subjects"] for row in rows] == ["1", "2"]
     assert rows[0]["part"].endswith("(n=2)") and "paper_part" in rows[0]
-    with open(out / "difference_to_part.csv") as handle:
-        assert "supervised - part" in next(csv.DictReader(handle))
+    assert rows[1]["classical+seq"].endswith("(n=2)")
+    with open(out / "difference_to_reference.csv") as handle:
+        assert "supervised - classical+seq" in next(csv.DictReader(handle))
     assert (out / "sample_efficiency.png").stat().st_size > 1000
     argv = ["cells", "--out", str(out), "--src", str(cohort_root), "--methods", "part"]
     argv += ["--budgets", "1", "2", "--seeds", "0", "1", "--no-progress"]
     with pytest.raises(InputError, match="same settings"):  # tiny overrides are not on the CLI
         sample_efficiency.main(argv)
     with pytest.raises(InputError, match="--cell"):
-        sample_efficiency.parse_cell("part:ten:0")
+        sample_efficiency.parse_cell("part:window:ten:0")
+    assert sample_efficiency.parse_cell("part:probe:2:1") == ("part", "probe", 2, 1)
+    with pytest.raises(InputError, match="--arms"):
+        sample_efficiency.cell_list(study, ["part"], ["sideways"])
