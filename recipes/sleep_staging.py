@@ -200,6 +200,13 @@ def add_study_arguments(
         help="windows per sequence of the sequence arm (default: the scale's, 21)",
     )
     parser.add_argument(
+        "--normalize",
+        choices=("window", "record", "none"),
+        default=None,
+        help="how windows are normalised: each on its own (window, the paper's) or by its "
+        "night's channel scales (record); default: the scale's",
+    )
+    parser.add_argument(
         "--budgets", type=int, nargs="+", help="fine-tuning subject counts (default: the scale's)"
     )
     parser.add_argument("--seeds", type=int, nargs="+", help="cell seeds (default: the scale's)")
@@ -241,6 +248,7 @@ def study_from_args(args: argparse.Namespace) -> SleepStudy:
         if args.finetune_steps is None
         else {"min_steps": args.finetune_steps},
         sequence_overrides={} if args.context is None else {"context": args.context},
+        normalize=args.normalize,
         budgets=None if args.budgets is None else tuple(args.budgets),
         seeds=None if args.seeds is None else tuple(args.seeds),
     )

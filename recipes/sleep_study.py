@@ -57,7 +57,11 @@ from partnd._validation import check
 from partnd.cohort.pc18_cohort import ensure_sample_cohort
 from partnd.data import as_labelled_dataset
 from partnd.datasets.sequences import SleepSequenceDataset
-from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
+from partnd.datasets.sleep_windows import (
+    InMemoryWindows,
+    SleepWindowDataset,
+    resolve_normalization,
+)
 from partnd.datasets.splits import SubjectSplit, make_subject_split
 from partnd.datasets.store import SleepStore
 from partnd.engine.checkpoint import atomic_write_json
@@ -108,6 +112,7 @@ _DEMO_ENCODER = {"encoder_overrides": {"embed_dim": 192, "depth": 4, "num_heads"
 #: ``pretrain`` every method's pretraining and ``pretrain_methods`` per-method additions.
 SCALES: dict[str, dict[str, Any]] = {
     "demo": {
+        "normalize": "window",
         "n_test_subjects": 0.34,
         "budgets": (2, 4, 8),
         "val_subjects": 2,
@@ -149,6 +154,7 @@ SCALES: dict[str, dict[str, Any]] = {
         },
     },
     "paper": {
+        "normalize": "window",
         "n_test_subjects": 200,
         "budgets": (10, 50, 100, 657),
         "val_subjects": 10,
@@ -201,6 +207,8 @@ class StudyConfig:
             and arm.
         sequence_overrides: :class:`FinetuneConfig` fields of the sequence arm (e.g.
             ``{"context": 41}``), applied last.
+        normalize: How windows are normalised for every method (``"window"``, ``"record"``,
+            see :class:`~partnd.datasets.SleepWindowDataset`); ``None``: the scale's.
         budgets: Fine-tuning subject counts replacing the scale's (nested, increasing).
         seeds: Seeds of the sample-efficiency cells replacing the scale's.
     """
@@ -217,6 +225,7 @@ class StudyConfig:
     pretrain_overrides: dict[str, Any] = field(default_factory=dict)
     finetune_overrides: dict[str, Any] = field(default_factory=dict)
     sequence_overrides: dict[str, Any] = field(default_factory=dict)
+    normalize: str | None = None
     budgets: tuple[int, ...] | None = None
     seeds: tuple[int, ...] | None = None
 
@@ -231,9 +240,16 @@ class StudyConfig:
                 "increasing positive subject counts",
                 repr(self.budgets),
             )
+        if self.normalize is not None:
+            resolve_normalization(self.normalize, "normalize")
         PretrainConfig.check_field_names(self.pretrain_overrides, "pretrain_overrides")
         FinetuneConfig.check_field_names(self.finetune_overrides, "finetune_overrides")
         FinetuneConfig.check_field_names(self.sequence_overrides, "sequence_overrides")
+
+    @property
+    def normalization(self) -> str:
+        """How every method's windows are normalised: the config's, else the scale's."""
+        return str(self.normalize or SCALES[self.scale]["normalize"])
 
     @property
     def store_path(self) -> Path:
@@ -251,6 +267,7 @@ class StudyConfig:
             "pretrain_overrides",
             "finetune_overrides",
             "sequence_overrides",
+            "normalize",
             "budgets",
         )
         values = asdict(self)
@@ -408,12 +425,12 @@ class SleepStudy:
         return list(self.store.stage_names)
 
     def windows(self, subjects: Sequence[str]) -> InMemoryWindows:
-        """Labelled, instance-normalised windows of ``subjects`` in memory."""
+        """Labelled, normalised windows of ``subjects`` in memory."""
         return InMemoryWindows(
             self.store,
             records=self.split.records_of(subjects),
             labelled_only=True,
-            normalize=True,
+            normalize=self.config.normalization,
             progress=self.config.progress,
         )
 
@@ -423,7 +440,7 @@ class SleepStudy:
             self.store,
             records=self.split.records_of(subjects),
             context=context,
-            normalize=True,
+            normalize=self.config.normalization,
             progress=self.config.progress,
         )
 
@@ -485,7 +502,9 @@ class SleepStudy:
         if self.pretrained(method):
             return run_dir
         resume = (run_dir / "checkpoints" / "last.pt").is_file()
-        pool = SleepWindowDataset(self.store, records=list(self.split.pretrain), normalize=True)
+        pool = SleepWindowDataset(
+            self.store, records=list(self.split.pretrain), normalize=self.config.normalization
+        )
         if resume:  # continue the interrupted run to its end
             pretrain(pool, out_dir=run_dir, resume=True, max_steps=None)
         else:
