@@ -301,9 +301,10 @@ class ImageStudyConfig:
         """``"part"`` for a variant whose pretraining configuration equals ``part``'s (so it runs
         once), else ``name``."""
         variant = self.variants()[name]
-        part = self.variants()["part"]
-        same = self.pretrain_config(variant) == self.pretrain_config(part)
-        return "part" if variant.method == "part" and same else name
+        if variant.method != "part":  # from-scratch variants have no pretraining configuration
+            return name
+        same = self.pretrain_config(variant) == self.pretrain_config(self.variants()["part"])
+        return "part" if same else name
 
     def pretrain_config(self, variant: Variant) -> PretrainConfig:
         """The pretraining configuration of ``variant``: the dataset's preset, the scale's
