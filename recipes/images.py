@@ -264,7 +264,7 @@ class ImageStudyConfig:
         part_boxes = dict(SCALE_BOXES) if self.scale_boxes else {}
         variants = [
             Variant(method, method, part_boxes if method == "part" else {})
-            for method in [*list_objectives(), *SCRATCH_METHODS]
+            for method in [*list_objectives(data="items"), *SCRATCH_METHODS]
         ]
         variants += [
             Variant(f"part_head-{head}", "part", {**part_boxes, "head": head})
@@ -284,7 +284,7 @@ class ImageStudyConfig:
         """The variant names of every group, ``part`` standing in for its duplicates."""
         names = self.variants()
         main = [*SCRATCH_METHODS, *PAPER_ORDER]
-        main += [method for method in list_objectives() if method not in main]
+        main += [method for method in list_objectives(data="items") if method not in main]
         members = {
             "main": main,
             "sampling": ["part", "part_grid"],

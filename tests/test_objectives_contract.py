@@ -406,3 +406,13 @@ def test_droppos_sigma_decays_linearly_to_one_hot() -> None:
     model.set_training_progress(1.0)
     out = model(x, generator=seeded())
     torch.testing.assert_close(out.soft_labels, F.one_hot(out.labels, 8).float())
+
+
+def test_objectives_are_listed_by_what_they_train_on() -> None:
+    from partnd.objectives.registry import register_objective
+
+    assert list_objectives(data="segments") == ["part_windows"]
+    assert set(list_objectives(data="items")) == set(METHODS) - {"part_windows"}
+    with pytest.raises(ValueError, match="data"):
+        register_objective("nope", lambda config, spec: None, "", data="images")  # type: ignore[arg-type,return-value]
+    assert "nope" not in list_objectives()

@@ -159,6 +159,7 @@ register_objective(
     build_part_windows,
     "PART across windows: relative shifts between whole windows drawn off-grid from segments of "
     "consecutive windows (window ViT + temporal ViT)",
+    data="segments",
 )
 
 

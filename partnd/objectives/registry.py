@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from partnd.objectives.base import Objective
 
 __all__ = [
+    "DATA_KINDS",
     "ObjectiveBuilder",
     "ObjectiveSpec",
     "list_objectives",
@@ -36,19 +37,29 @@ class ObjectiveSpec:
         name: The ``method`` name.
         build: ``build(config, spec) -> Objective``.
         summary: One line on what it learns.
+        data: What it trains on: ``"items"`` (any N-D items: EEG windows, images, volumes) or
+            ``"segments"`` (segments of consecutive windows of one night, from a sleep store).
     """
 
     name: str
     build: ObjectiveBuilder
     summary: str
+    data: str = "items"
 
 
 _REGISTRY: dict[str, ObjectiveSpec] = {}
 
 
-def register_objective(name: str, build: ObjectiveBuilder, summary: str) -> None:
-    """Add (or replace) an objective under ``name``."""
-    _REGISTRY[name] = ObjectiveSpec(name=name, build=build, summary=summary)
+DATA_KINDS = ("items", "segments")
+
+
+def register_objective(
+    name: str, build: ObjectiveBuilder, summary: str, data: str = "items"
+) -> None:
+    """Add (or replace) an objective under ``name`` (``data``: see :class:`ObjectiveSpec`)."""
+    if data not in DATA_KINDS:
+        raise ValueError(f"data: expected one of {DATA_KINDS}, got {data!r}")
+    _REGISTRY[name] = ObjectiveSpec(name=name, build=build, summary=summary, data=data)
 
 
 def registered(name: str) -> ObjectiveSpec | None:
@@ -56,6 +67,7 @@ def registered(name: str) -> ObjectiveSpec | None:
     return _REGISTRY.get(name)
 
 
-def list_objectives() -> list[str]:
-    """Names accepted by ``pretrain(method=...)``, sorted."""
-    return sorted(_REGISTRY)
+def list_objectives(data: str | None = None) -> list[str]:
+    """Names accepted by ``pretrain(method=...)``, sorted; only those that train on ``data``
+    (``"items"`` or ``"segments"``) when given."""
+    return sorted(name for name, spec in _REGISTRY.items() if data in (None, spec.data))
