@@ -156,7 +156,9 @@ def pretrain(
         if config.method == "part_windows":
             from partnd.datasets.segments import as_segment_dataset  # the store reader pulls zarr
 
-            dataset = as_segment_dataset(dataset, config.segment_windows, config.window_samples)
+            dataset = as_segment_dataset(
+                dataset, config.segment_windows, config.window_samples, config.normalize
+            )
         train_set, spec = as_signal_dataset(
             dataset, expected=None if initial is None else initial[1], same_shape=False
         )
@@ -166,7 +168,9 @@ def pretrain(
         encoder = model.encoder if windows is None else windows.hierarchical.window
         info = train_set.info
         if windows is not None:  # the window encoder's signal: one window, not a segment
-            info = dataclasses.replace(info, spatial_shape=(config.window_samples,))
+            info = dataclasses.replace(
+                info, spatial_shape=(config.window_samples,), normalization=config.normalize
+            )
         if initial is not None:
             _load_initial_weights(encoder, initial[0], init_weights)
         encoder.signal_info = info

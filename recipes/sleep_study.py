@@ -284,6 +284,8 @@ class StudyConfig:
             **self.pretrain_overrides,
         }
         preset = "eeg_sleep_windows" if method == "part_windows" else "eeg_sleep"
+        if method == "part_windows":  # drawn windows normalised as the fine-tuning windows
+            values = {"normalize": self.normalization, **values}
         return PretrainConfig.preset(
             preset,
             method=method,

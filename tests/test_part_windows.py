@@ -111,6 +111,17 @@ def test_windows_are_normalised_exact_slices_placed_on_the_segment_slots() -> No
     assert hidden == 0.5 and model.anchored
 
 
+def test_record_normalisation_removes_only_each_drawn_window_mean() -> None:
+    model = build(in_chans=2, normalize="record")
+    x = 3.0 * torch.randn(2, 2, SEGMENT * WINDOW) + 7.0  # a segment already scaled per night
+    windows = model.sample(x, torch.Generator().manual_seed(1))
+    for b in range(2):
+        for n in range(6):
+            start = int(windows.starts[b, n, 0])
+            raw = x[b, :, start : start + WINDOW]
+            torch.testing.assert_close(windows.patches[b, n], raw - raw.mean(-1, keepdim=True))
+
+
 def test_the_objective_checks_its_inputs() -> None:
     model = build()
     with pytest.raises(InputError, match=r"x: expected segments \[B, 1, 320\]"):

@@ -164,3 +164,25 @@ def test_other_sleep_data_become_segments_over_the_same_records(store) -> None:
         as_segment_dataset(segments, 5, WINDOW)
     with pytest.raises(InputError, match="window_samples=3000"):
         as_segment_dataset(segments, 4, 3000)
+
+
+def test_record_scaled_segments_and_normalisation_agreement(store) -> None:
+    path, _ = store
+    opened = SleepStore(path)
+    raw = SleepSegmentDataset(path, segment_windows=4)
+    scaled = SleepSegmentDataset(path, segment_windows=4, normalize="record")
+    assert scaled.normalize == "record" and raw.normalize == "none"
+    for index in (0, len(raw) - 1):
+        record, _ = raw.locate(index)
+        scale = torch.from_numpy(opened.channel_scale(record).astype(np.float32))
+        # one constant per record and channel: no step at the boundaries of stored windows
+        torch.testing.assert_close(scaled[index], raw[index] / (scale[:, None] + 1e-6))
+    windows = SleepWindowDataset(path, normalize="record")
+    converted = as_segment_dataset(windows, 4, WINDOW, "record")
+    assert converted.normalize == "record"
+    with pytest.raises(InputError, match=r"PretrainConfig\.normalize"):
+        as_segment_dataset(windows, 4, WINDOW, "window")
+    with pytest.raises(InputError, match="normalize"):
+        as_segment_dataset(raw, 4, WINDOW, "record")
+    with pytest.raises(InputError, match="normalize"):
+        SleepSegmentDataset(path, segment_windows=4, normalize="window")

@@ -36,7 +36,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from partnd._validation import InputError, check
-from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
+from partnd.datasets.sleep_windows import NORMALIZE_EPS, InMemoryWindows, SleepWindowDataset
 from partnd.datasets.store import SleepStore
 
 __all__ = ["SleepSegmentDataset", "as_segment_dataset"]
@@ -62,6 +62,10 @@ class SleepSegmentDataset(Dataset[Tensor]):
         dtype: Floating point dtype of ``x``.
         cache_bytes: Bound of the decoded-chunk cache per process (see
             :class:`SleepWindowDataset`).
+        normalize: ``"none"`` (stored values) or ``"record"``: every segment divided by its
+            record's channel scales (:meth:`SleepStore.channel_scale`), one constant per record
+            and channel, so no step appears at window boundaries; the objective then removes
+            each drawn window's mean (record normalisation of the drawn windows).
 
     Attributes:
         segments: ``[M, 2]`` int64, the record position (in ``records``) and first window of
@@ -85,7 +89,14 @@ class SleepSegmentDataset(Dataset[Tensor]):
         channels: Sequence[str] | None = None,
         dtype: torch.dtype = torch.float32,
         cache_bytes: int = 64 * 2**20,
+        normalize: str = "none",
     ) -> None:
+        check(
+            normalize in ("none", "record"),
+            "normalize",
+            "'none' or 'record' (segments are never normalised per window)",
+            repr(normalize),
+        )
         check(
             isinstance(segment_windows, int)
             and not isinstance(segment_windows, bool)
@@ -115,7 +126,13 @@ class SleepSegmentDataset(Dataset[Tensor]):
         )
         self.segment_windows = segment_windows
         self.stride = stride
+        self.normalize = normalize
         opened = store if isinstance(store, SleepStore) else SleepStore(self.windows.store_path)
+        self._scales: Tensor | None = None
+        if normalize == "record":
+            picks = [opened.channels.index(name) for name in self.windows.ch_names]
+            scales = np.stack([opened.channel_scale(r)[picks] for r in self.records])
+            self._scales = torch.from_numpy(scales.astype(np.float32))
         #: Position in the window dataset of every record's first window.
         self._record_offsets = np.searchsorted(
             self.windows.record_index, np.arange(len(self.records))
@@ -237,7 +254,14 @@ class SleepSegmentDataset(Dataset[Tensor]):
         wanted = np.concatenate([self._window_positions(p) for p in positions])
         windows = [item[0] for item in self.windows.__getitems__(wanted.tolist())]
         size = self.segment_windows
-        return [self._join(windows[k * size : (k + 1) * size]) for k in range(len(positions))]
+        segments = [self._join(windows[k * size : (k + 1) * size]) for k in range(len(positions))]
+        if self._scales is None:
+            return segments
+        records = [int(self.segments[p, 0]) for p in positions]
+        return [
+            (segment / (self._scales[record][:, None] + NORMALIZE_EPS)).to(segment.dtype)
+            for segment, record in zip(segments, records, strict=True)
+        ]
 
     def __repr__(self) -> str:
         return (
@@ -247,7 +271,9 @@ class SleepSegmentDataset(Dataset[Tensor]):
         )
 
 
-def as_segment_dataset(data: Any, segment_windows: int, window_samples: int) -> Any:
+def as_segment_dataset(
+    data: Any, segment_windows: int, window_samples: int, normalize: str = "window"
+) -> Any:
     """Segments of ``segment_windows`` windows over the records ``data`` reads from.
 
     A store path, a :class:`SleepWindowDataset` or an :class:`InMemoryWindows` becomes a
@@ -260,19 +286,30 @@ def as_segment_dataset(data: Any, segment_windows: int, window_samples: int) -> 
         data: The pretraining data.
         segment_windows: Windows per segment ``S``.
         window_samples: Samples ``T`` of one window (must match the store's windows).
+        normalize: How the objective normalises drawn windows (``"window"`` or ``"record"``,
+            ``PretrainConfig.normalize``): ``"record"`` scales the segments by their night's
+            channel scales. A window dataset normalised otherwise is refused.
 
     Raises:
         InputError: A segment dataset or store whose ``S`` or ``T`` differ from the requested.
     """
+    scaled = "record" if normalize == "record" else "none"
     if isinstance(data, str | Path) and (Path(data) / "zarr.json").is_file():
-        data = SleepSegmentDataset(data, segment_windows=segment_windows)
+        data = SleepSegmentDataset(data, segment_windows=segment_windows, normalize=scaled)
     elif isinstance(data, SleepWindowDataset | InMemoryWindows):
+        check(
+            data.normalize in ("none", normalize),
+            "PretrainConfig.normalize",
+            f"the normalisation of the windows given ({data.normalize!r})",
+            repr(normalize),
+        )
         data = SleepSegmentDataset(
             data.store_path,
             records=data.records,
             channels=data.ch_names,
             segment_windows=segment_windows,
             dtype=data.dtype,
+            normalize=scaled,
         )
     if isinstance(data, SleepSegmentDataset):
         check(
@@ -280,6 +317,12 @@ def as_segment_dataset(data: Any, segment_windows: int, window_samples: int) -> 
             "dataset",
             f"segments of segment_windows={segment_windows} windows (the configuration's)",
             f"segments of {data.segment_windows}",
+        )
+        check(
+            data.normalize == scaled,
+            "dataset",
+            f"segments with normalize={scaled!r} (PretrainConfig.normalize={normalize!r})",
+            f"normalize={data.normalize!r}",
         )
         check(
             data.window_samples == window_samples,

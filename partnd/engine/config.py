@@ -421,6 +421,9 @@ class PretrainConfig(TrainConfig):
             At initialisation the [CLS] outputs of different windows differ little (7% of their
             norm against 19% for the mean token), and plain PART across windows stayed at its
             floor from [CLS] where it learned from the mean token (``docs/part.md``).
+        normalize: PART across windows: how drawn windows are normalised, as fine-tuning windows
+            will be (``"window"``: instance normalisation; ``"record"``: by the night's channel
+            scales, see :class:`partnd.datasets.SleepWindowDataset`).
     """
 
     method: str = "part"
@@ -451,6 +454,7 @@ class PretrainConfig(TrainConfig):
     temporal_encoder: str = "temporal_small"
     temporal_overrides: dict[str, Any] = field(default_factory=dict)
     window_pool: Literal["token", "avg"] = "avg"
+    normalize: Literal["window", "record"] = "window"
 
     HEADS: ClassVar[tuple[str, ...]] = ("cross_attention", "pairwise_mlp", "mlp")
 

@@ -68,6 +68,10 @@ class CrossWindowPART(PARTModel):
         num_pairs: (reference, target) pairs K per segment.
         shared_pairs: Plain mode: one set of pairs for the batch (anchored mode draws per
             segment).
+        normalize: How drawn windows are normalised, as the window datasets' ``normalize``:
+            ``"window"`` (instance normalisation) or ``"record"`` (the segments come divided by
+            their night's channel scales, see :class:`SleepSegmentDataset`; the drawn window's
+            mean is removed).
 
     ``self.encoder`` is the hierarchical encoder (typed as PART's encoder interface);
     :attr:`hierarchical` gives it with its own type.
@@ -82,7 +86,15 @@ class CrossWindowPART(PARTModel):
         num_windows: int,
         num_pairs: int,
         shared_pairs: bool = True,
+        normalize: str = "window",
     ) -> None:
+        check(
+            normalize in ("window", "record"),
+            "normalize",
+            "'window' (each drawn window standardised) or 'record' (segments scaled by their "
+            "night's channel scales, each drawn window's mean removed)",
+            repr(normalize),
+        )
         check(
             isinstance(encoder, HierarchicalEncoder),
             "encoder",
@@ -108,6 +120,7 @@ class CrossWindowPART(PARTModel):
         )
         self.segment_windows = int(segment_windows)
         self.num_windows = int(num_windows)
+        self.normalize = normalize
 
     @property
     def hierarchical(self) -> HierarchicalEncoder:
@@ -115,7 +128,9 @@ class CrossWindowPART(PARTModel):
         return cast(HierarchicalEncoder, self.encoder)
 
     def sample(self, x: Tensor, generator: torch.Generator | None = None) -> PatchBatch:
-        """Draw ``N`` windows per segment and instance-normalise each (no gradient).
+        """Draw ``N`` windows per segment and normalise each as fine-tuning windows are (no
+        gradient): instance normalisation, or (``normalize="record"``, segments already divided
+        by their night's channel scales) the window's mean removed.
 
         Args:
             x: [B, C, S * T] segments of raw (not per-window normalised) values.
@@ -139,7 +154,12 @@ class CrossWindowPART(PARTModel):
         )
         windows = super().sample(x, generator)
         with torch.no_grad():
-            return dataclasses.replace(windows, patches=instance_normalize(windows.patches))
+            patches = windows.patches
+            if self.normalize == "window":
+                patches = instance_normalize(patches)
+            else:  # the segment is already divided by its night's scales
+                patches = patches - patches.mean(dim=-1, keepdim=True)
+            return dataclasses.replace(windows, patches=patches)
 
     def extra_repr(self) -> str:
         return (
@@ -207,4 +227,5 @@ def build_part_windows(config: PretrainConfig, spec: SignalSpec) -> CrossWindowP
         num_windows=config.num_windows,
         num_pairs=config.num_pairs,
         shared_pairs=config.shared_pairs,
+        normalize=config.normalize,
     )
