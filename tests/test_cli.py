@@ -430,3 +430,30 @@ def test_a_message_embedding_a_library_report_stays_one_line(
     assert error.startswith("partnd pretrain: error: --init-weights: expected encoder weights")
     assert len(error.strip().splitlines()) == 1 and '"pos_embed"' in error  # a key, not an option
     assert not (tmp_path / "p").exists()
+
+
+def test_a_sequence_classifier_from_the_command_line(tmp_path: Path) -> None:
+    """finetune --context trains a sequence classifier (record normalisation), evaluate and
+    predict read whole nights of the store as the model was trained."""
+    from partnd.models import SequenceClassifier
+    from partnd.models.serialization import load_classifier
+
+    store = tmp_path / "sleep.zarr"
+    write_sleep_store(store)
+    ft = ["finetune", "--data", str(store), "--subjects", "s1", "--val-data", str(store)]
+    ft += ["--val-subjects", "s2", "--out", str(tmp_path / "seq"), "--preset", "test"]
+    ft += ["--patch-size", "30", "--epochs", "2", "--batch-size", "4", "--normalize", "record"]
+    ft += ["--context", "5", "--temporal-encoder", "temporal_test"]
+    assert cli.main(ft) == 0
+    model = load_classifier(tmp_path / "seq")
+    assert isinstance(model, SequenceClassifier) and model.context == 5
+    assert model.signal_info.normalization == "record"
+    report = tmp_path / "report.json"
+    argv = ["evaluate", "--model", str(tmp_path / "seq"), "--data", str(store)]
+    assert cli.main([*argv, "--subjects", "s2", "--out", str(report)]) == 0
+    assert json.loads(report.read_text())["n"] == 20
+    out = tmp_path / "hypnograms"
+    argv = ["predict", "--model", str(tmp_path / "seq"), "--data", str(store), "--out", str(out)]
+    assert cli.main(argv) == 0
+    rows = (out / "tr02.csv").read_text().splitlines()
+    assert len(rows) == 1 + 20 and rows[0].startswith("onset,duration,description")
