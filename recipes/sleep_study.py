@@ -112,7 +112,9 @@ _DEMO_ENCODER = {"encoder_overrides": {"embed_dim": 192, "depth": 4, "num_heads"
 #: ``pretrain`` every method's pretraining and ``pretrain_methods`` per-method additions.
 SCALES: dict[str, dict[str, Any]] = {
     "demo": {
-        "normalize": "window",
+        # chosen on validation subjects: record normalisation gave validation kappa 0.706 / 0.696
+        # against 0.634 / 0.638 for window normalisation (supervised, 2 subjects, seeds 0 / 1)
+        "normalize": "record",
         "n_test_subjects": 0.34,
         "budgets": (2, 4, 8),
         "val_subjects": 2,
