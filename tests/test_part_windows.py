@@ -3,6 +3,7 @@ learning from planted cross-window structure, pretraining from a store, the two 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from partnd.engine.config import PretrainConfig
 from partnd.models.sequence import HierarchicalEncoder
 from partnd.models.serialization import load_encoder, load_hierarchical_encoder
 from partnd.objectives import CrossWindowPART, build_objective
+from partnd.objectives.part_windows import ScaledHead, sincos_positions
 from partnd.pretraining import pretrain
 
 WINDOW, SEGMENT = 40, 8  # windows of 40 samples (4 tiles of 10), segments of 8 windows
@@ -120,6 +122,20 @@ def test_record_normalisation_removes_only_each_drawn_window_mean() -> None:
             start = int(windows.starts[b, n, 0])
             raw = x[b, :, start : start + WINDOW]
             torch.testing.assert_close(windows.patches[b, n], raw - raw.mean(-1, keepdim=True))
+
+
+def test_head_output_scale_and_slot_embedding_initialisation() -> None:
+    model = build()
+    head = model.head
+    assert isinstance(head, ScaledHead) and head.scale == pytest.approx(7 / math.sqrt(6))
+    tokens = torch.randn(2, 6, model.hierarchical.embed_dim)
+    ref, tgt = torch.tensor([0, 3]), torch.tensor([5, 1])
+    torch.testing.assert_close(head(tokens, ref, tgt), head.scale * head.head(tokens, ref, tgt))
+    table = sincos_positions(SEGMENT, model.hierarchical.embed_dim)
+    assert model.hierarchical.pos_embed is not None
+    torch.testing.assert_close(model.hierarchical.pos_embed.detach(), 0.1 * table)
+    expected = torch.tensor([math.sin(2.0), math.sin(0.02), math.cos(2.0), math.cos(0.02)])
+    torch.testing.assert_close(sincos_positions(3, 4)[2], expected)  # ω = 1, 10000^(-1/2)
 
 
 def test_the_objective_checks_its_inputs() -> None:

@@ -28,6 +28,15 @@ anchors: "this looks like the deep sleep 20 minutes after that anchor". **Plain*
 (``pos_embed=False``): no temporal position embedding, every pair counts, the floor is the best
 constant.
 
+**Scales.** The shifts span ``±(S - 1)`` window lengths (standard deviation ``(S - 1) / √6`` for
+independent uniform windows: 24 for S = 60), where a freshly initialised head outputs values near
+0; the head's output is therefore multiplied by that standard deviation (:class:`ScaledHead`, a
+fixed reparametrisation: targets, loss and diagnostics stay in window lengths). The temporal slot
+embedding starts from a sine-cosine table (as MAE's fixed embeddings; here only the
+initialisation, it is learned), so that neighbouring slots start alike and a slot is linearly
+readable from the start. Measured on the demo store (S = 60, N = 32, 80% anchors): the
+content-free floor is reached in about 50 steps with both, about 250 without (``docs/part.md``).
+
 The pretrained window encoder alone initialises a single-window classifier; with the temporal
 encoder it initialises a :class:`~partnd.models.sequence.SequenceClassifier`.
 """
@@ -35,6 +44,7 @@ encoder it initialises a :class:`~partnd.models.sequence.SequenceClassifier`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import cast
 
 import torch
@@ -50,9 +60,55 @@ from partnd.objectives.base import build_encoder
 from partnd.objectives.part import PARTModel
 from partnd.sampling import OffGridSampler, PatchBatch
 
-__all__ = ["CrossWindowPART", "build_part_windows"]
+__all__ = ["CrossWindowPART", "ScaledHead", "build_part_windows", "sincos_positions"]
 
 _TEMPORAL_OVERRIDES = frozenset({"embed_dim", "depth", "num_heads", "mlp_ratio", "drop_path_rate"})
+
+
+#: Scale of the sine-cosine initialisation of the temporal slot embedding: rows of norm
+#: ``0.1 * sqrt(D / 2)`` (0.8 for D = 128), the norm of a temporal token at initialisation.
+_SINCOS_SCALE = 0.1
+
+
+def sincos_positions(num_positions: int, dim: int) -> Tensor:
+    """The 1-D sine-cosine position table of MAE (and "Attention is all you need").
+
+    Args:
+        num_positions: Slots P.
+        dim: Width D (even).
+
+    Returns:
+        [P, D] float32: ``sin(p ω_k)`` in the first D/2 columns, ``cos(p ω_k)`` in the others,
+        ``ω_k = 10000^(-k / (D/2))``.
+    """
+    check(dim >= 2 and dim % 2 == 0, "dim", "an even width >= 2", repr(dim))
+    position = torch.arange(num_positions, dtype=torch.float32)[:, None]
+    omega = 10000.0 ** (-torch.arange(dim // 2, dtype=torch.float32) / (dim // 2))
+    return torch.cat([torch.sin(position * omega), torch.cos(position * omega)], dim=1)
+
+
+class ScaledHead(nn.Module):
+    """A relative head whose output is multiplied by a fixed ``scale``.
+
+    Args:
+        head: The relative head (``head(tokens, ref, tgt) -> [B, K, out_dim]``).
+        scale: The factor, e.g. the targets' standard deviation.
+    """
+
+    def __init__(self, head: nn.Module, scale: float) -> None:
+        super().__init__()
+        check(scale > 0, "scale", "a positive number", repr(scale))
+        self.head = head
+        self.scale = float(scale)
+        self.out_dim = getattr(head, "out_dim", None)
+        self.embed_dim = getattr(head, "embed_dim", None)
+
+    def forward(self, tokens: Tensor, ref: Tensor, tgt: Tensor) -> Tensor:
+        """Args: tokens: [B, N, D]; ref, tgt: [K] or [B, K]. Returns: [B, K, out_dim]."""
+        return self.head(tokens, ref, tgt) * self.scale
+
+    def extra_repr(self) -> str:
+        return f"scale={self.scale:g}"
 
 
 class CrossWindowPART(PARTModel):
@@ -62,7 +118,8 @@ class CrossWindowPART(PARTModel):
         encoder: A :class:`HierarchicalEncoder`; with a temporal slot position embedding (and a
             mask embedding) the model is anchored, and that embedding must have
             ``segment_windows`` slots.
-        head: A relative head with ``out_dim=1`` and the temporal encoder's width.
+        head: A relative head with ``out_dim=1`` and the temporal encoder's width; its output
+            is multiplied by ``(S - 1) / √6`` (:class:`ScaledHead`).
         segment_windows: Windows S per segment; inputs are ``[B, C, S * T]``.
         num_windows: Windows N drawn per segment.
         num_pairs: (reference, target) pairs K per segment.
@@ -113,7 +170,7 @@ class CrossWindowPART(PARTModel):
         # HierarchicalEncoder has the encoder interface PART uses, one level up.
         super().__init__(
             cast(ViTEncoder, encoder),
-            head,
+            ScaledHead(head, (segment_windows - 1) / math.sqrt(6)),
             sampler,
             num_pairs=num_pairs,
             shared_pairs=shared_pairs,
@@ -212,6 +269,10 @@ def build_part_windows(config: PretrainConfig, spec: SignalSpec) -> CrossWindowP
         pos_mask_ratio=config.pos_mask_ratio if config.pos_embed else 0.0,
         **config.temporal_overrides,
     )
+    if temporal.pos_embed is not None:
+        with torch.no_grad():
+            table = sincos_positions(config.segment_windows, temporal.embed_dim)
+            temporal.pos_embed.copy_(_SINCOS_SCALE * table)
     encoder = HierarchicalEncoder(window, temporal, config.window_samples)
     head = build_head(
         config.head,
