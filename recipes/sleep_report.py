@@ -82,7 +82,7 @@ def staging_table(
     truth: np.ndarray,
     subjects: np.ndarray,
     class_names: Sequence[str],
-    pretrain_epochs: Mapping[str, int],
+    pretrain_steps: Mapping[str, int],
     *,
     reference: str | None = None,
     n_boot: int = 1000,
@@ -91,7 +91,7 @@ def staging_table(
     """The sleep-staging table with uncertainty, one row per method and arm.
 
     Columns: ``row`` (``method``, ``method+seq``, ``method probe``), ``method``, ``arm``,
-    ``labels`` (labelled subjects used), ``pt_epochs``, the settings the row used (``ft_steps``,
+    ``labels`` (labelled subjects used), ``pt_steps``, the settings the row used (``ft_steps``,
     ``selected_step`` and its ``val_kappa``, ``augmentations``, ``context``), ``kappa`` with its
     95% interval from a bootstrap over test subjects (``kappa_low``, ``kappa_high``), the paired
     difference to the ``reference`` row on the same resampled subjects (``delta_kappa``,
@@ -104,7 +104,7 @@ def staging_table(
         truth: [n_test] true stages.
         subjects: [n_test] subject of every test window.
         class_names: Stage names.
-        pretrain_epochs: Method -> pretraining epochs (absent: no pretraining).
+        pretrain_steps: Method -> pretraining optimiser steps (absent: no pretraining).
         reference: The row differences are measured against (default
             :func:`default_reference`).
         n_boot: Bootstrap replicates.
@@ -124,7 +124,7 @@ def staging_table(
             "method": cell.method,
             "arm": cell.arm,
             "labels": 0 if cell.method == "yasa_pretrained" else cell.budget,
-            "pt_epochs": pretrain_epochs.get(cell.method, 0),
+            "pt_steps": pretrain_steps.get(cell.method, 0),
             "ft_steps": settings.get("steps", ""),
             "selected_step": settings.get("selected_step") or "",
             "val_kappa": settings.get("val_kappa") or "",

@@ -117,16 +117,16 @@ def report(study: SleepStudy, methods: Sequence[str], arms: Sequence[str] = ARMS
         )
         cells.append(study.load_cell(method, arm, budget, seed))
     truth = study.test_set.labels.astype(np.int64)
-    pretrain_epochs = {}
+    pretrain_steps = {}
     histories = {}
     for method in _pretraining_methods(methods):
-        config = json.loads((study.pretrain_dir(method) / "config.json").read_text())
-        pretrain_epochs[method] = int(config["epochs"])
+        meta = json.loads((study.pretrain_dir(method) / "meta.json").read_text())
+        pretrain_steps[method] = int(meta["resolved"]["total_steps"])
         histories[method] = [
             json.loads(line) for line in (study.pretrain_dir(method) / "metrics.jsonl").open()
         ]
     names = study.class_names
-    rows = staging_table(cells, truth, study.test_subjects, names, pretrain_epochs)
+    rows = staging_table(cells, truth, study.test_subjects, names, pretrain_steps)
     write_table(rows, study.out, "results")
     if histories:
         plot_pretrain_loss(histories, study.out / "pretext.png")
@@ -214,6 +214,13 @@ def add_study_arguments(
     parser.add_argument("--seed", type=int, default=0, help="split and training seed")
     parser.add_argument("--pretrain-epochs", type=int, default=None, help="override PT epochs")
     parser.add_argument(
+        "--pretrain-steps",
+        type=int,
+        default=None,
+        help="pretrain every method for this many optimiser steps (a step budget; overrides "
+        "the epochs)",
+    )
+    parser.add_argument(
         "--finetune-steps", type=int, default=None, help="override the fine-tuning step budget"
     )
     add_run_arguments(parser)
@@ -231,6 +238,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _pretrain_budget(args: argparse.Namespace) -> dict[str, int]:
+    """The pretraining overrides of ``--pretrain-epochs`` and ``--pretrain-steps``."""
+    budget: dict[str, int] = {}
+    if args.pretrain_epochs is not None:
+        budget["epochs"] = args.pretrain_epochs
+    if args.pretrain_steps is not None:
+        budget.update(epochs=1, min_steps=args.pretrain_steps)
+    return budget
+
+
 def study_from_args(args: argparse.Namespace) -> SleepStudy:
     """The study a parsed command line describes."""
     config = StudyConfig(
@@ -243,7 +260,7 @@ def study_from_args(args: argparse.Namespace) -> SleepStudy:
         seed=args.seed,
         device=args.device,
         progress=args.progress,
-        pretrain_overrides={} if args.pretrain_epochs is None else {"epochs": args.pretrain_epochs},
+        pretrain_overrides=_pretrain_budget(args),
         finetune_overrides={}
         if args.finetune_steps is None
         else {"min_steps": args.finetune_steps},

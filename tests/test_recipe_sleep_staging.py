@@ -98,9 +98,9 @@ def test_sleep_staging_table_figures_and_a_resume_that_recomputes_nothing(
     by_row = {row["row"]: row for row in rows}
     for row in rows:
         assert float(row["kappa_low"]) <= float(row["kappa"]) <= float(row["kappa_high"])
-        assert {"pt_epochs", "ft_steps", "accuracy", "macro_f1", "f1_W", "paper_kappa"} <= set(row)
+        assert {"pt_steps", "ft_steps", "accuracy", "macro_f1", "f1_W", "paper_kappa"} <= set(row)
         assert row["n_test_windows"] == rows[0]["n_test_windows"]  # one test set for every row
-    assert by_row["part"]["pt_epochs"] == "2" and by_row["supervised"]["pt_epochs"] == "0"
+    assert by_row["part"]["pt_steps"] == "24" and by_row["supervised"]["pt_steps"] == "0"
     assert by_row["part"]["ft_steps"] == "3"  # 3 epochs of one step (one subject, batch 32)
     assert by_row["part+seq"]["context"] == "5" and by_row["part"]["context"] == ""
     assert by_row["yasa_pretrained+seq"]["labels"] == "0"
