@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_objective_step.py --preset images_cifar --steps 3
 	$(PY) benchmarks/bench_sampler.py
 	$(PY) benchmarks/bench_preprocessing.py --repeats 3
+	$(PY) benchmarks/bench_part_windows_step.py --demo --batch-size 8 --steps 5
 	$(PY) benchmarks/bench_sequence.py
 	$(PY) benchmarks/bench_ssl_images.py
 

@@ -159,7 +159,13 @@ def main(argv: list[str] | None = None) -> None:
     """Parse options, run the benchmark and print a table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=sorted(SHAPES), default="eeg_sleep")
-    parser.add_argument("--methods", nargs="+", default=list_objectives())
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=list_objectives(data="items"),
+        help="objectives on single inputs (part_windows reads segments of windows: "
+        "benchmarks/bench_part_windows_step.py)",
+    )
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--steps", type=int, default=5, help="timed steps of each kind (median)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")

@@ -1,0 +1,121 @@
+"""Benchmark: a PART-across-windows training step against a bare step of the same encoders.
+
+Times, interleaved in one run (A, B, A, B, ...), two optimiser steps (forward under autocast,
+backward, AdamW) of the same hierarchical encoder (window ViT + temporal ViT) on the same number
+of windows:
+
+* **part_windows**: the whole objective on a batch of segments ``[B, C, S*T]``: drawing ``N``
+  windows per segment at off-grid integer starts, instance-normalising each, encoding, drawing
+  the pairs (anchored: hiding slots, pairs with a hidden target, the floor's predictions), the
+  cross-attention head, the loss and its diagnostics;
+* **bare**: ready-cut windows ``[B, N, C, T]`` with their slots through the same encoder, a
+  mean-square stand-in loss.
+
+It prints windows/s of both and their ratio (goal: at least 0.9), and the share of the step
+spent drawing and normalising windows.
+
+Usage::
+
+    python benchmarks/bench_part_windows_step.py --batch-size 8 --steps 5
+    python benchmarks/bench_part_windows_step.py --demo --batch-size 16   # the demo's 192-wide
+    python benchmarks/bench_part_windows_step.py --device cuda --batch-size 64 --steps 20
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import torch
+from bench_objective_step import _autocast, interleaved_times, training_step
+
+from partnd.data import SignalSpec
+from partnd.engine.config import PretrainConfig
+from partnd.engine.distributed import resolve_device
+from partnd.objectives import CrossWindowPART, build_objective
+
+CHANNELS = 6
+DEMO_WINDOW_ENCODER = {"embed_dim": 192, "depth": 4, "num_heads": 4}
+
+
+def run(
+    config: PretrainConfig, batch_size: int, steps: int, warmup: int, device: torch.device
+) -> dict[str, Any]:
+    """Time the objective's step, the bare step and the window sampling."""
+    spec = SignalSpec(CHANNELS, (config.segment_windows * config.window_samples,))
+    segments = torch.randn(batch_size, *spec.item_shape, device=device)
+    generator = torch.Generator(device=device).manual_seed(0)
+    models = {}
+    for name in ("part_windows", "bare"):
+        torch.manual_seed(0)
+        model = build_objective(config, spec).to(device).train()
+        assert isinstance(model, CrossWindowPART)
+        models[name] = model
+    objective, bare = models["part_windows"], models["bare"].hierarchical
+    windows = objective.sample(segments, generator)
+    patches, slots = windows.patches, windows.grid_index
+    positions = slots if bare.pos_embed is not None else None
+
+    def objective_loss() -> torch.Tensor:
+        return objective(segments, generator=generator).loss
+
+    def bare_loss() -> torch.Tensor:
+        return bare.forward_features(patches, positions).float().square().mean()
+
+    def sample() -> None:
+        with _autocast(device, config.precision):
+            objective.sample(segments, generator)
+
+    timed = {
+        "part_windows": training_step(objective, objective_loss, device, config.precision),
+        "bare": training_step(bare, bare_loss, device, config.precision),
+        "sampling": sample,
+    }
+    seconds = interleaved_times(timed, steps, warmup, device)
+    count = batch_size * config.num_windows
+    return {
+        "windows_per_step": count,
+        "part_windows_per_s": count / seconds["part_windows"],
+        "bare_per_s": count / seconds["bare"],
+        "ratio": seconds["bare"] / seconds["part_windows"],
+        "sampling_share": seconds["sampling"] / seconds["part_windows"],
+        "parameters_M": sum(p.numel() for p in objective.parameters()) / 1e6,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse options, run the benchmark and print the result."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--demo", action="store_true", help="the demo's 192-wide window encoder")
+    parser.add_argument("--batch-size", type=int, default=8, help="segments per step")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps of each kind (median)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:K")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
+    args = parser.parse_args(argv)
+    device = resolve_device(args.device)
+    config = PretrainConfig.preset("eeg_sleep_windows", precision=args.precision)
+    if args.demo:
+        config = config.replace(encoder_overrides=DEMO_WINDOW_ENCODER)
+    where = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"{torch.get_num_threads()} threads"
+    )
+    print(
+        f"eeg_sleep_windows{' (demo window encoder)' if args.demo else ''}: device {device} "
+        f"({where}), {args.precision}, {args.batch_size} segments of {config.segment_windows} "
+        f"windows, {config.num_windows} drawn each, {args.steps} timed + {args.warmup} warm-up "
+        "steps each, interleaved"
+    )
+    row = run(config, args.batch_size, args.steps, args.warmup, device)
+    print(
+        f"part_windows {row['part_windows_per_s']:.1f} windows/s, bare "
+        f"{row['bare_per_s']:.1f} windows/s ({row['windows_per_step']} windows a step, "
+        f"{row['parameters_M']:.2f} M parameters): ratio {row['ratio']:.2f} "
+        f"(drawing and normalising windows {row['sampling_share']:.1%} of the step)"
+    )
+
+
+if __name__ == "__main__":
+    main()
