@@ -301,14 +301,14 @@ def _pretrain_main(argv: list[str]) -> int:
     parser.add_argument(
         "--init-weights", type=Path, help="start the encoder from these weights (run dir, .pt)"
     )
-    _add_normalize_argument(parser)
     _add_config_arguments(parser, PretrainConfig, argv)
     args = parser.parse_args(argv)
     config, overrides = _config_from_args(args, PretrainConfig)
     from partnd.pretraining import pretrain
 
     selection = _store_selection(args, "", "--data")
-    data = _open(args.data, "--data", False, selection, args.normalize)
+    normalize = overrides.get("normalize", (config or PretrainConfig()).normalize)
+    data = _open(args.data, "--data", False, selection, normalize)
     result = pretrain(
         data,
         out_dir=args.out,

@@ -160,6 +160,12 @@ def test_zarr_sleep_store_end_to_end(tmp_path: Path) -> None:
     meta = json.loads((tmp_path / "pre" / "meta.json").read_text())
     assert meta["resolved"]["data"] == {"in_chans": 2, "spatial_shape": [300]}
     assert meta["resolved"]["steps_per_epoch"] == 5  # 40 windows / batch 8
+    from partnd.models.serialization import load_encoder
+
+    assert load_encoder(tmp_path / "pre").signal_info.normalization == "window"
+    record = ["pretrain", "--data", str(store), "--out", str(tmp_path / "rec"), *common]
+    assert cli.main([*record, "--normalize", "record", "--max-steps", "1"]) == 0
+    assert load_encoder(tmp_path / "rec").signal_info.normalization == "record"
     ft = ["finetune", "--data", str(store), "--subjects", "s1", "--val-data", str(store)]
     ft += ["--val-subjects", "s2", "--init-weights", str(tmp_path / "pre")]
     ft += ["--out", str(tmp_path / "ft"), *common]
