@@ -42,7 +42,7 @@ from partnd.recipes.sleep_report import (
 from partnd.recipes.sleep_staging import (
     DEFAULT_METHODS,
     add_study_arguments,
-    rows_of,
+    selected_rows,
     study_from_args,
 )
 from partnd.recipes.sleep_study import CellResult, SleepStudy
@@ -56,11 +56,11 @@ COMMANDS = ("pretrain", "cells", "run-cell", "run", "aggregate")
 Cell = tuple[str, str, int, int]
 
 
-def cell_list(study: SleepStudy, methods: Sequence[str], arms: Sequence[str]) -> list[Cell]:
-    """Every (method, arm, budget, seed) of the study, in a fixed order."""
+def cell_list(study: SleepStudy, rows: Sequence[tuple[str, str]]) -> list[Cell]:
+    """Every (method, arm, budget, seed) of ``rows``, in a fixed order."""
     return [
         (method, arm, int(budget), int(seed))
-        for method, arm in rows_of(methods, arms)
+        for method, arm in rows
         for budget in study.scale["budgets"]
         for seed in study.scale["seeds"]
     ]
@@ -102,10 +102,10 @@ def run_cells(
     Parallel(n_jobs=jobs)(delayed(_run_one)(args, cell) for cell in todo)
 
 
-def aggregate(study: SleepStudy, methods: Sequence[str], arms: Sequence[str]) -> None:
+def aggregate(study: SleepStudy, rows: Sequence[tuple[str, str]]) -> None:
     """Write the tables and the figure from the finished cells (unfinished ones are skipped)."""
     cells: list[CellResult] = [
-        study.load_cell(*cell) for cell in cell_list(study, methods, arms) if study.cell_done(*cell)
+        study.load_cell(*cell) for cell in cell_list(study, rows) if study.cell_done(*cell)
     ]
     check(bool(cells), "--out", "a study with finished cells", str(study.out))
     kappa_rows, difference_rows = sample_efficiency_tables(cells)
@@ -136,9 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     study = study_from_args(args)
     args.overwrite = False  # parallel workers reopen the study as it now is
-    cells = cell_list(study, args.methods, args.arms)
+    rows = selected_rows(args)
+    cells = cell_list(study, rows)
     if args.stage == "pretrain":
-        for method in args.methods:
+        for method in dict.fromkeys(method for method, _ in rows):
             if method in list_objectives():
                 study.run_pretraining(method)
     elif args.stage == "cells":
@@ -166,9 +167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{':'.join(map(str, cell))}: kappa {result.report.cohen_kappa:.3f}")
     elif args.stage == "run":
         run_cells(study, cells, args.jobs, args)
-        aggregate(study, args.methods, args.arms)
+        aggregate(study, rows)
     else:
-        aggregate(study, args.methods, args.arms)
+        aggregate(study, rows)
     return 0
 
 

@@ -62,8 +62,8 @@ from partnd.recipes.sleep_study import (
 from partnd.recipes.study_directory import add_run_arguments, run_recipe
 
 __all__ = [
-    "DEFAULT_ARMS",
     "DEFAULT_METHODS",
+    "DEFAULT_ROWS",
     "STAGES",
     "add_study_arguments",
     "build_parser",
@@ -71,14 +71,25 @@ __all__ = [
     "report",
     "rows_of",
     "run",
+    "selected_rows",
     "study_from_args",
 ]
 
-#: What ``all`` runs without ``--methods``: the classical reference rows, supervised training from
-#: scratch and PART across windows (pretrained once on the pool).
-DEFAULT_METHODS = ("classical", "yasa_pretrained", "supervised", "part_windows")
-#: The arms ``all`` runs without ``--arms``.
-DEFAULT_ARMS = ARMS
+#: The rows ``all`` runs without ``--rows``, ``--methods`` or ``--arms`` (the demo): the classical
+#: rows, supervised training from scratch (window, sequence, and the random encoder's probe) and
+#: PART across windows (its frozen features and its sequence classifier).
+DEFAULT_ROWS = (
+    ("classical", "window"),
+    ("classical", "sequence"),
+    ("yasa_pretrained", "sequence"),
+    ("supervised", "window"),
+    ("supervised", "sequence"),
+    ("supervised", "probe"),
+    ("part_windows", "probe"),
+    ("part_windows", "sequence"),
+)
+#: The methods of ``--arms`` without ``--methods``.
+DEFAULT_METHODS = tuple(dict.fromkeys(method for method, _ in DEFAULT_ROWS))
 STAGES = ("prepare", "pretrain", "finetune", "report", "all")
 
 
@@ -100,15 +111,38 @@ def rows_of(methods: Sequence[str], arms: Sequence[str]) -> list[tuple[str, str]
     return [(method, arm) for method in methods for arm in method_arms(method) if arm in arms]
 
 
-def report(study: SleepStudy, methods: Sequence[str], arms: Sequence[str] = ARMS) -> list[dict]:
-    """Write the table and figures from the finished cells of ``methods``' ``arms``.
+def selected_rows(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The rows a command line asks for: ``--rows``, else ``--methods`` x ``--arms`` (each
+    defaulting to the demo's), else :data:`DEFAULT_ROWS`."""
+    if args.rows:
+        rows = []
+        for text in args.rows:
+            method, sep, arm = text.partition(":")
+            check(bool(sep), "--rows", "METHOD:ARM items, e.g. supervised:sequence", repr(text))
+            rows.append((method, arm))
+        for method, arm in rows:
+            rows_of([method], [arm])  # names checked
+            check(
+                arm in method_arms(method),
+                "--rows",
+                f"an arm of {method} ({', '.join(method_arms(method))})",
+                repr(arm),
+            )
+        return rows
+    if args.methods is None and args.arms is None:
+        return list(DEFAULT_ROWS)
+    return rows_of(args.methods or DEFAULT_METHODS, args.arms or ARMS)
+
+
+def report(study: SleepStudy, rows: Sequence[tuple[str, str]]) -> list[dict]:
+    """Write the table and figures from the finished cells of ``rows`` (method, arm).
 
     Returns:
         The table rows.
     """
     budget, seed = _budget(study), study.config.seed
     cells: list[CellResult] = []
-    for method, arm in rows_of(methods, arms):
+    for method, arm in rows:
         check(
             study.cell_done(method, arm, budget, seed),
             "methods",
@@ -119,15 +153,15 @@ def report(study: SleepStudy, methods: Sequence[str], arms: Sequence[str] = ARMS
     truth = study.test_set.labels.astype(np.int64)
     pretrain_steps = {}
     histories = {}
-    for method in _pretraining_methods(methods):
+    for method in _pretraining_methods([method for method, _ in rows]):
         meta = json.loads((study.pretrain_dir(method) / "meta.json").read_text())
         pretrain_steps[method] = int(meta["resolved"]["total_steps"])
         histories[method] = [
             json.loads(line) for line in (study.pretrain_dir(method) / "metrics.jsonl").open()
         ]
     names = study.class_names
-    rows = staging_table(cells, truth, study.test_subjects, names, pretrain_steps)
-    write_table(rows, study.out, "results")
+    table = staging_table(cells, truth, study.test_subjects, names, pretrain_steps)
+    write_table(table, study.out, "results")
     if histories:
         plot_pretrain_loss(histories, study.out / "pretext.png")
     plot_finetune_validation(cells, study.out / "finetune_validation.png")
@@ -141,13 +175,13 @@ def report(study: SleepStudy, methods: Sequence[str], arms: Sequence[str] = ARMS
         study.out / f"hypnogram_{record}.png",
         title=f"Test record {record}",
     )
-    return rows
+    return table
 
 
-def run(study: SleepStudy, stage: str, methods: Sequence[str], arms: Sequence[str] = ARMS) -> None:
-    """Run one stage (or ``all``) of the recipe for ``methods``' ``arms``."""
+def run(study: SleepStudy, stage: str, rows: Sequence[tuple[str, str]]) -> None:
+    """Run one stage (or ``all``) of the recipe for ``rows`` (method, arm)."""
     check(stage in STAGES, "stage", f"one of {STAGES}", stage)
-    rows = rows_of(methods, arms)
+    methods = list(dict.fromkeys(method for method, _ in rows))
     if stage in ("prepare", "all"):
         print(f"{len(study.store.record_ids())} records; {len(study.split.test)} test subjects")
     if stage in ("pretrain", "all"):
@@ -157,7 +191,7 @@ def run(study: SleepStudy, stage: str, methods: Sequence[str], arms: Sequence[st
         for method, arm in rows:
             study.run_cell(method, arm, _budget(study), study.config.seed)
     if stage in ("report", "all"):
-        report(study, methods, arms)
+        report(study, rows)
         print((study.out / "results.md").read_text())
         if study.config.src is None:
             print(
@@ -181,17 +215,27 @@ def add_study_arguments(
     parser.add_argument(
         "--methods",
         nargs="+",
-        default=list(default_methods),
+        default=None,
         help=f"methods to compare (default {' '.join(default_methods)}; "
         f"any of {' '.join(available_methods())})",
     )
     parser.add_argument(
         "--arms",
         nargs="+",
-        default=list(DEFAULT_ARMS),
+        default=None,
         choices=ARMS,
         help="how labelled subjects are used: window (single-window classifier), sequence "
-        "(classifier over --context windows), probe (logistic regression on frozen features)",
+        "(classifier over --context windows), probe (logistic regression on frozen features); "
+        "default all three",
+    )
+    parser.add_argument(
+        "--rows",
+        nargs="+",
+        default=None,
+        metavar="METHOD:ARM",
+        help="the rows to run, instead of --methods x --arms (default without either: "
+        + " ".join(f"{m}:{a}" for m, a in DEFAULT_ROWS)
+        + ")",
     )
     parser.add_argument(
         "--context",
@@ -275,7 +319,7 @@ def study_from_args(args: argparse.Namespace) -> SleepStudy:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the recipe from the command line; returns the exit status."""
     args = build_parser().parse_args(argv)
-    run(study_from_args(args), args.stage, args.methods, args.arms)
+    run(study_from_args(args), args.stage, selected_rows(args))
     return 0
 
 

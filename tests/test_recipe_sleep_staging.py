@@ -37,7 +37,13 @@ TINY_FINETUNE = {
     "warmup_epochs": 0.0,
     "precision": "fp32",
 }
-TINY_SEQUENCE = {"context": 5, "batch_size": 4, "temporal_encoder": "temporal_test"}
+TINY_SEQUENCE = {
+    "context": 5,
+    "batch_size": 4,
+    "temporal_encoder": "temporal_test",
+    "min_steps": 12,
+    "eval_every_steps": 4,
+}
 
 
 @pytest.fixture(scope="module")
@@ -78,29 +84,32 @@ def test_sleep_staging_table_figures_and_a_resume_that_recomputes_nothing(
         lambda *args, **kwargs: real_pretrain(*args, **{**kwargs, "max_steps": 3}),
     )
     study.run_pretraining("part")
-    assert not study.pretrained("part")  # stopped after 3 of 2 x 12 steps
+    assert not study.pretrained("part")  # stopped after 3 of its 2 epochs' steps
     assert (out / "pretrain" / "part" / "checkpoints" / "last.pt").is_file()
     monkeypatch.setattr("partnd.recipes.sleep_study.pretrain", real_pretrain)
     methods = ["part", "supervised", "classical", "yasa_pretrained"]
-    sleep_staging.run(study, "all", methods)
+    rows = sleep_staging.rows_of(methods, ["window", "sequence", "probe"])
+    sleep_staging.run(study, "all", rows)
     history = [json.loads(line) for line in (out / "pretrain/part/metrics.jsonl").open()]
     steps = [r["step"] for r in history if r["phase"] == "train"]
     assert steps == list(range(5, 5 * len(steps) + 1, 5))  # one trajectory, logged every 5
     assert len(json.loads((out / "pretrain/part/meta.json").read_text())["resumes"]) == 1
 
     with open(out / "results.csv") as handle:
-        rows = list(csv.DictReader(handle))
-    assert [row["row"] for row in rows] == [
+        table = list(csv.DictReader(handle))
+    assert [row["row"] for row in table] == [
         "part", "part+seq", "part probe",
         "supervised", "supervised+seq", "supervised probe",
         "classical", "classical+seq", "yasa_pretrained+seq",
     ]  # fmt: skip
-    by_row = {row["row"]: row for row in rows}
-    for row in rows:
+    by_row = {row["row"]: row for row in table}
+    for row in table:
         assert float(row["kappa_low"]) <= float(row["kappa"]) <= float(row["kappa_high"])
         assert {"pt_steps", "ft_steps", "accuracy", "macro_f1", "f1_W", "paper_kappa"} <= set(row)
-        assert row["n_test_windows"] == rows[0]["n_test_windows"]  # one test set for every row
-    assert by_row["part"]["pt_steps"] == "24" and by_row["supervised"]["pt_steps"] == "0"
+        assert row["n_test_windows"] == table[0]["n_test_windows"]  # one test set for every row
+    resolved = json.loads((out / "pretrain/part/meta.json").read_text())["resolved"]
+    assert by_row["part"]["pt_steps"] == str(2 * resolved["steps_per_epoch"])  # 2 epochs
+    assert by_row["supervised"]["pt_steps"] == "0"
     assert by_row["part"]["ft_steps"] == "3"  # 3 epochs of one step (one subject, batch 32)
     assert by_row["part+seq"]["context"] == "5" and by_row["part"]["context"] == ""
     assert by_row["yasa_pretrained+seq"]["labels"] == "0"
@@ -127,7 +136,7 @@ def test_sleep_staging_table_figures_and_a_resume_that_recomputes_nothing(
     monkeypatch.setattr("partnd.recipes.sleep_study.finetune", refuse)
     monkeypatch.setattr("partnd.recipes.sleep_study.linear_probe", refuse)
     again = tiny_study(out, cohort_root)
-    sleep_staging.run(again, "all", methods)
+    sleep_staging.run(again, "all", rows)
     # and the settings of a study cannot silently change
     with pytest.raises(InputError, match="same settings"):
         tiny_study(out, cohort_root, seed=5)
@@ -142,7 +151,8 @@ def test_sample_efficiency_cells_resume_and_aggregate(
 ) -> None:
     out = tmp_path / "se"
     study = tiny_study(out, cohort_root)
-    cells = sample_efficiency.cell_list(study, ["part", "supervised"], ["window"])
+    rows = [("part", "window"), ("supervised", "window")]
+    cells = sample_efficiency.cell_list(study, rows)
     assert cells == [
         ("part", "window", 1, 0), ("part", "window", 1, 1),
         ("part", "window", 2, 0), ("part", "window", 2, 1),
@@ -155,12 +165,12 @@ def test_sample_efficiency_cells_resume_and_aggregate(
     first = study.run_cell("part", "window", 1, 0)
     encoder_time = (out / "pretrain/part/encoder.pt").stat().st_mtime
     done = (out / "finetune/part/window/b1_s0/result.json").stat().st_mtime
-    cells += sample_efficiency.cell_list(study, ["classical"], ["sequence"])
+    cells += sample_efficiency.cell_list(study, [("classical", "sequence")])
     sample_efficiency.run_cells(study, cells, jobs=1, args=None)  # type: ignore[arg-type]
     assert (out / "finetune/part/window/b1_s0/result.json").stat().st_mtime == done
     assert (out / "pretrain/part/encoder.pt").stat().st_mtime == encoder_time
     assert study.load_cell("part", "window", 1, 0).report.cohen_kappa == first.report.cohen_kappa
-    sample_efficiency.aggregate(study, ["part", "supervised", "classical"], ["window", "sequence"])
+    sample_efficiency.aggregate(study, [*rows, ("classical", "sequence")])
     with open(out / "kappa_by_budget.csv") as handle:
         rows = list(csv.DictReader(handle))
     assert [row["subjects"] for row in rows] == ["1", "2"]
@@ -177,4 +187,15 @@ def test_sample_efficiency_cells_resume_and_aggregate(
         sample_efficiency.parse_cell("part:window:ten:0")
     assert sample_efficiency.parse_cell("part:probe:2:1") == ("part", "probe", 2, 1)
     with pytest.raises(InputError, match="--arms"):
-        sample_efficiency.cell_list(study, ["part"], ["sideways"])
+        sleep_staging.rows_of(["part"], ["sideways"])
+    parser = sleep_staging.build_parser()
+    assert sleep_staging.selected_rows(parser.parse_args([])) == list(sleep_staging.DEFAULT_ROWS)
+    chosen = parser.parse_args(["--methods", "mae", "classical", "--arms", "sequence"])
+    assert sleep_staging.selected_rows(chosen) == [("mae", "sequence"), ("classical", "sequence")]
+    explicit = parser.parse_args(["--rows", "supervised:probe", "classical:window"])
+    assert sleep_staging.selected_rows(explicit) == [
+        ("supervised", "probe"),
+        ("classical", "window"),
+    ]
+    with pytest.raises(InputError, match="--rows"):
+        sleep_staging.selected_rows(parser.parse_args(["--rows", "yasa_pretrained:window"]))
