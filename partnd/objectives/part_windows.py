@@ -9,11 +9,13 @@ segments ``x: [B, C, S*T]`` (``S`` consecutive windows of ``T`` samples of one r
 
 1. :class:`~partnd.sampling.OffGridSampler` draws ``N`` windows of ``T`` samples at random integer
    starts inside each segment (exact slices; off the stored 30 s grid);
-2. every drawn window is instance-normalised (:func:`~partnd.datasets.sleep_windows.
-   instance_normalize`, what fine-tuning windows get), so its amplitude says nothing the
-   fine-tuned model will not see;
+2. every drawn window is normalised as fine-tuning windows will be (``PretrainConfig.normalize``):
+   instance-normalised (``"window"``, :func:`~partnd.datasets.sleep_windows.instance_normalize`),
+   or, with segments already divided by their night's channel scales (``"record"``), only its
+   mean removed, so its amplitude relative to the night stays visible;
 3. the :class:`~partnd.models.sequence.HierarchicalEncoder` embeds each window with the window
-   ViT (1 s tiles, its [CLS] token) and mixes the ``N`` embeddings with the temporal ViT;
+   ViT (1 s tiles; its mean patch token, or [CLS] with ``window_pool="token"``) and mixes the
+   ``N`` embeddings with the temporal ViT;
 4. the relative head predicts, for ``num_pairs`` (reference, target) pairs, the shift
    ``Δt = (c_tgt - c_ref) / T`` in window lengths; the loss is the mean squared error.
 
