@@ -131,9 +131,9 @@ SCALES: dict[str, dict[str, Any]] = {
             "precision": "bf16",
             "log_every_steps": 5,
         },
-        # PART across windows: a step budget (one epoch of segments is ~60 steps); 200 steps
-        # reach pretext nmse 0.79 of the floor on this store, the study runs 1000
-        # (--pretrain-steps 1000: nmse 0.59, about 25 minutes on 2 idle cores)
+        # PART across windows: a step budget (an epoch of the demo's segments is 10 steps);
+        # 200 steps (85 s on 2 idle cores) reach pretext nmse 0.77-0.79 of the floor on this
+        # store, the study runs 1000 (--pretrain-steps 1000: nmse 0.59, about 7 minutes)
         "pretrain_methods": {
             "part_windows": {
                 "batch_size": 8,
