@@ -5,9 +5,9 @@ backward, AdamW) of the same hierarchical encoder (window ViT + temporal ViT) on
 of windows:
 
 * **part_windows**: the whole objective on a batch of segments ``[B, C, S*T]``: drawing ``N``
-  windows per segment at off-grid integer starts, instance-normalising each, encoding, drawing
-  the pairs (anchored: hiding slots, pairs with a hidden target, the floor's predictions), the
-  cross-attention head, the loss and its diagnostics;
+  windows per segment at off-grid integer starts, normalising each, encoding, drawing the pairs
+  (anchored: hiding slots, pairs with a hidden target, the floor's predictions), the relative
+  head (the preset's pairwise MLP, or ``--head``), the loss and its diagnostics;
 * **bare**: ready-cut windows ``[B, N, C, T]`` with their slots through the same encoder, a
   mean-square stand-in loss.
 
@@ -18,6 +18,7 @@ Usage::
 
     python benchmarks/bench_part_windows_step.py --batch-size 8 --steps 5
     python benchmarks/bench_part_windows_step.py --demo --batch-size 16   # the demo's 192-wide
+    python benchmarks/bench_part_windows_step.py --head cross_attention  # the paper's head
     python benchmarks/bench_part_windows_step.py --device cuda --batch-size 64 --steps 20
 """
 
@@ -92,11 +93,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:K")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
+    parser.add_argument(
+        "--head", choices=PretrainConfig.HEADS, help="the relative head (default: the preset's)"
+    )
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
     config = PretrainConfig.preset("eeg_sleep_windows", precision=args.precision)
     if args.demo:
         config = config.replace(encoder_overrides=DEMO_WINDOW_ENCODER)
+    if args.head is not None:
+        config = config.replace(head=args.head)
     where = (
         torch.cuda.get_device_name(device)
         if device.type == "cuda"
@@ -104,9 +110,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(
         f"eeg_sleep_windows{' (demo window encoder)' if args.demo else ''}: device {device} "
-        f"({where}), {args.precision}, {args.batch_size} segments of {config.segment_windows} "
-        f"windows, {config.num_windows} drawn each, {args.steps} timed + {args.warmup} warm-up "
-        "steps each, interleaved"
+        f"({where}), {args.precision}, {config.head} head, {args.batch_size} segments of "
+        f"{config.segment_windows} windows, {config.num_windows} drawn each, {args.steps} timed "
+        f"+ {args.warmup} warm-up steps each, interleaved"
     )
     row = run(config, args.batch_size, args.steps, args.warmup, device)
     print(
