@@ -16,8 +16,9 @@ Names are imported on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from partnd._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from partnd.cohort.pc18_cohort import (
@@ -29,11 +30,11 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS: dict[str, str] = {
-    "CohortInfo": "pc18_cohort",
-    "default_cache_dir": "pc18_cohort",
-    "ensure_sample_cohort": "pc18_cohort",
-    "injected_faults": "pc18_cohort",
-    "make_pc18_cohort": "pc18_cohort",
+    "CohortInfo": ".pc18_cohort",
+    "default_cache_dir": ".pc18_cohort",
+    "ensure_sample_cohort": ".pc18_cohort",
+    "injected_faults": ".pc18_cohort",
+    "make_pc18_cohort": ".pc18_cohort",
 }
 
 __all__ = [
@@ -45,12 +46,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'partnd.cohort' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"partnd.cohort.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

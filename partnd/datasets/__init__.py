@@ -8,8 +8,9 @@ does not pull in torch or braindecode.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from partnd._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from partnd.datasets.braindecode_interop import from_braindecode, to_braindecode
@@ -30,23 +31,23 @@ if TYPE_CHECKING:
     from partnd.datasets.store import STAGE_NAMES, SleepStore, create_store, write_record
 
 _EXPORTS: dict[str, str] = {
-    "Night": "sequences",
-    "SleepSequenceDataset": "sequences",
-    "NORMALIZE_EPS": "sleep_windows",
-    "ChunkShuffleSampler": "sleep_windows",
-    "InMemoryWindows": "sleep_windows",
-    "SleepWindowDataset": "sleep_windows",
-    "instance_normalize": "sleep_windows",
-    "RecordInfo": "splits",
-    "SubjectSplit": "splits",
-    "make_subject_split": "splits",
-    "records_from_store": "splits",
-    "STAGE_NAMES": "store",
-    "SleepStore": "store",
-    "create_store": "store",
-    "write_record": "store",
-    "from_braindecode": "braindecode_interop",
-    "to_braindecode": "braindecode_interop",
+    "Night": ".sequences",
+    "SleepSequenceDataset": ".sequences",
+    "NORMALIZE_EPS": ".sleep_windows",
+    "ChunkShuffleSampler": ".sleep_windows",
+    "InMemoryWindows": ".sleep_windows",
+    "SleepWindowDataset": ".sleep_windows",
+    "instance_normalize": ".sleep_windows",
+    "RecordInfo": ".splits",
+    "SubjectSplit": ".splits",
+    "make_subject_split": ".splits",
+    "records_from_store": ".splits",
+    "STAGE_NAMES": ".store",
+    "SleepStore": ".store",
+    "create_store": ".store",
+    "write_record": ".store",
+    "from_braindecode": ".braindecode_interop",
+    "to_braindecode": ".braindecode_interop",
 }
 
 __all__ = [
@@ -70,12 +71,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'partnd.datasets' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"partnd.datasets.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
