@@ -18,6 +18,7 @@ from partnd.datasets.sleep_windows import (
     InMemoryWindows,
     SleepWindowDataset,
     instance_normalize,
+    item_position,
     record_normalize,
 )
 from partnd.datasets.store import SleepStore, create_store, write_record
@@ -226,6 +227,21 @@ def test_bad_selection_raises_naming_the_argument(
 ) -> None:
     with pytest.raises(InputError, match=f"^{argument}:"):
         SleepWindowDataset(store[0], **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("index", "position"), [(0, 0), (9, 9), (-1, 9), (-10, 0), (np.int64(3), 3)]
+)
+def test_item_position_counts_negative_indices_from_the_end(index: int, position: int) -> None:
+    assert item_position(index, 10) == position
+
+
+@pytest.mark.parametrize(
+    ("index", "error"), [(10, IndexError), (-11, IndexError), (1.0, TypeError)]
+)
+def test_item_position_refuses_what_is_not_an_index(index: int, error: type) -> None:
+    with pytest.raises(error, match=r"^index: expected"):
+        item_position(index, 10)
 
 
 def test_index_errors(store: tuple[Path, dict]) -> None:

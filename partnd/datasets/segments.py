@@ -36,7 +36,12 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from partnd._validation import InputError, check
-from partnd.datasets.sleep_windows import NORMALIZE_EPS, InMemoryWindows, SleepWindowDataset
+from partnd.datasets.sleep_windows import (
+    NORMALIZE_EPS,
+    InMemoryWindows,
+    SleepWindowDataset,
+    item_position,
+)
 from partnd.datasets.store import SleepStore
 
 __all__ = ["SleepSegmentDataset", "as_segment_dataset"]
@@ -214,13 +219,7 @@ class SleepSegmentDataset(Dataset[Tensor]):
         return self.segment_windows * self.window_samples
 
     def _check_index(self, index: int) -> int:
-        n = len(self)
-        if not isinstance(index, int | np.integer):
-            raise TypeError(f"index: expected an int, got {type(index).__name__}")
-        position = int(index) + n if index < 0 else int(index)
-        if not 0 <= position < n:
-            raise IndexError(f"index: expected -{n} <= index < {n}, got {index}")
-        return position
+        return item_position(index, len(self))
 
     def locate(self, index: int) -> tuple[str, int]:
         """``(record_id, first window index inside that record)`` of segment ``index``."""

@@ -36,6 +36,7 @@ from partnd.datasets.sleep_windows import (
     _resolve_records,
     _store_path,
     instance_normalize,
+    item_position,
     record_normalize,
     resolve_normalization,
 )
@@ -218,11 +219,7 @@ class SleepSequenceDataset(Dataset[SequenceItem]):
         return self.records[position], first, length
 
     def __getitem__(self, index: int) -> SequenceItem:
-        if not isinstance(index, int | np.integer):
-            raise TypeError(f"index: expected an int, got {type(index).__name__}")
-        if not -len(self) <= index < len(self):
-            raise IndexError(f"index: expected -{len(self)} <= index < {len(self)}, got {index}")
-        record, first, length = self.locate(int(index) % len(self))
+        record, first, length = self.locate(item_position(index, len(self)))
         x = torch.zeros((self.context, self.n_chans, self.n_times), dtype=self.dtype)
         x[:length] = self._windows(record, first, first + length)
         labels = torch.full((self.context,), -1, dtype=torch.long)

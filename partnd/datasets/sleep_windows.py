@@ -46,6 +46,7 @@ __all__ = [
     "InMemoryWindows",
     "SleepWindowDataset",
     "instance_normalize",
+    "item_position",
     "record_normalize",
     "resolve_normalization",
 ]
@@ -56,6 +57,21 @@ NORMALIZE_EPS = 1e-6
 SPLITS = ("training", "test")
 
 Sample = tuple[Tensor, int] | tuple[Tensor, int, int]
+
+
+def item_position(index: int, length: int) -> int:
+    """The position in ``[0, length)`` of a dataset index (negative counts from the end).
+
+    Raises:
+        TypeError: ``index`` is not an integer.
+        IndexError: ``index`` is outside ``[-length, length)``.
+    """
+    if not isinstance(index, int | np.integer):
+        raise TypeError(f"index: expected an int, got {type(index).__name__}")
+    position = int(index) + length if index < 0 else int(index)
+    if not 0 <= position < length:
+        raise IndexError(f"index: expected -{length} <= index < {length}, got {index}")
+    return position
 
 
 def instance_normalize(x: Tensor, eps: float = NORMALIZE_EPS) -> Tensor:
@@ -254,13 +270,7 @@ class _SelectedWindows:
         return sorted(set(self.record_subjects))
 
     def _check_index(self, index: int) -> int:
-        n = len(self)
-        if not isinstance(index, int | np.integer):
-            raise TypeError(f"index: expected an int, got {type(index).__name__}")
-        position = int(index) + n if index < 0 else int(index)
-        if not 0 <= position < n:
-            raise IndexError(f"index: expected -{n} <= index < {n}, got {index}")
-        return position
+        return item_position(index, len(self))
 
     def locate(self, index: int) -> tuple[str, int]:
         """Return ``(record_id, window index inside that record)`` of dataset item ``index``."""
