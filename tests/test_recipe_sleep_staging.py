@@ -199,3 +199,22 @@ def test_sample_efficiency_cells_resume_and_aggregate(
     ]
     with pytest.raises(InputError, match="--rows"):
         sleep_staging.selected_rows(parser.parse_args(["--rows", "yasa_pretrained:window"]))
+
+
+def test_a_step_budget_override_reaches_every_arm_and_the_sequence_override_comes_last(
+    tmp_path: Path,
+) -> None:
+    config = StudyConfig(out=tmp_path / "s", progress=False, finetune_overrides={"min_steps": 7})
+    assert config.finetune_config("supervised", 0).min_steps == 7
+    sequence = config.finetune_config("supervised", 0, arm="sequence")
+    assert (sequence.min_steps, sequence.context, sequence.batch_size) == (7, 21, 8)
+    assert sequence.ema_decay == 0.99  # the demo protocol, for every arm
+    config = StudyConfig(
+        out=tmp_path / "t",
+        progress=False,
+        finetune_overrides={"min_steps": 7, "lr": 1e-3},
+        sequence_overrides={"min_steps": 3},
+    )
+    sequence = config.finetune_config("mae", 0, arm="sequence")
+    assert (sequence.min_steps, sequence.lr) == (3, 1e-3)
+    assert config.finetune_config("mae", 0).min_steps == 7
