@@ -23,7 +23,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import statistics
 import time
@@ -36,6 +35,7 @@ from partnd.data import SignalSpec
 from partnd.engine.config import PretrainConfig
 from partnd.engine.distributed import resolve_device
 from partnd.engine.optim import build_optimizer
+from partnd.engine.precision import PRECISIONS, autocast, resolve_precision
 from partnd.objectives import build_encoder, build_objective, list_objectives
 
 SHAPES = {"eeg_sleep": (6, (3000,)), "images_cifar": (3, (32, 32))}
@@ -64,12 +64,6 @@ def interleaved_times(
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=torch.bfloat16)
-
-
 def training_step(
     model: torch.nn.Module,
     compute_loss: Callable[[], torch.Tensor],
@@ -80,7 +74,7 @@ def training_step(
     optimizer = build_optimizer(model, lr=1e-4, weight_decay=0.05, betas=(0.9, 0.95))
 
     def step() -> None:
-        with _autocast(device, precision):
+        with autocast(device, precision):
             loss = compute_loss()
         optimizer.zero_grad(set_to_none=True)
         loss.float().backward()
@@ -132,7 +126,7 @@ def run(
     if "part" in models:
 
         def sample() -> None:
-            with _autocast(device, precision):
+            with autocast(device, precision):
                 models["part"].sample(inputs, generator)
 
         timed["part_sampling"] = sample
@@ -170,9 +164,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=5, help="timed steps of each kind (median)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:K")
-    parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
+    parser.add_argument("--precision", choices=PRECISIONS, default="auto")
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
+    args.precision = resolve_precision(args.precision, device)
     where = (
         torch.cuda.get_device_name(device)
         if device.type == "cuda"

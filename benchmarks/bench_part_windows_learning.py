@@ -38,6 +38,7 @@ from partnd.datasets.segments import SleepSegmentDataset
 from partnd.datasets.sleep_windows import InMemoryWindows
 from partnd.datasets.splits import SubjectSplit
 from partnd.engine.config import PretrainConfig
+from partnd.engine.precision import autocast
 from partnd.evaluation import linear_probe
 from partnd.objectives import CrossWindowPART, build_objective
 from partnd.pretraining import pretrain
@@ -64,7 +65,7 @@ def _config(args: argparse.Namespace, steps_per_epoch: int) -> PretrainConfig:
         max_steps=args.steps,
         lr=args.lr,
         warmup_steps=max(1, args.steps // 10),
-        precision="bf16",
+        precision="auto",
         seed=args.seed,
         log_every_steps=5,
         progress=False,
@@ -82,7 +83,7 @@ def white_noise_nmse(model: CrossWindowPART, batches: int = 8, seed: int = 0) ->
     values = []
     for _ in range(batches):
         x = torch.randn(8, model.hierarchical.in_chans, length, generator=generator)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with autocast("cpu", "auto"):
             values.append(float(model(x, generator=generator).metrics["nmse"]))
     model.eval()
     return float(np.mean(values))

@@ -28,11 +28,12 @@ import argparse
 from typing import Any
 
 import torch
-from bench_objective_step import _autocast, interleaved_times, training_step
+from bench_objective_step import interleaved_times, training_step
 
 from partnd.data import SignalSpec
 from partnd.engine.config import PretrainConfig
 from partnd.engine.distributed import resolve_device
+from partnd.engine.precision import PRECISIONS, autocast, resolve_precision
 from partnd.objectives import CrossWindowPART, build_objective
 
 CHANNELS = 6
@@ -64,7 +65,7 @@ def run(
         return bare.forward_features(patches, positions).float().square().mean()
 
     def sample() -> None:
-        with _autocast(device, config.precision):
+        with autocast(device, config.precision):
             objective.sample(segments, generator)
 
     timed = {
@@ -92,12 +93,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=5, help="timed steps of each kind (median)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:K")
-    parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
+    parser.add_argument("--precision", choices=PRECISIONS, default="auto")
     parser.add_argument(
         "--head", choices=PretrainConfig.HEADS, help="the relative head (default: the preset's)"
     )
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
+    args.precision = resolve_precision(args.precision, device)
     config = PretrainConfig.preset("eeg_sleep_windows", precision=args.precision)
     if args.demo:
         config = config.replace(encoder_overrides=DEMO_WINDOW_ENCODER)

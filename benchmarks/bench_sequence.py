@@ -12,8 +12,9 @@ Two measurements, side by side in one run (interleaved A, B, A, B, ...):
   the single-window classifier on the same night.
 
 Defaults are the demo's models (the 192-wide, 4-deep window ViT of ``vit_eeg_12m``'s shape,
-``temporal_small``, ``L = 21``, 6 x 3000 windows) on the CPU with bf16 autocast, as the demo
-trains.
+``temporal_small``, ``L = 21``, 6 x 3000 windows) on the CPU; training steps run under the
+precision the demo trains with (``--precision auto``: bf16 where the CPU has bf16 kernels, else
+fp32), prediction in fp32 as :func:`partnd.predict` runs it.
 
 Usage::
 
@@ -24,7 +25,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import time
 from collections.abc import Callable
@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from partnd.engine.optim import build_optimizer
+from partnd.engine.precision import PRECISIONS, autocast, resolve_precision
 from partnd.models import PatchClassifier, SequenceClassifier, create_encoder
 
 
@@ -58,8 +59,9 @@ def main() -> None:
     parser.add_argument("--night", type=int, default=900, help="windows of the predicted night")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
+    parser.add_argument("--precision", choices=PRECISIONS, default="auto")
     args = parser.parse_args()
+    args.precision = resolve_precision(args.precision, "cpu")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     channels, samples = 6, 3000
@@ -79,17 +81,12 @@ def main() -> None:
     count = args.sequences * args.context
     x = torch.randn(args.sequences, args.context, channels, samples)
     labels = torch.randint(0, 5, (args.sequences, args.context))
-    autocast = (
-        torch.autocast("cpu", dtype=torch.bfloat16)
-        if args.precision == "bf16"
-        else contextlib.nullcontext()
-    )
 
     def trainer(model: torch.nn.Module, forward: Callable[[], torch.Tensor]) -> Callable[[], None]:
         optimizer = build_optimizer(model, lr=1e-4, weight_decay=0.05, betas=(0.9, 0.95))
 
         def step() -> None:
-            with autocast:
+            with autocast("cpu", args.precision):
                 loss = F.cross_entropy(forward().float().flatten(0, -2), labels.flatten())
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -111,14 +108,12 @@ def main() -> None:
 
     @torch.no_grad()
     def predict_single() -> None:
-        with autocast:
-            for chunk in night.split(256):
-                single(chunk).float().softmax(-1)
+        for chunk in night.split(256):
+            single(chunk).float().softmax(-1)
 
     @torch.no_grad()
     def predict_sequence() -> None:
-        with autocast:
-            sequence.predict_night(night)
+        sequence.predict_night(night)
 
     predict = _timed(
         {"sequence": predict_sequence, "single": predict_single}, max(2, args.repeats // 2), 1

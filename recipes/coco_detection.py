@@ -64,6 +64,7 @@ from partnd.engine.checkpoint import (
 )
 from partnd.engine.distributed import resolve_device
 from partnd.engine.optim import build_optimizer
+from partnd.engine.precision import autocast
 from partnd.models import ViTEncoder, create_encoder
 from partnd.models.serialization import encoder_from_spec, encoder_spec, load_encoder
 from partnd.recipes.sleep_report import write_table
@@ -147,7 +148,8 @@ class DetectionConfig:
         scale_jitter: Range of large-scale jitter (``None``: no jitter, only the flip).
         encoder: Encoder preset built when no pretrained encoder is given.
         patch_size: Patch size of that encoder.
-        precision: ``"bf16"`` (autocast) or ``"fp32"``.
+        precision: ``"auto"`` (bf16 where the device runs it fast, else fp32; see
+            :mod:`partnd.engine.precision`), ``"bf16"`` (autocast) or ``"fp32"``.
         device: ``"auto"``, ``"cpu"`` or ``"cuda"``.
         num_workers: DataLoader workers.
         seed: Shuffling, initialisation and augmentation seed.
@@ -178,7 +180,7 @@ class DetectionConfig:
     scale_jitter: tuple[float, float] | None = (0.1, 2.0)
     encoder: str = "vit_base"
     patch_size: int = 16
-    precision: str = "bf16"
+    precision: str = "auto"
     device: str = "auto"
     num_workers: int = 0
     seed: int = 0
@@ -208,7 +210,12 @@ class DetectionConfig:
             check(isinstance(value, int) and value >= 1, name, "an int >= 1", repr(value))
         check(self.lr > 0, "lr", "a rate > 0", repr(self.lr))
         check(0 < self.layer_decay <= 1, "layer_decay", "a factor in (0, 1]", self.layer_decay)
-        check(self.precision in ("bf16", "fp32"), "precision", "'bf16' or 'fp32'", self.precision)
+        check(
+            self.precision in ("auto", "bf16", "fp32"),
+            "precision",
+            "'auto', 'bf16' or 'fp32'",
+            self.precision,
+        )
         check(self.warmup_steps >= 0, "warmup_steps", "an int >= 0", repr(self.warmup_steps))
         if self.scale_jitter is not None:
             low, high = self.scale_jitter
@@ -406,12 +413,6 @@ def _build_model(encoder: ViTEncoder, num_classes: int, config: DetectionConfig)
     )
 
 
-def _autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=torch.bfloat16)
-
-
 def _to_device(targets: Sequence[dict[str, Tensor]], device: torch.device) -> list[Any]:
     return [{key: value.to(device) for key, value in target.items()} for target in targets]
 
@@ -504,7 +505,7 @@ def train(
             rate = learning_rate(step, steps_per_epoch, config)
             for group in optimizer.param_groups:
                 group["lr"] = rate * group["lr_scale"]
-            with _autocast(device, config.precision):
+            with autocast(device, config.precision):
                 losses = model([image.to(device) for image in images], _to_device(targets, device))
             loss = sum(losses.values())
             if not torch.isfinite(loss):

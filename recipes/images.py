@@ -123,7 +123,7 @@ _IMAGENET_FINETUNE: dict[str, Any] = {
     "epochs": 300,
     "batch_size": 256,
     "layer_decay": 0.75,
-    "precision": "bf16",
+    "precision": "auto",
 }
 
 #: Per dataset: the pretraining preset, the input side, and the fine-tuning configuration.

@@ -128,7 +128,7 @@ SCALES: dict[str, dict[str, Any]] = {
             "lr_reference_batch": None,
             "num_pairs": 512,
             "ema_decay": None,
-            "precision": "bf16",
+            "precision": "auto",
             "log_every_steps": 5,
         },
         # PART across windows: a step budget (an epoch of the demo's segments is 10 steps);

@@ -28,7 +28,7 @@ __all__ = [
     "TrainConfig",
 ]
 
-Precision = Literal["fp32", "bf16", "fp16"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
 ConfigT = TypeVar("ConfigT", bound="TrainConfig")
 
 
@@ -117,8 +117,10 @@ class TrainConfig:
         grad_clip: Maximum global gradient L2 norm, ``None`` for no clipping.
         ema_decay: Decay of an exponential moving average of the weights, ``None`` for no EMA.
             With EMA on, the averaged weights are the ones returned and evaluated.
-        precision: ``"fp32"``, ``"bf16"`` (autocast on CPU and GPU) or ``"fp16"`` (autocast with
-            a gradient scaler, GPU only).
+        precision: ``"auto"`` (bf16 where the device runs it fast: a GPU with bf16, a CPU with
+            AVX-512/AMX bf16 kernels; fp32 elsewhere, see :mod:`partnd.engine.precision`),
+            ``"fp32"``, ``"bf16"`` (autocast on CPU and GPU) or ``"fp16"`` (autocast with a
+            gradient scaler, GPU only). The run's ``meta.json`` records what it resolved to.
         device: ``"auto"`` (CUDA if available, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:K"``.
         num_workers: DataLoader worker processes (0 loads in the main process).
         seed: Seed of model initialisation, data order and patch sampling.
@@ -611,7 +613,7 @@ _PAPER_PRETRAINING: dict[str, Any] = {
     "batch_size": 256,
     "lr": 5e-4,
     "lr_reference_batch": 512,
-    "precision": "bf16",
+    "precision": "auto",
     "ema_decay": 0.9999,
 }
 
@@ -680,7 +682,7 @@ PretrainConfig._PRESETS = {
         "batch_size": 128,
         "lr": 5e-4,
         "lr_reference_batch": 1024,
-        "precision": "bf16",
+        "precision": "auto",
         "ema_decay": 0.9999,
     },
     "test": {
@@ -700,7 +702,7 @@ _PAPER_FINETUNING: dict[str, Any] = {
     "lr_reference_batch": 512,
     "layer_decay": 0.75,
     "label_smoothing": 0.1,
-    "precision": "bf16",
+    "precision": "auto",
 }
 
 FinetuneConfig._PRESETS = {

@@ -56,6 +56,7 @@ from partnd.engine.config import TrainConfig
 from partnd.engine.distributed import DistributedContext
 from partnd.engine.logging import MetricLogger
 from partnd.engine.optim import ModelEMA, WarmupCosineSchedule, build_optimizer
+from partnd.engine.precision import autocast, resolve_precision
 from partnd.engine.run_dir import RunDir
 from partnd.engine.sampler import ResumableBatchSampler, epoch_order
 
@@ -256,10 +257,11 @@ class Trainer:
         self.evaluate = evaluate
         self.select_metric = select_metric
         self.checkpoint_extra = checkpoint_extra or {}
+        self.precision = resolve_precision(config.precision, self.device)
         check(
-            config.precision != "fp16" or self.device.type == "cuda",
+            self.precision != "fp16" or self.device.type == "cuda",
             "precision",
-            "'fp32' or 'bf16' on CPU (fp16 needs a CUDA gradient scaler)",
+            "'auto', 'fp32' or 'bf16' on CPU (fp16 needs a CUDA gradient scaler)",
             repr(config.precision),
         )
 
@@ -319,7 +321,7 @@ class Trainer:
             warmup_steps=self.warmup_steps,
             total_steps=self.total_steps,
         )
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=config.precision == "fp16")
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.ema = ModelEMA(self.model, config.ema_decay) if config.ema_decay else None
         self.train_model: nn.Module = self.model
         if context.is_distributed:
@@ -353,6 +355,7 @@ class Trainer:
             "global_batch_size": self.global_batch_size,
             "peak_lr": self.peak_lr,
             "device": str(self.device),
+            "precision": self.precision,
             "num_parameters": sum(p.numel() for p in self.model.parameters()),
         }
 
@@ -362,12 +365,6 @@ class Trainer:
         np.random.seed(derive_seed(self.config.seed, rank, 1) % 2**32)
         random.seed(derive_seed(self.config.seed, rank, 2))
         self.generator.manual_seed(derive_seed(self.config.seed, rank, 3))
-
-    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
-        if self.config.precision == "fp32":
-            return contextlib.nullcontext()
-        dtype = torch.bfloat16 if self.config.precision == "bf16" else torch.float16
-        return torch.autocast(self.device.type, dtype=dtype)
 
     def _checkpoint_state(self) -> dict[str, Any]:
         self.state.epoch_metric_sums = {
@@ -479,7 +476,7 @@ class Trainer:
         if callable(set_progress):  # e.g. DropPos decays its smoothing over the run
             set_progress(self.state.step / self.total_steps)
         if read_error is None:
-            with self._autocast():
+            with autocast(self.device, self.precision):
                 loss, metrics = self.task.compute_loss(self.train_model, batch, self.generator)
             loss = loss.float()
             status = torch.stack([loss.detach(), torch.zeros_like(loss), torch.zeros_like(loss)])
