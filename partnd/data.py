@@ -550,10 +550,12 @@ def as_labelled_dataset(
 def data_fingerprint(dataset: SignalDataset | LabelledDataset) -> dict[str, Any]:
     """What identifies the data of a run, to refuse resuming it on other data.
 
-    Holds the item count and shape, the channel names when known, the source's record ids when
-    it has ``records`` (a sleep store's window datasets) and, for an array or tensor, the SHA-256
-    of its first, middle and last items (so another array of the same shape is told apart too;
-    other datasets may draw random augmentations per read, so their values are not hashed).
+    Holds the item count and shape, the channel names when known, how a store's windows are
+    normalised (``"window"``, ``"record"``...; the same records read another way are other data),
+    the source's record ids when it has ``records`` (a sleep store's window datasets) and, for an
+    array or tensor, the SHA-256 of its first, middle and last items (so another array of the
+    same shape is told apart too; other datasets may draw random augmentations per read, so their
+    values are not hashed).
 
     Args:
         dataset: An adapted dataset (:func:`as_signal_dataset`, :func:`as_labelled_dataset`).
@@ -578,4 +580,5 @@ def data_fingerprint(dataset: SignalDataset | LabelledDataset) -> dict[str, Any]
         "ch_names": None if signals.info.ch_names is None else list(signals.info.ch_names),
         "records": [str(r) for r in records] if isinstance(records, tuple | list) else None,
         "items_sha256": digest,
+        "normalization": signals.info.normalization,
     }

@@ -311,6 +311,27 @@ def test_resume_on_other_records_is_refused_naming_the_options(
     assert cli.main(["pretrain", *common, "--records", "tr01", "--resume", "--epochs", "2"]) == 0
 
 
+def test_resume_with_another_normalisation_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    store = tmp_path / "sleep.zarr"
+    write_sleep_store(store)
+    run = tmp_path / "ft"
+    common = ["finetune", "--data", str(store), "--out", str(run), "--preset", "test"]
+    common += ["--patch-size", "30", "--batch-size", "8"]
+    assert cli.main([*common, "--normalize", "window", "--epochs", "1"]) == 0
+    capsys.readouterr()
+    argv = [*common, "--resume", "--epochs", "2"]
+    assert cli.main([*argv, "--normalize", "record"]) == 2  # the same records, read another way
+    error = capsys.readouterr().err
+    assert "error: --data: expected the data the interrupted run in " in error
+    assert "got other data (normalization: window -> record)" in error
+    meta = json.loads((run / "meta.json").read_text())
+    del meta["data"]["train_dataset"]["normalization"]  # as recorded before the key existed
+    (run / "meta.json").write_text(json.dumps(meta))
+    assert cli.main([*argv, "--normalize", "window"]) == 0
+
+
 def test_a_classifier_records_its_signal_and_refuses_other_channels(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

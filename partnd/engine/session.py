@@ -150,6 +150,9 @@ class Session(Generic[ConfigT]):
             return
         for argument, fingerprint in data.items():
             before = stored.get(argument)
+            if isinstance(before, dict) and fingerprint is not None:
+                # a run recorded before a fingerprint key existed is compared on the keys it has
+                fingerprint = {key: value for key, value in fingerprint.items() if key in before}
             if before != fingerprint:
                 raise InputError(
                     f"{argument}: expected the data the interrupted run in {self.run_dir.root} "
