@@ -203,7 +203,9 @@ def _names(text: str | None) -> list[str] | None:
     return None if text is None else [item.strip() for item in text.split(",") if item.strip()]
 
 
-def _add_data_arguments(parser: argparse.ArgumentParser, prefix: str = "", what: str = "") -> None:
+def _add_data_arguments(
+    parser: argparse.ArgumentParser, prefix: str = "", what: str = "", labels: bool = True
+) -> None:
     flag = f"--{prefix}data"
     parser.add_argument(
         flag,
@@ -211,9 +213,10 @@ def _add_data_arguments(parser: argparse.ArgumentParser, prefix: str = "", what:
         required=not prefix,
         help=f"{what}PATH.npy [N, C, *spatial] or a sleep store directory",
     )
-    parser.add_argument(
-        f"--{prefix}labels", type=Path, help=f"{what}labels PATH.npy [N] (for .npy data)"
-    )
+    if labels:
+        parser.add_argument(
+            f"--{prefix}labels", type=Path, help=f"{what}labels PATH.npy [N] (for .npy data)"
+        )
     parser.add_argument(f"--{prefix}subjects", help=f"{what}comma-separated subjects (store data)")
     parser.add_argument(f"--{prefix}records", help=f"{what}comma-separated records (store data)")
 
@@ -229,10 +232,23 @@ def _add_normalize_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _store_selection(args: argparse.Namespace, prefix: str, flag: str) -> dict[str, Any]:
+def _store_selection(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
+    """The records or subjects of the store ``--{prefix}data`` that ``--{prefix}records``,
+    ``--{prefix}subjects`` (or ``--split``) select; refused for ``.npy`` data."""
     selection: dict[str, Any] = {}
     subjects = _names(getattr(args, f"{prefix}subjects"))
     records = _names(getattr(args, f"{prefix}records"))
+    dash = "--" + prefix.replace("_", "-")
+    given = [f"{dash}{name}" for name in ("records", "subjects") if getattr(args, prefix + name)]
+    given += ["--split"] if getattr(args, "split", None) is not None else []
+    data: Path | None = getattr(args, f"{prefix}data")
+    if given:
+        check(
+            data is not None and data.is_dir(),
+            "/".join(given),
+            f"a sleep store as {dash}data (they select a store's records)",
+            f"no {dash}data" if data is None else f"the array file {data}",
+        )
     if subjects is not None:
         selection["subjects"] = subjects
     if records is not None:
@@ -270,12 +286,20 @@ def _open(
         return load_signals(path, flag, **options)
 
 
-def _labels(path: Path | None, flag: str) -> list[int] | None:
-    """Integer labels ``[N]`` from a ``.npy`` file, refused as the API refuses them."""
+def _labels(path: Path | None, flag: str, data: Path | None) -> list[int] | None:
+    """Integer labels ``[N]`` from a ``.npy`` file, refused as the API refuses them, and
+    refused for a store ``data`` (its stages are the labels)."""
     if path is None:
         return None
     from partnd.data import integer_labels, load_npy
 
+    data_flag = flag.replace("labels", "data")
+    check(
+        data is not None and not data.is_dir(),
+        flag,
+        f"labels of .npy data given as {data_flag} (a sleep store's stages are its labels)",
+        f"no {data_flag}" if data is None else f"{path} for the store {data}",
+    )
     check(path.suffix == ".npy", flag, "a .npy file of labels [N]", str(path))
     return integer_labels(load_npy(path, flag), flag)
 
@@ -306,7 +330,7 @@ def _pretrain_main(argv: list[str]) -> int:
     config, overrides = _config_from_args(args, PretrainConfig)
     from partnd.pretraining import pretrain
 
-    selection = _store_selection(args, "", "--data")
+    selection = _store_selection(args, "")
     normalize = overrides.get("normalize", (config or PretrainConfig()).normalize)
     data = _open(args.data, "--data", False, selection, normalize)
     result = pretrain(
@@ -357,11 +381,11 @@ def _finetune_main(argv: list[str]) -> int:
     config, overrides = _config_from_args(args, FinetuneConfig)
     from partnd.finetuning import finetune
 
-    train = _open(args.data, "--data", True, _store_selection(args, "", "--data"), args.normalize)
+    train = _open(args.data, "--data", True, _store_selection(args, ""), args.normalize)
     val = None
+    val_selection = _store_selection(args, "val_")
     if args.val_data is not None:
-        selection = _store_selection(args, "val_", "")
-        val = _open(args.val_data, "--val-data", True, selection, args.normalize)
+        val = _open(args.val_data, "--val-data", True, val_selection, args.normalize)
     stage_names = getattr(train, "stage_names", None)
     class_names = _names(args.class_names) or (None if stage_names is None else list(stage_names))
     num_classes = args.num_classes
@@ -391,19 +415,19 @@ def _finetune_main(argv: list[str]) -> int:
         class_names=class_names,
         resume=args.resume,
         overwrite=args.overwrite,
-        train_labels=_labels(args.labels, "--labels"),
-        val_labels=_labels(args.val_labels, "--val-labels"),
+        train_labels=_labels(args.labels, "--labels", args.data),
+        val_labels=_labels(args.val_labels, "--val-labels", args.val_data),
         **overrides,
     )
     print(f"partnd finetune: done; best metrics {result.best_metrics} in {result.run_dir}")
     return 0
 
 
-def _model_arguments(parser: argparse.ArgumentParser) -> None:
+def _model_arguments(parser: argparse.ArgumentParser, labels: bool = True) -> None:
     parser.add_argument(
         "--model", type=Path, required=True, help="a finetune run directory or its classifier.pt"
     )
-    _add_data_arguments(parser)
+    _add_data_arguments(parser, labels=labels)
     parser.add_argument("--batch-size", type=int, default=256, help="inference batch size")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:K")
 
@@ -427,13 +451,13 @@ def _evaluate_main(argv: list[str]) -> int:
         args.data,
         "--data",
         True,
-        _store_selection(args, "", "--data"),
+        _store_selection(args, ""),
         model.signal_info.normalization,
     )
     report = evaluate(
         model,
         data,
-        labels=_labels(args.labels, "--labels"),
+        labels=_labels(args.labels, "--labels", args.data),
         batch_size=args.batch_size,
         device=args.device,
     )
@@ -451,7 +475,7 @@ def _predict_main(argv: list[str]) -> int:
         "store, one hypnogram per record with the store's window onsets and the recording's "
         "start date.",
     )
-    _model_arguments(parser)
+    _model_arguments(parser, labels=False)
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     _bool_flag(parser, "edf", "also write EDF+ annotation files (readable by MNE)")
     _bool_flag(parser, "overwrite", "replace existing output files")
@@ -468,8 +492,16 @@ def _predict_main(argv: list[str]) -> int:
     model = load_classifier(args.model)
     check(not args.out.is_file(), "--out", "a directory", f"the file {args.out}")
     predictions: dict[str, Prediction]
+    selection = _store_selection(args, "")
     if args.data.is_dir():
-        selected = _open(args.data, "--data", False, _store_selection(args, "", "--data"))
+        check(
+            args.epoch_seconds is None,
+            "--epoch-seconds",
+            "no --epoch-seconds with a sleep store as --data (its windows' onsets and length "
+            "are the store's)",
+            f"{args.epoch_seconds} for the store {args.data}",
+        )
+        selected = _open(args.data, "--data", False, selection)
         records = list(selected.records)
         csv_paths = {record: args.out / f"{record}.csv" for record in records}
         _check_new(csv_paths.values(), args.overwrite)

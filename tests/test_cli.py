@@ -435,6 +435,58 @@ def test_ctrl_c_saves_a_resumable_checkpoint_and_ends_with_one_line(
     assert load_checkpoint(last)["trainer"]["step"] == step + 2
 
 
+def test_options_that_would_be_ignored_are_refused_naming_them(
+    tmp_path: Path, signals: Path, capsys: pytest.CaptureFixture
+) -> None:
+    store = tmp_path / "sleep.zarr"
+    write_sleep_store(store)
+    labels = tmp_path / "y.npy"
+    np.save(labels, np.arange(16) % 2)
+    ft = tmp_path / "ft"
+    finetune = ["finetune", "--data", str(signals), "--labels", str(labels), "--num-classes", "2"]
+    finetune += ["--preset", "test", "--patch-size", "20", "--epochs", "1"]
+    assert cli.main([*finetune, "--out", str(ft)]) == 0
+    capsys.readouterr()
+    out = ["--out", str(tmp_path / "new")]
+    predict = ["predict", "--model", str(ft), *out]
+    for argv, message in [
+        (
+            [*predict, "--data", str(signals), "--records", "tr01"],
+            f"--records: expected a sleep store as --data (they select a store's records), got "
+            f"the array file {signals}",
+        ),
+        (
+            [*predict, "--data", str(store), "--epoch-seconds", "20"],
+            "--epoch-seconds: expected no --epoch-seconds with a sleep store as --data",
+        ),
+        (
+            [*finetune, *out, "--subjects", "s1", "--val-records", "tr02"],
+            "--subjects: expected a sleep store as --data",
+        ),
+        (
+            [*finetune, *out, "--val-records", "tr02"],
+            "--val-records: expected a sleep store as --val-data (they select a store's "
+            "records), got no --val-data",
+        ),
+        (
+            [*finetune, *out, "--val-labels", str(labels)],
+            "--val-labels: expected labels of .npy data given as --val-data",
+        ),
+        (
+            ["evaluate", "--model", str(ft), "--data", str(store), "--labels", str(labels)],
+            "--labels: expected labels of .npy data given as --data (a sleep store's stages are "
+            "its labels)",
+        ),
+    ]:
+        assert cli.main(argv) == 2, argv
+        error = capsys.readouterr().err
+        assert message in error and len(error.splitlines()) == 1, error
+    with pytest.raises(SystemExit):  # predict reads no labels: the option does not exist
+        cli.main([*predict, "--data", str(signals), "--labels", str(labels)])
+    assert "unrecognized arguments: --labels" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+
+
 def test_a_message_embedding_a_library_report_stays_one_line(
     tmp_path: Path, signals: Path, capsys: pytest.CaptureFixture
 ) -> None:
