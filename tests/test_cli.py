@@ -487,6 +487,22 @@ def test_options_that_would_be_ignored_are_refused_naming_them(
     assert not (tmp_path / "new").exists()
 
 
+def test_config_field_names_stay_field_names_in_messages(
+    tmp_path: Path, signals: Path, capsys: pytest.CaptureFixture
+) -> None:
+    argv = ["pretrain", "--data", str(signals), "--out", str(tmp_path / "r"), "--preset", "test"]
+    assert cli.main([*argv, "--set", "batch_sise=4"]) == 2
+    error = capsys.readouterr().err  # --set takes field names: list them as such
+    assert "--set: expected PretrainConfig field names ('epochs', 'batch_size', 'lr'," in error
+    assert "--batch-size" not in error and "unknown name(s) 'batch_sise'" in error
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"warmup_epoch": 1}))
+    assert cli.main([*argv, "--config", str(config)]) == 2
+    error = capsys.readouterr().err
+    assert "--config: expected PretrainConfig field names (" in error
+    assert "'warmup_epochs'" in error and "--warmup-epochs" not in error
+
+
 def test_a_message_embedding_a_library_report_stays_one_line(
     tmp_path: Path, signals: Path, capsys: pytest.CaptureFixture
 ) -> None:

@@ -53,7 +53,7 @@ def test_preset_overrides_and_unknown_names() -> None:
     assert PretrainConfig.preset("test", epochs=7).epochs == 7
     with pytest.raises(InputError, match=r"preset: expected one of .*'eeg_sleep'.*got 'eeg'"):
         PretrainConfig.preset("eeg")
-    with pytest.raises(InputError, match=r"field names \(epochs, batch_size.*'learning_rate'"):
+    with pytest.raises(InputError, match=r"field names \('epochs', 'batch_size'.*'learning_rate'"):
         PretrainConfig().replace(learning_rate=1.0)
 
 

@@ -273,13 +273,17 @@ class TrainConfig:
 
     @classmethod
     def check_field_names(cls, names: typing.Iterable[str], argument: str = "overrides") -> None:
-        """Raise :class:`InputError` naming the valid fields if any of ``names`` is unknown."""
+        """Raise :class:`InputError` naming the valid fields if any of ``names`` is unknown.
+
+        The fields are listed quoted, as written in ``--set KEY=VALUE`` and a config file (a
+        command line never renames them to options).
+        """
         valid = cls.field_names()
         unknown = sorted(set(names) - set(valid))
         check(
             not unknown,
             argument,
-            f"{cls.__name__} field names ({', '.join(valid)})",
+            f"{cls.__name__} field names ({', '.join(map(repr, valid))})",
             f"unknown name(s) {', '.join(map(repr, unknown))}",
         )
 
