@@ -503,6 +503,24 @@ def test_config_field_names_stay_field_names_in_messages(
     assert "'warmup_epochs'" in error and "--warmup-epochs" not in error
 
 
+def test_an_empty_selection_is_described_without_python_arguments(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from partnd.datasets.store import write_record
+
+    store = tmp_path / "sleep.zarr"
+    write_sleep_store(store)
+    signal = np.random.default_rng(0).standard_normal((4, 2, 300)).astype(np.float32)
+    unscored = np.full(4, -1, np.int8)
+    attrs = {"subject_id": "s3", "split": "test"}
+    write_record(store, "te01", signal, unscored, np.arange(4) * 30.0, attrs=attrs)
+    argv = ["finetune", "--data", str(store), "--records", "te01", "--out", str(tmp_path / "f")]
+    assert cli.main(argv) == 2
+    error = capsys.readouterr().err
+    assert "error: --records/--subjects: expected at least one labelled window, got none " in error
+    assert "labelled_only" not in error and not (tmp_path / "f").exists()
+
+
 def test_a_message_embedding_a_library_report_stays_one_line(
     tmp_path: Path, signals: Path, capsys: pytest.CaptureFixture
 ) -> None:

@@ -152,9 +152,10 @@ class SleepSequenceDataset(Dataset[SequenceItem]):
                     if not labelled_only or (stages[first : first + length] >= 0).any():
                         rows.append((position, first, length))
         if not rows:
+            which = "sequence holding a labelled window" if labelled_only else "sequence"
             raise InputError(
-                f"selection: expected at least one sequence, got none from {len(self.records)} "
-                f"record(s) (labelled_only={labelled_only})"
+                f"selection: expected at least one {which}, got none from {len(self.records)} "
+                "record(s)"
             )
         index = np.array(rows, dtype=np.int64)
         index.flags.writeable = False

@@ -219,9 +219,10 @@ class _SelectedWindows:
         for array in (self.record_index, self.window_index, self._labels, self.chunk_ids):
             array.flags.writeable = False
         if len(self._labels) == 0:
+            which = "labelled window" if self.labelled_only else "window"
             raise InputError(
-                f"selection: expected at least one window, got none from {len(self.records)} "
-                f"record(s) with labelled_only={self.labelled_only}"
+                f"selection: expected at least one {which}, got none from {len(self.records)} "
+                "record(s)"
             )
 
     def _open_store(self) -> SleepStore:
