@@ -541,7 +541,13 @@ def _check_new(paths: Any, overwrite: bool) -> None:
     )
 
 
-_DATA_OPTIONS = {"dataset": "--data", "data": "--data", "x": "--data", "labels": "--labels"}
+_DATA_OPTIONS = {
+    "dataset": "--data",
+    "data": "--data",
+    "x": "--data",
+    "store": "--data",
+    "labels": "--labels",
+}
 
 register_subcommand(
     "pretrain",
@@ -557,6 +563,7 @@ register_subcommand(
         FinetuneConfig,
         train_dataset="--data",
         data="--data",
+        store="--data",
         x="--data",
         train_labels="--labels",
         val_dataset="--val-data",
@@ -581,7 +588,6 @@ register_subcommand(
     _options(
         None,
         **_DATA_OPTIONS,
-        store="--data",
         path="--model",
         model="--model",
         epoch_seconds="--epoch-seconds",

@@ -49,7 +49,7 @@ from partnd.datasets.stages import STAGE_ALIASES
 from partnd.datasets.store import RECORDS_GROUP, SIGNAL_DTYPES, SleepStore, check_record_id
 
 from .errors import RecordError
-from .manifest import STATUS_DONE, STATUS_FAILED, Manifest
+from .manifest import STATUS_DONE, STATUS_FAILED, Manifest, read_manifest
 from .pipeline import (
     PreprocessingConfig,
     open_or_create_store,
@@ -368,6 +368,7 @@ def ingest_raw(
             f"an id not yet in {str(store.path)!r} (or overwrite=True)",
             repr(record_id),
         )
+        read_manifest(store.path)  # a corrupt manifest is refused before the record is written
     try:
         return _ingest(
             raw,

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from partnd.datasets.store import MANIFEST_FILENAME
+from partnd.datasets.store import MANIFEST_FILENAME, read_manifest_file
 
 __all__ = ["STATUS_DONE", "STATUS_FAILED", "Manifest", "read_manifest", "write_manifest"]
 
@@ -26,13 +26,15 @@ STATUS_DONE = "done"
 STATUS_FAILED = "failed"
 
 
-def read_manifest(store_path: str | Path) -> dict[str, dict[str, Any]]:
-    """Entries of ``STORE/manifest.json`` by record id (``{}`` when there is none yet)."""
-    path = Path(store_path) / MANIFEST_FILENAME
-    if not path.is_file():
-        return {}
-    with open(path, encoding="utf-8") as handle:
-        return dict(json.load(handle))
+def read_manifest(
+    store_path: str | Path, argument: str = "store_path"
+) -> dict[str, dict[str, Any]]:
+    """Entries of ``STORE/manifest.json`` by record id (``{}`` when there is none yet).
+
+    Raises:
+        InputError: A manifest that is not a JSON object, naming ``argument`` (the store).
+    """
+    return read_manifest_file(store_path, argument)
 
 
 def write_manifest(store_path: str | Path, entries: Mapping[str, Mapping[str, Any]]) -> None:
@@ -57,11 +59,12 @@ class Manifest:
 
     Args:
         store_path: The store; its existing manifest is loaded.
+        argument: Name of the store in the caller's signature, for error messages.
     """
 
-    def __init__(self, store_path: str | Path) -> None:
+    def __init__(self, store_path: str | Path, argument: str = "store_path") -> None:
         self.store_path = Path(store_path)
-        self.entries: dict[str, dict[str, Any]] = read_manifest(self.store_path)
+        self.entries: dict[str, dict[str, Any]] = read_manifest(self.store_path, argument)
 
     def update(self, record_id: str, entry: Mapping[str, Any]) -> None:
         """Set the entry of ``record_id`` and rewrite ``manifest.json``."""

@@ -32,6 +32,7 @@ import argparse
 import contextlib
 import ctypes
 import ctypes.util
+import shutil
 import sys
 import time
 import traceback
@@ -47,7 +48,7 @@ from partnd.datasets.store import SIGNAL_DTYPES, SleepStore, remove_incomplete_r
 
 from .errors import FLAT_CHANNEL, UNEXPECTED_ERROR, RecordError
 from .manifest import STATUS_DONE, STATUS_FAILED, Manifest
-from .parallel import BACKENDS, parallel_map_unordered
+from .parallel import BACKENDS, parallel_map_unordered, resolve_n_jobs
 from .pc18_reader import PC18_EEG_CHANNELS, PC18Record, find_records, read_eeg, read_sample_stages
 from .pipeline import (
     PreprocessingConfig,
@@ -323,7 +324,8 @@ def preprocess_physionet2018(
         dtype: On-disk signal dtype, ``"float32"`` or ``"float16"``.
         records: Process only these record ids (default: all found).
         progress: Show a progress bar.
-        overwrite: Delete an existing store at ``out`` first.
+        overwrite: Delete an existing store at ``out`` first. A store this call creates is
+            removed again when it fails (an exception, Ctrl-C) before storing any record.
         verify_checksums: Hash the sources of every stored record instead of trusting file sizes
             and modification times.
         config: Preprocessing configuration (default :class:`PreprocessingConfig`).
@@ -339,6 +341,7 @@ def preprocess_physionet2018(
     """
     check(dtype in SIGNAL_DTYPES, "dtype", f"one of {SIGNAL_DTYPES}", repr(dtype))
     check(backend in BACKENDS, "backend", f"one of {BACKENDS}", repr(backend))
+    resolve_n_jobs(n_jobs)  # checked before the store is created
     config = config if config is not None else PreprocessingConfig()
     src = Path(src).resolve()
     found = find_records(src)
@@ -354,11 +357,46 @@ def preprocess_physionet2018(
         "subject_id": "record id (one subject per record)",
     }
     metadata = {**config.store_metadata(source, PC18_SOURCE_SFREQ), "signal_dtype": dtype}
+    created = not Path(out).exists()
     store = open_or_create_store(
         out, config, list(PC18_EEG_CHANNELS), metadata, overwrite=overwrite, argument="out"
     )
+    try:
+        return _preprocess_into(
+            store,
+            src,
+            found,
+            config,
+            dtype,
+            n_jobs=n_jobs,
+            backend=backend,
+            progress=progress,
+            verify_checksums=verify_checksums,
+            scheduler_address=scheduler_address,
+        )
+    except BaseException:
+        if created and not SleepStore(store.path).record_ids():
+            shutil.rmtree(store.path, ignore_errors=True)  # leave no empty store behind
+        raise
+
+
+def _preprocess_into(
+    store: SleepStore,
+    src: Path,
+    found: Sequence[PC18Record],
+    config: PreprocessingConfig,
+    dtype: str,
+    *,
+    n_jobs: int | None,
+    backend: str,
+    progress: bool,
+    verify_checksums: bool,
+    scheduler_address: str | None,
+) -> RunReport:
+    """:func:`preprocess_physionet2018` once its store is open: the records of ``found`` that
+    are not stored yet (or changed) are processed, and the manifest updated."""
     remove_incomplete_records(store.path)
-    manifest = Manifest(store.path)
+    manifest = Manifest(store.path, argument="out")
     complete = set(store.record_ids())
     report = RunReport()
     tasks = []

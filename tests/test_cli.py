@@ -392,6 +392,29 @@ def test_a_corrupt_store_is_refused_with_a_message(
     assert "Traceback" not in error and not (tmp_path / "r").exists()
 
 
+def test_a_record_array_with_corrupt_metadata_is_refused_with_a_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    store = tmp_path / "sleep.zarr"
+    write_sleep_store(store)
+    ft = tmp_path / "ft"
+    argv = ["finetune", "--data", str(store), "--out", str(ft), "--preset", "test"]
+    assert cli.main([*argv, "--patch-size", "30", "--epochs", "1", "--batch-size", "8"]) == 0
+    capsys.readouterr()
+    for array in ("stage", "start_time", "signal"):
+        metadata = store / "records" / "tr02" / array / "zarr.json"
+        original = metadata.read_text()
+        metadata.write_text("{ not json")
+        out = tmp_path / f"predicted_{array}"
+        assert (
+            cli.main(["predict", "--model", str(ft), "--data", str(store), "--out", str(out)]) == 2
+        )
+        error = capsys.readouterr().err
+        assert f"error: --data: expected a readable zarr array, got '{metadata.parent}'" in error
+        assert "Traceback" not in error and not out.exists()
+        metadata.write_text(original)
+
+
 @pytest.mark.slow
 def test_ctrl_c_saves_a_resumable_checkpoint_and_ends_with_one_line(
     tmp_path: Path, signals: Path

@@ -200,3 +200,39 @@ def test_partnd_cohort_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
     (foreign / "notes.txt").write_text("mine")
     assert cli.main(["cohort", "--out", str(foreign)]) == 2
     assert capsys.readouterr().err.startswith("partnd cohort: error: --out: ")
+
+
+def test_a_failed_preprocess_leaves_no_store_and_a_corrupt_manifest_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    root = tmp_path / "cohort"
+    one = ["--records", "1", "--hours", "0.25", "--test-fraction", "0", "--no-progress"]
+    assert cli.main(["cohort", "--out", str(root), *one]) == 0
+    store = tmp_path / "pc18.zarr"
+    preprocess = ["preprocess", "--src", str(root), "--out", str(store), "--no-progress"]
+    capsys.readouterr()
+    assert cli.main([*preprocess, "--n-jobs", "0"]) == 2
+    assert "error: --n-jobs: expected a non-zero integer" in capsys.readouterr().err
+    assert not store.exists()  # refused before the store was created
+    assert cli.main(preprocess) == 0
+    (store / "manifest.json").write_text("{ not json")
+    capsys.readouterr()
+    assert cli.main(preprocess) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(
+        "partnd preprocess: error: --out: expected a store whose manifest.json is a JSON object, "
+        f"got '{store / 'manifest.json'}' that cannot be read (JSONDecodeError: "
+    )
+
+    fif = tmp_path / "night_raw.fif"
+    _recording(tmp_path).save(fif, verbose="error")
+    ingested = tmp_path / "ingested.zarr"
+    assert cli.main(["ingest", str(fif), str(fif), "--out", str(ingested)]) == 0
+    (ingested / "manifest.json").write_text("[]")
+    argv = ["ingest", str(fif), str(fif), "--out", str(ingested), "--record-id", "again"]
+    capsys.readouterr()
+    assert cli.main(argv) == 2
+    error = capsys.readouterr().err
+    assert "error: --out: expected a store whose manifest.json is a JSON object, got " in error
+    assert "(holding list)" in error and "Traceback" not in error
+    assert SleepStore(ingested).record_ids() == ["night_raw"]  # refused before writing

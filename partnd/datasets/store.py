@@ -53,6 +53,7 @@ __all__ = [
     "SleepStore",
     "check_record_id",
     "create_store",
+    "read_manifest_file",
     "record_channel_scale",
     "remove_incomplete_records",
     "write_record",
@@ -94,6 +95,52 @@ def _read_group_attrs(group_dir: Path) -> dict[str, Any]:
             f"'attributes' object, got {str(path)!r} holding {type(metadata).__name__}"
         )
     return dict(attributes)
+
+
+def read_manifest_file(store_path: str | Path, argument: str = "path") -> dict[str, Any]:
+    """The per-record processing report of a store (``manifest.json``), ``{}`` when it has none.
+
+    Args:
+        store_path: The store directory.
+        argument: Name of ``store_path`` in the caller's signature, for error messages.
+
+    Raises:
+        InputError: The file is not a JSON object (a corrupt manifest), naming the file.
+    """
+    path = Path(store_path) / MANIFEST_FILENAME
+    if not path.is_file():
+        return {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            entries = json.load(handle)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        entries = error
+    if not isinstance(entries, dict):
+        detail = (
+            f"{type(entries).__name__}: {entries}"
+            if isinstance(entries, Exception)
+            else f"holding {type(entries).__name__}"
+        )
+        raise InputError(
+            f"{argument}: expected a store whose {MANIFEST_FILENAME} is a JSON object, got "
+            f"{str(path)!r} that cannot be read ({detail})"
+        )
+    return dict(entries)
+
+
+def _open_array(path: Path) -> zarr.Array:
+    """A stored record's zarr array (read-only).
+
+    Raises:
+        InputError: Its metadata are missing or unreadable (a corrupt store), naming the array.
+    """
+    try:
+        return zarr.open_array(path, mode="r", zarr_format=3)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise InputError(
+            f"store: expected a readable zarr array, got {str(path)!r} whose metadata cannot be "
+            f"read ({type(error).__name__}: {error})"
+        ) from None
 
 
 def _json_normalised(value: Any, argument: str) -> Any:
@@ -188,11 +235,7 @@ class SleepStore:
     @property
     def manifest(self) -> dict[str, Any]:
         """Per-record processing report (``manifest.json``), ``{}`` when the store has none."""
-        manifest_path = self.path / MANIFEST_FILENAME
-        if not manifest_path.is_file():
-            return {}
-        with open(manifest_path, encoding="utf-8") as handle:
-            return dict(json.load(handle))
+        return read_manifest_file(self.path)
 
     def _record_dir(self, record_id: str) -> Path:
         record_dir = self._records_dir / record_id
@@ -256,8 +299,7 @@ class SleepStore:
     def signal_array(self, record_id: str) -> zarr.Array:
         """The record's ``signal`` zarr array ``[window, channel, time]`` (chunk-aware reads)."""
         if record_id not in self._array_cache:
-            array = zarr.open_array(self._record_dir(record_id) / "signal", mode="r", zarr_format=3)
-            self._array_cache[record_id] = array
+            self._array_cache[record_id] = _open_array(self._record_dir(record_id) / "signal")
         return self._array_cache[record_id]
 
     def chunk_windows(self, record_id: str) -> int:
@@ -267,7 +309,7 @@ class SleepStore:
     def stages(self, record_id: str) -> np.ndarray:
         """Stage code per window, ``[n_windows]`` int8 (``-1`` = unlabelled). Reads no signal."""
         if record_id not in self._stages_cache:
-            stage = zarr.open_array(self._record_dir(record_id) / "stage", mode="r", zarr_format=3)
+            stage = _open_array(self._record_dir(record_id) / "stage")
             self._stages_cache[record_id] = np.asarray(stage[:], dtype=np.int8)
         return self._stages_cache[record_id].copy()
 
@@ -282,7 +324,7 @@ class SleepStore:
 
     def start_times(self, record_id: str) -> np.ndarray:
         """Start of each window in seconds from the recording start, ``[n_windows]`` float64."""
-        start = zarr.open_array(self._record_dir(record_id) / "start_time", mode="r", zarr_format=3)
+        start = _open_array(self._record_dir(record_id) / "start_time")
         return np.asarray(start[:], dtype=np.float64)
 
     def channel_scale(self, record_id: str) -> np.ndarray:
