@@ -609,7 +609,7 @@ register_subcommand(
     "generate the synthetic PC18-format sample cohort",
 )
 register_subcommand(
-    "demo", "partnd.recipes.sleep_staging:main", "run the sleep-staging demo recipe"
+    "demo", "partnd.recipes.sleep_staging:command", "run the sleep-staging demo recipe"
 )
 
 

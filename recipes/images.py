@@ -83,7 +83,12 @@ from partnd.recipes.image_report import (
     scale_table,
     write_table,
 )
-from partnd.recipes.study_directory import add_run_arguments, claim_study_directory, run_recipe
+from partnd.recipes.study_directory import (
+    add_run_arguments,
+    claim_study_directory,
+    released_on_failure,
+    run_recipe,
+)
 
 __all__ = [
     "DATASETS",
@@ -700,7 +705,8 @@ def study_from_args(args: argparse.Namespace) -> ImageStudy:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the recipe from the command line; returns the exit status."""
     args = build_parser().parse_args(argv)
-    run(study_from_args(args), args.stage, args.variants)
+    with released_on_failure(args.out):  # a new --out is not left behind by a refused command
+        run(study_from_args(args), args.stage, args.variants)
     return 0
 
 

@@ -46,7 +46,7 @@ from partnd.recipes.sleep_staging import (
     study_from_args,
 )
 from partnd.recipes.sleep_study import CellResult, SleepStudy
-from partnd.recipes.study_directory import run_recipe
+from partnd.recipes.study_directory import released_on_failure, run_recipe
 
 __all__ = ["COMMANDS", "aggregate", "cell_list", "main", "parse_cell", "run_cells"]
 
@@ -132,11 +132,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the recipe from the command line; returns the exit status."""
+    """Run the recipe from the command line; returns the exit status. The rows are checked
+    before ``--out`` is claimed, and a new ``--out`` is removed again when the command fails
+    before writing anything into it."""
     args = build_parser().parse_args(argv)
+    rows = selected_rows(args)
+    with released_on_failure(args.out):
+        _run_stage(args, rows)
+    return 0
+
+
+def _run_stage(args: argparse.Namespace, rows: list[tuple[str, str]]) -> None:
+    """The stage ``args.stage`` of the study ``args`` describe, for ``rows``."""
     study = study_from_args(args)
     args.overwrite = False  # parallel workers reopen the study as it now is
-    rows = selected_rows(args)
     cells = cell_list(study, rows)
     if args.stage == "pretrain":
         for method in dict.fromkeys(method for method, _ in rows):
@@ -170,7 +179,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         aggregate(study, rows)
     else:
         aggregate(study, rows)
-    return 0
 
 
 if __name__ == "__main__":  # one line and an exit status instead of a traceback

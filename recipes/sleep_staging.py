@@ -59,7 +59,7 @@ from partnd.recipes.sleep_study import (
     available_methods,
     method_arms,
 )
-from partnd.recipes.study_directory import add_run_arguments, run_recipe
+from partnd.recipes.study_directory import add_run_arguments, released_on_failure, run_recipe
 
 __all__ = [
     "DEFAULT_METHODS",
@@ -67,6 +67,7 @@ __all__ = [
     "STAGES",
     "add_study_arguments",
     "build_parser",
+    "command",
     "main",
     "report",
     "rows_of",
@@ -317,11 +318,21 @@ def study_from_args(args: argparse.Namespace) -> SleepStudy:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the recipe from the command line; returns the exit status."""
+    """Run the recipe from the command line; returns the exit status (errors raise: see
+    :func:`command`). The rows are checked before ``--out`` is claimed, and a new ``--out``
+    is removed again when the command fails before writing anything into it."""
     args = build_parser().parse_args(argv)
-    run(study_from_args(args), args.stage, selected_rows(args))
+    rows = selected_rows(args)
+    with released_on_failure(args.out):
+        run(study_from_args(args), args.stage, rows)
     return 0
 
 
-if __name__ == "__main__":  # one line and an exit status instead of a traceback
-    sys.exit(run_recipe("python -m partnd.recipes.sleep_staging", main))
+def command(argv: Sequence[str] | None = None) -> int:
+    """:func:`main` as a command (``partnd demo``, ``python -m``): bad input, a non-finite loss or
+    Ctrl-C end with one line naming the options and an exit status, not a traceback."""
+    return run_recipe("python -m partnd.recipes.sleep_staging", lambda: main(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(command())

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from partnd._validation import check
+from partnd._validation import check, renamed_arguments
 from partnd.cohort.pc18_cohort import ensure_sample_cohort
 from partnd.data import as_labelled_dataset
 from partnd.datasets.sequences import SleepSequenceDataset
@@ -423,9 +423,10 @@ class SleepStudy:
         src = config.src
         if src is None:
             src = ensure_sample_cohort(config.cohort_dir, progress=config.progress).root
-        report = preprocess_physionet2018(
-            src, config.store_path, n_jobs=config.n_jobs, progress=config.progress
-        )
+        with renamed_arguments({"out": "store"}):  # preprocess's out is this study's store
+            report = preprocess_physionet2018(
+                src, config.store_path, n_jobs=config.n_jobs, progress=config.progress
+            )
         unexpected = report.unexpected_failures
         if unexpected:
             manifest = config.store_path / "manifest.json"

@@ -9,9 +9,10 @@ settings goes on where the earlier stopped; different settings are refused, nami
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +25,27 @@ __all__ = [
     "STUDY_MARKER",
     "add_run_arguments",
     "claim_study_directory",
+    "released_on_failure",
     "run_recipe",
 ]
 
 STUDY_MARKER = "study.json"
 
-RECIPE_OPTIONS = OptionNames({"overwrite": "--overwrite", "device": "--device"})
-"""The API arguments a recipe's messages may name, as its options."""
+RECIPE_OPTIONS = OptionNames(
+    {
+        "overwrite": "--overwrite",
+        "device": "--device",
+        "src": "--src",
+        "store": "--store",
+        "cohort_dir": "--cohort-dir",
+        "scale": "--scale",
+        "methods": "--methods",
+        "budgets": "--budgets",
+        "seeds": "--seeds",
+        "n_jobs": "--n-jobs",
+    }
+)
+"""The API arguments a recipe's messages may name (its study's settings), as its options."""
 
 
 def run_recipe(prog: str, body: Callable[[], int | None]) -> int:
@@ -83,6 +98,24 @@ def claim_study_directory(out: Path, settings: dict[str, Any], overwrite: bool) 
     )
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(settings, marker)
+
+
+@contextlib.contextmanager
+def released_on_failure(out: Path) -> Iterator[None]:
+    """Remove the study directory ``out`` again when the block fails before making anything in
+    it but :data:`STUDY_MARKER` (a command refused after claiming a new directory leaves no folder
+    behind). A directory that existed before, or that holds any result, is kept.
+
+    Args:
+        out: The study directory (``--out``).
+    """
+    existed = out.exists()
+    try:
+        yield
+    except BaseException:
+        if not existed and out.is_dir() and {p.name for p in out.iterdir()} <= {STUDY_MARKER}:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:

@@ -82,3 +82,42 @@ def test_run_recipe_turns_failures_into_an_exit_status(capsys: pytest.CaptureFix
 
     assert run_recipe("recipe", interrupted) == 130
     assert capsys.readouterr().err == "recipe: interrupted\n"
+
+
+def test_a_refused_study_command_names_its_options_and_leaves_no_new_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from partnd import cli
+    from partnd.recipes import sample_efficiency, sleep_staging
+
+    out = tmp_path / "study"
+    missing = tmp_path / "missing"
+    for argv, message in [
+        (["prepare", "--out", str(out), "--src", str(missing)], "error: --src: expected a "),
+        (["prepare", "--out", str(out), "--budgets", "0"], "error: --budgets: expected "),
+        (["prepare", "--out", str(out), "--rows", "nope:window"], "error: --methods: expected "),
+    ]:
+        assert sleep_staging.command(argv) == 2
+        error = capsys.readouterr().err
+        assert error.startswith(f"python -m partnd.recipes.sleep_staging: {message}"), error
+        assert not out.exists()  # the study directory it claimed is released again
+    assert cli.main(["demo", "prepare", "--out", str(out), "--src", str(missing)]) == 2
+    assert "error: --src: expected a directory" in capsys.readouterr().err
+    argv = ["cells", "--out", str(out), "--budgets", "0"]
+    with pytest.raises(InputError, match=r"^budgets: "):
+        sample_efficiency.main(argv)
+    assert not out.exists()
+    out.mkdir()  # a directory that was there before is kept
+    assert sleep_staging.command(["prepare", "--out", str(out), "--src", str(missing)]) == 2
+    assert out.is_dir()
+
+
+def test_released_on_failure_keeps_a_study_with_results(tmp_path: Path) -> None:
+    from partnd.recipes.study_directory import released_on_failure
+
+    out = tmp_path / "study"
+    with pytest.raises(KeyboardInterrupt), released_on_failure(out):
+        claim_study_directory(out, {"seed": 0}, overwrite=False)
+        (out / "split.json").write_text("{}")
+        raise KeyboardInterrupt
+    assert (out / "split.json").is_file()
