@@ -7,6 +7,8 @@ Pretrains ``part_windows`` on the pretraining pool of a sleep study's split (seg
 * the pretext ``nmse`` (error over the error of the content-free floor: the predictor that knows
   the visible slots when anchored, the best constant when plain), mean of the last fifth of the
   logged steps;
+* ``nmse_isolated``, the same ratio over the pairs whose two windows overlap no other drawn window
+  (alike to ``nmse``: the error falls through content, not shared samples);
 * the same objective's ``nmse`` on white-noise segments (its floor is 1 whatever it learned from
   sleep: below 1 would mean it matches the waveforms of overlapping windows, a shortcut);
 * a linear probe (Banville et al.'s protocol, :func:`partnd.evaluation.linear_probe`) of the
@@ -108,6 +110,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     train = [r for r in result.history if r["phase"] == "train"]
     tail = train[-max(1, len(train) // 5) :]
     nmse = float(np.mean([r["nmse"] for r in tail]))
+    nmse_isolated = float(np.mean([r["nmse_isolated"] for r in tail]))
     assert isinstance(result.model, CrossWindowPART)
     noise = white_noise_nmse(result.model)
     torch.manual_seed(config.seed)  # the same initialisation pretraining started from
@@ -142,6 +145,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "minutes": round(minutes, 1),
         "seconds_per_step": round(60 * minutes / max(1, args.steps), 2),
         "nmse_over_floor": round(nmse, 3),
+        "nmse_isolated_over_floor": round(nmse_isolated, 3),
         "white_noise_nmse": round(noise, 3),
         "probe_kappa": round(float(learned), 3),
         "probe_kappa_random": round(float(random), 3),

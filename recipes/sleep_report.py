@@ -257,7 +257,9 @@ def _save(fig: Any, path: Path) -> None:
 def plot_pretrain_loss(histories: Mapping[str, Sequence[Mapping[str, Any]]], path: Path) -> None:
     """Each method's pretext diagnostic per logged step, normalised by its content-free floor
     (``nmse`` for PART, ``recon_nmse`` for MAE, ``1 - accuracy`` over ``1 - chance`` for the
-    position classifiers): 1.0 means no better than ignoring the content."""
+    position classifiers): 1.0 means no better than ignoring the content. PART across windows
+    also shows ``nmse_isolated`` (dotted): the pairs whose windows share no samples with another
+    drawn window."""
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for method, history in histories.items():
         train = [r for r in history if r.get("phase") == "train"]
@@ -271,7 +273,15 @@ def plot_pretrain_loss(histories: Mapping[str, Sequence[Mapping[str, Any]]], pat
             values = [(1 - r["accuracy"]) / (1 - r["accuracy_chance"]) for r in train]
         else:
             continue
-        ax.plot([r["step"] for r in train], values, label=method)
+        line = ax.plot([r["step"] for r in train], values, label=method)[0]
+        if "nmse_isolated" in train[0]:
+            ax.plot(
+                [r["step"] for r in train],
+                [r["nmse_isolated"] for r in train],
+                color=line.get_color(),
+                ls=":",
+                label=f"{method}, isolated pairs",
+            )
     ax.axhline(1.0, color="black", lw=0.8, ls="--", label="content-free floor")
     ax.set_xlabel("optimiser step")
     ax.set_ylabel("pretext error / floor")

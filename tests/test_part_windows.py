@@ -20,7 +20,7 @@ from partnd.engine.config import PretrainConfig
 from partnd.models.sequence import HierarchicalEncoder
 from partnd.models.serialization import load_encoder, load_hierarchical_encoder
 from partnd.objectives import CrossWindowPART, build_objective
-from partnd.objectives.part_windows import ScaledHead, sincos_positions
+from partnd.objectives.part_windows import ScaledHead, isolated_windows, sincos_positions
 from partnd.pretraining import pretrain
 
 WINDOW, SEGMENT = 40, 8  # windows of 40 samples (4 tiles of 10), segments of 8 windows
@@ -75,20 +75,24 @@ def drifting_rhythm(batch: int, generator: torch.Generator) -> torch.Tensor:
     return amplitude * torch.sin(phase) + noise
 
 
-def train(make_batch: Callable[[int, torch.Generator], torch.Tensor], **overrides: object) -> float:
-    """Mean nmse (against the objective's content-free floor) over the last 30 of 150 steps."""
+def train(
+    make_batch: Callable[[int, torch.Generator], torch.Tensor], **overrides: object
+) -> tuple[float, float]:
+    """Mean ``nmse`` and ``nmse_isolated`` (against the objective's content-free floor) over the
+    last 30 of 150 steps."""
     torch.manual_seed(0)
     model = build(**overrides)
     generator = torch.Generator().manual_seed(0)
     optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
-    nmse = []
+    nmse, isolated = [], []
     for _ in range(150):
         out = model(make_batch(16, generator), generator=generator)
         optimizer.zero_grad()
         out.loss.backward()
         optimizer.step()
         nmse.append(float(out.metrics["nmse"]))
-    return sum(nmse[-30:]) / 30
+        isolated.append(float(out.metrics["nmse_isolated"]))
+    return sum(nmse[-30:]) / 30, sum(isolated[-30:]) / 30
 
 
 def test_windows_are_normalised_exact_slices_placed_on_the_segment_slots() -> None:
@@ -167,12 +171,41 @@ def test_on_white_noise_the_anchored_objective_stays_at_its_floor() -> None:
     """Nothing in noise says where a window sits: the hidden windows' shifts cannot be predicted
     better than by the predictor that knows the anchors' slots (overlapping windows share samples,
     but a small model does not learn to match waveforms across windows in this budget)."""
-    assert train(white_noise) > 0.85
+    nmse, isolated = train(white_noise)
+    assert nmse > 0.85 and isolated > 0.85
 
 
 @pytest.mark.parametrize("anchored", [True, False], ids=["anchored", "plain"])
 def test_planted_cross_window_structure_falls_below_the_floor(anchored: bool) -> None:
-    assert train(drifting_rhythm, pos_embed=anchored) < 0.6
+    """The planted rhythm places every window, overlapping another one or not."""
+    nmse, isolated = train(drifting_rhythm, pos_embed=anchored)
+    assert nmse < 0.6 and isolated < 0.6
+
+
+def test_isolated_windows_share_no_sample_with_another() -> None:
+    centers = torch.tensor([[20.0, 50.0, 150.0, 250.0], [0.0, 100.0, 200.0, 299.0]])
+    expected = [[False, False, True, True], [True, True, False, False]]
+    assert isolated_windows(centers, 100).tolist() == expected  # 100 apart: touching, no overlap
+
+
+@pytest.mark.parametrize("anchored", [True, False], ids=["anchored", "plain"])
+def test_nmse_isolated_is_the_floor_ratio_over_pairs_of_isolated_windows(anchored: bool) -> None:
+    torch.manual_seed(0)
+    model = build(pos_embed=anchored, num_windows=3)
+    generator = torch.Generator().manual_seed(1)
+    out = model(drifting_rhythm(64, generator), generator=generator)
+    alone = isolated_windows(out.patches.centers[..., 0], WINDOW)
+    ref, tgt = out.ref, out.tgt
+    if ref.dim() == 1:
+        ref, tgt = ref.expand(64, -1), tgt.expand(64, -1)
+    keep = alone.gather(1, ref) & alone.gather(1, tgt)
+    assert 0 < keep.sum() < keep.numel()
+    pred, target = out.pred[..., 0][keep].float(), out.target[..., 0][keep].float()
+    floor = out.baseline[..., 0][keep] if anchored else target.mean()
+    expected = (pred - target).square().sum() / (floor - target).square().sum()
+    assert out.metrics["nmse_isolated"].item() == pytest.approx(expected.item(), rel=1e-5)
+    assert out.metrics["isolated_share"].item() == pytest.approx(keep.float().mean().item())
+    assert (out.baseline is None) is not anchored
 
 
 # --------------------------------------------------------------------------------------------

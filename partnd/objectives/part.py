@@ -83,6 +83,8 @@ class PARTOutput(ObjectiveOutput):
         ref: [K] (shared pairs) or [B, K] reference patch indices.
         tgt: Target patch indices, same shape as ``ref``.
         patches: The sampled :class:`~partnd.sampling.PatchBatch`.
+        baseline: [B, K, out_dim] predictions of the content-free predictor that knows the
+            visible slots (anchored PART), ``None`` when that predictor is the best constant.
     """
 
     pred: Tensor
@@ -90,6 +92,7 @@ class PARTOutput(ObjectiveOutput):
     ref: Tensor
     tgt: Tensor
     patches: PatchBatch
+    baseline: Tensor | None = None
 
 
 class PARTModel(Objective):
@@ -337,7 +340,14 @@ class PARTModel(Objective):
             pred, target, self.target_names, self.encoder.ndim, baseline
         )
         return PARTOutput(
-            loss=loss, metrics=metrics, pred=pred, target=target, ref=ref, tgt=tgt, patches=patches
+            loss=loss,
+            metrics=metrics,
+            pred=pred,
+            target=target,
+            ref=ref,
+            tgt=tgt,
+            patches=patches,
+            baseline=baseline,
         )
 
     def predict_pairs(
