@@ -380,6 +380,58 @@ def test_a_classifier_records_its_signal_and_refuses_other_channels(
     assert load_classifier(tmp_path / "old.pt").signal_info == SignalInfo(2, (300,))
 
 
+def test_evaluate_and_init_weights_refuse_other_channels(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from partnd.datasets.store import SleepStore, create_store, write_record
+
+    store = tmp_path / "sleep.zarr"
+    write_sleep_store(store)
+    other = tmp_path / "other.zarr"  # the same windows, recorded from other electrodes
+    create_store(other, sfreq=10.0, channels=["Fp1", "Fp2"], window_seconds=30.0, metadata={})
+    source = SleepStore(store)
+    for record in source.record_ids():
+        signal = source.read_windows(record, 0, source.n_windows(record))
+        attrs = {"subject_id": record, "split": "training"}
+        stages, starts = source.stages(record), source.start_times(record)
+        write_record(other, record, signal, stages, starts, attrs=attrs, chunk_windows=8)
+    tiny = ["--preset", "test", "--patch-size", "30", "--epochs", "1", "--batch-size", "8"]
+    pre, ft = tmp_path / "pre", tmp_path / "ft"
+    assert cli.main(["pretrain", "--data", str(store), "--out", str(pre), *tiny]) == 0
+    assert cli.main(["finetune", "--data", str(store), "--out", str(ft), *tiny]) == 0
+    capsys.readouterr()
+    new = tmp_path / "new"
+    for argv in [
+        ["evaluate", "--model", str(ft), "--data", str(other), "--out", str(new / "r.json")],
+        ["finetune", "--data", str(other), "--init-weights", str(pre), "--out", str(new), *tiny],
+        ["pretrain", "--data", str(other), "--init-weights", str(pre), "--out", str(new), *tiny],
+    ]:
+        assert cli.main(argv) == 2, argv
+        error = capsys.readouterr().err
+        assert "error: --data: expected the channels ['C3', 'C4'] (the model was trained on " in (
+            error
+        )
+        assert "got channels ['Fp1', 'Fp2'] (missing ['C3', 'C4'])" in error
+        assert not new.exists()
+
+
+def test_predict_refuses_a_window_duration_that_is_not_positive(tmp_path: Path) -> None:
+    import partnd
+
+    labels = tmp_path / "y.npy"
+    np.save(labels, np.arange(16) % 2)
+    x = np.random.default_rng(0).standard_normal((16, 2, 80)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    argv = ["finetune", "--data", str(tmp_path / "x.npy"), "--labels", str(labels)]
+    argv += ["--num-classes", "2", "--out", str(tmp_path / "ft"), "--preset", "test"]
+    assert cli.main([*argv, "--patch-size", "20", "--epochs", "1"]) == 0
+    model = partnd.load_classifier(tmp_path / "ft")
+    for seconds in (-30.0, 0.0, float("nan"), float("inf")):
+        with pytest.raises(partnd.InputError, match=r"^epoch_seconds: expected a window duration"):
+            partnd.predict(model, x, epoch_seconds=seconds)
+    assert partnd.predict(model, x, epoch_seconds=20.0).window_onsets()[1] == 20.0
+
+
 def test_a_corrupt_store_is_refused_with_a_message(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
