@@ -360,7 +360,7 @@ def ingest_raw(
     existed = store_path.exists()
     if existed:  # refuse another configuration or a taken id before any work
         store = open_or_create_store(
-            store_path, config, stored_names, metadata, argument="store_path"
+            store_path, config, stored_names, metadata, argument="store_path", replaceable=False
         )
         check(
             not (store.path / RECORDS_GROUP / record_id).exists() or overwrite,
@@ -449,7 +449,7 @@ def _ingest(
         windowed = preprocess_continuous(data, sfreq, sample_stages, config, channels=stored_names)
         del data
         store = open_or_create_store(
-            store_path, config, stored_names, metadata, argument="store_path"
+            store_path, config, stored_names, metadata, argument="store_path", replaceable=False
         )
         written = store_windowed_record(
             store.path, record_id, windowed, config, attrs, dtype=dtype, overwrite=overwrite

@@ -270,6 +270,7 @@ def open_or_create_store(
     *,
     overwrite: bool = False,
     argument: str = "path",
+    replaceable: bool = True,
 ) -> SleepStore:
     """Create the store for ``config`` or reopen a compatible existing one (to resume).
 
@@ -281,6 +282,8 @@ def open_or_create_store(
         overwrite: Delete an existing store first.
         argument: Name of ``path`` in the caller's signature, used in error messages (e.g.
             ``"store_path"``, ``"out"``).
+        replaceable: Whether the caller can replace an existing store (``overwrite``); when not
+            (``partnd ingest`` adds records to a store), a refusal does not suggest it.
 
     Raises:
         InputError: An existing store with another configuration, or a directory that is not a
@@ -299,9 +302,14 @@ def open_or_create_store(
         )
     except (InputError, FileExistsError) as error:
         message = str(error)
-        if argument == "path" or not message.startswith("path:"):
+        if not replaceable:
+            for remedy in (" (or overwrite=True)", " (pass overwrite=True to replace it)"):
+                message = message.replace(remedy, " (another store is needed)")
+        if message.startswith("path:"):
+            message = f"{argument}:{message[len('path:') :]}"
+        if message == str(error):
             raise
-        raise type(error)(f"{argument}:{message[len('path:') :]}") from None
+        raise type(error)(message) from None
 
 
 def store_windowed_record(

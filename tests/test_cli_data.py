@@ -236,3 +236,28 @@ def test_a_failed_preprocess_leaves_no_store_and_a_corrupt_manifest_is_refused(
     assert "error: --out: expected a store whose manifest.json is a JSON object, got " in error
     assert "(holding list)" in error and "Traceback" not in error
     assert SleepStore(ingested).record_ids() == ["night_raw"]  # refused before writing
+
+
+def test_partnd_ingest_never_suggests_overwrite_for_a_store_it_cannot_add_to(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    fif = tmp_path / "night_raw.fif"
+    _recording(tmp_path).save(fif, verbose="error")
+    out = tmp_path / "sleep.zarr"
+    assert cli.main(["ingest", str(fif), str(fif), "--out", str(out)]) == 0
+    capsys.readouterr()
+    one_channel = ["--eeg-channels", "EEG Fpz-Cz", "--record-id", "other"]
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "mine.txt").write_text("mine")
+    for store, extra, expected in [
+        (out, one_channel, "--out: expected an existing store with the same configuration"),
+        (folder, [], "--out: expected a new path or an existing partnd-sleep store"),
+    ]:
+        for overwrite in ([], ["--overwrite"]):  # --overwrite replaces a record, not a store
+            argv = ["ingest", str(fif), str(fif), "--out", str(store), *extra, *overwrite]
+            assert cli.main(argv) == 2
+            error = capsys.readouterr().err
+            assert expected in error and "(another store is needed)" in error, error
+            assert "--overwrite" not in error
+    assert SleepStore(out).record_ids() == ["night_raw"] and (folder / "mine.txt").is_file()
