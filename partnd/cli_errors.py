@@ -9,11 +9,14 @@ mapping once (:class:`OptionNames`) and runs its body through :func:`run_command
 * :class:`~partnd.engine.trainer.NonFiniteLossError` into the same line and status 1;
 * Ctrl-C / SIGTERM (``KeyboardInterrupt``, or the engine's
   :class:`~partnd.engine.trainer.TrainingInterrupted` after it saved a resumable checkpoint) into
-  ``<prog>: interrupted ...`` and status ``128 + signal`` (130 for Ctrl-C, 143 for SIGTERM).
+  ``<prog>: interrupted ...`` and status ``128 + signal`` (130 for Ctrl-C, 143 for SIGTERM);
+* a closed standard output (``partnd evaluate ... | head``) into a quiet end with status 141, as
+  other commands end on SIGPIPE.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import sys
@@ -58,14 +61,16 @@ def run_command(prog: str, names: OptionNames, body: Callable[[], int | None]) -
 
     Returns:
         ``body``'s status, 2 for bad input, 1 for a non-finite loss, ``128 + signal`` when
-        interrupted.
+        interrupted, 141 when standard output was closed.
     """
 
     def say(prefix: str, message: str) -> None:  # one line, whatever the message embeds
         print(f"{prog}: {prefix}{' '.join(names.translate(message).split())}", file=sys.stderr)
 
     try:
-        return int(body() or 0)
+        status = int(body() or 0)
+        sys.stdout.flush()  # a closed stdout fails here, not in Python's flush at exit
+        return status
     except (InputError, FileNotFoundError, FileExistsError) as error:
         say("error: ", str(error))
         return 2
@@ -79,3 +84,8 @@ def run_command(prog: str, names: OptionNames, body: Callable[[], int | None]) -
     except KeyboardInterrupt as error:
         say("", str(error) or "interrupted")
         return 128 + int(getattr(error, "signal_number", signal.SIGINT))
+    except BrokenPipeError:  # the reader of stdout is gone: nothing more can be shown
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit must not fail again
+        os.close(devnull)
+        return 141  # 128 + SIGPIPE

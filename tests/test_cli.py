@@ -596,6 +596,31 @@ def test_an_empty_selection_is_described_without_python_arguments(
     assert "labelled_only" not in error and not (tmp_path / "f").exists()
 
 
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_a_closed_standard_output_ends_quietly_instead_of_a_traceback(
+    tmp_path: Path, signals: Path, unbuffered: str
+) -> None:
+    import os
+
+    labels = tmp_path / "y.npy"
+    np.save(labels, np.arange(16) % 2)
+    argv = ["finetune", "--data", str(signals), "--labels", str(labels), "--num-classes", "2"]
+    argv += ["--out", str(tmp_path / "ft"), "--preset", "test", "--patch-size", "20"]
+    assert cli.main([*argv, "--epochs", "1"]) == 0
+    argv = ["evaluate", "--model", str(tmp_path / "ft"), "--data", str(signals)]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "partnd.cli", *argv, "--labels", str(labels)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": unbuffered},
+    )
+    assert process.stdout is not None
+    process.stdout.close()  # the reader went away, as `partnd evaluate ... | head -0`
+    _, error = process.communicate(timeout=120)
+    assert process.returncode == 141 and error == "", error
+
+
 def test_a_message_embedding_a_library_report_stays_one_line(
     tmp_path: Path, signals: Path, capsys: pytest.CaptureFixture
 ) -> None:
