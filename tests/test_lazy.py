@@ -38,3 +38,15 @@ def test_a_package_face_imports_a_module_only_when_its_name_is_used() -> None:
         "assert 'partnd.cohort.pc18_cohort' not in sys.modules and c.make_pc18_cohort\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_command_line_starts_without_torch() -> None:
+    # torch loads inside the command's guard (partnd.cli_errors.run_command): Ctrl-C while it
+    # loads ends with one line and status 130, not a KeyboardInterrupt traceback
+    code = (
+        "import sys, partnd.cli, partnd.engine as e\n"
+        "assert 'torch' not in sys.modules, 'partnd.cli imports torch'\n"
+        "assert e.PretrainConfig.field_names()[0] == 'epochs' and 'torch' not in sys.modules\n"
+        "assert e.Trainer.__module__ == 'partnd.engine.trainer'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -9,8 +9,27 @@ checkpoints with retention), :mod:`~partnd.engine.run_dir` (run directory layout
 :mod:`~partnd.engine.trainer` (the loop). See ``docs/engine.md``.
 """
 
-from partnd.engine.config import FinetuneConfig, PretrainConfig, TrainConfig
-from partnd.engine.trainer import NonFiniteLossError, Trainer, TrainState, TrainTask
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from partnd._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from partnd.engine.config import FinetuneConfig, PretrainConfig, TrainConfig
+    from partnd.engine.trainer import NonFiniteLossError, Trainer, TrainState, TrainTask
+
+# Names are imported on first use: the command line reads the configs without torch, so that
+# Ctrl-C while torch loads ends inside the command's guard (one line) instead of a traceback.
+_EXPORTS: dict[str, str] = {
+    "FinetuneConfig": ".config",
+    "NonFiniteLossError": ".trainer",
+    "PretrainConfig": ".config",
+    "TrainConfig": ".config",
+    "TrainState": ".trainer",
+    "TrainTask": ".trainer",
+    "Trainer": ".trainer",
+}
 
 __all__ = [
     "FinetuneConfig",
@@ -21,3 +40,5 @@ __all__ = [
     "TrainTask",
     "Trainer",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
