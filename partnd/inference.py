@@ -108,6 +108,46 @@ class Prediction:
     onsets: np.ndarray | None = None
     start: datetime | None = None
 
+    def __post_init__(self) -> None:
+        """Refuse a hypnogram its exports would write distorted (negative or non-finite times,
+        labels without a class name), naming the field."""
+        labels, probabilities = np.asarray(self.labels), np.asarray(self.probabilities)
+        n, k = len(labels), len(self.class_names)
+        check(labels.ndim == 1, "labels", "[N] class indices", labels)
+        check(
+            probabilities.shape == (n, k),
+            "probabilities",
+            f"[N, K] = [{n}, {k}] probabilities (one row per label, one column per class name)",
+            probabilities,
+        )
+        check(
+            labels.dtype.kind in "iu" and (n == 0 or 0 <= labels.min() <= labels.max() < k),
+            "labels",
+            f"class indices in [0, {k}) (one of class_names)",
+            labels,
+        )
+        check(
+            math.isfinite(self.epoch_seconds) and self.epoch_seconds > 0,
+            "epoch_seconds",
+            "a window duration > 0 in seconds",
+            repr(self.epoch_seconds),
+        )
+        if self.onsets is not None:
+            onsets = np.asarray(self.onsets, dtype=np.float64)
+            check(
+                onsets.shape == (n,) and bool(np.all(np.isfinite(onsets) & (onsets >= 0))),
+                "onsets",
+                f"{n} finite window starts >= 0 in seconds from the recording start",
+                onsets,
+            )
+        check(
+            self.start is None
+            or (isinstance(self.start, datetime) and self.start.tzinfo is not None),
+            "start",
+            "None or a timezone-aware datetime (MNE's meas_date is in UTC)",
+            repr(self.start),
+        )
+
     @property
     def stage_names(self) -> list[str]:
         """The predicted class name of every window."""

@@ -102,6 +102,27 @@ def test_an_unknown_start_is_written_as_such(tmp_path: Path) -> None:
     assert prediction.to_annotations().orig_time is None
 
 
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"epoch_seconds": -30.0}, r"^epoch_seconds: expected a window duration > 0"),
+        ({"epoch_seconds": 0.0}, r"^epoch_seconds: "),
+        ({"onsets": np.array([0.0, -30.0])}, r"^onsets: expected 2 finite window starts >= 0"),
+        ({"onsets": np.array([0.0])}, r"^onsets: expected 2 finite"),
+        ({"labels": np.array([0, 5])}, r"^labels: expected class indices in \[0, 5\)"),
+        ({"labels": np.array([0.0, 4.0])}, r"^labels: expected class indices"),
+        ({"probabilities": np.eye(5)[:1]}, r"^probabilities: expected \[N, K\] = \[2, 5\]"),
+        ({"start": datetime(2021, 3, 4, 23, 0)}, r"^start: expected None or a timezone-aware"),
+    ],
+)
+def test_a_prediction_refuses_what_its_exports_would_write_distorted(
+    fields: dict, message: str
+) -> None:
+    valid = {"labels": np.array([0, 4]), "probabilities": np.eye(5)[[0, 4]]}
+    with pytest.raises(partnd.InputError, match=message):
+        Prediction(**{**valid, "class_names": list(STAGE_NAMES), **fields})
+
+
 @pytest.fixture(scope="module")
 def two_nights(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A store of two ingested nights and a classifier fine-tuned on it."""
