@@ -446,6 +446,12 @@ def _evaluate_main(argv: list[str]) -> int:
     from partnd.finetuning import evaluate
     from partnd.models.serialization import load_classifier
 
+    check(
+        args.out is None or not args.out.is_dir(),
+        "--out",
+        "a path for the JSON report (not a directory)",
+        f"the directory {args.out}",
+    )
     model = load_classifier(args.model)
     data = _open(
         args.data,

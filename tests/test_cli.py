@@ -556,6 +556,12 @@ def test_options_that_would_be_ignored_are_refused_naming_them(
         assert cli.main(argv) == 2, argv
         error = capsys.readouterr().err
         assert message in error and len(error.splitlines()) == 1, error
+    (tmp_path / "reports").mkdir()
+    argv = ["evaluate", "--model", str(ft), "--data", str(signals), "--labels", str(labels)]
+    assert cli.main([*argv, "--out", str(tmp_path / "reports")]) == 2  # before evaluating
+    assert "error: --out: expected a path for the JSON report (not a directory), got the " in (
+        capsys.readouterr().err
+    )
     with pytest.raises(SystemExit):  # predict reads no labels: the option does not exist
         cli.main([*predict, "--data", str(signals), "--labels", str(labels)])
     assert "unrecognized arguments: --labels" in capsys.readouterr().err
