@@ -44,15 +44,14 @@ from partnd.engine.precision import autocast
 from partnd.evaluation import linear_probe
 from partnd.objectives import CrossWindowPART, build_objective
 from partnd.pretraining import pretrain
-
-DEMO_WINDOW_ENCODER = {"embed_dim": 192, "depth": 4, "num_heads": 4}
+from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES
 
 
 def _config(args: argparse.Namespace, steps_per_epoch: int) -> PretrainConfig:
     return PretrainConfig(
         method="part_windows",
         encoder="vit_eeg_12m",
-        encoder_overrides=DEMO_WINDOW_ENCODER,
+        encoder_overrides=DEMO_ENCODER_OVERRIDES,
         patch_size=100,
         window_samples=3000,
         segment_windows=args.segment_windows,

@@ -17,7 +17,7 @@ spent drawing and normalising windows.
 Usage::
 
     python benchmarks/bench_part_windows_step.py --batch-size 8 --steps 5
-    python benchmarks/bench_part_windows_step.py --demo --batch-size 16   # the demo's 192-wide
+    python benchmarks/bench_part_windows_step.py --demo --batch-size 16  # the demo's encoder
     python benchmarks/bench_part_windows_step.py --head cross_attention  # the paper's head
     python benchmarks/bench_part_windows_step.py --device cuda --batch-size 64 --steps 20
 """
@@ -35,9 +35,9 @@ from partnd.engine.config import PretrainConfig
 from partnd.engine.distributed import resolve_device
 from partnd.engine.precision import PRECISIONS, autocast, resolve_precision
 from partnd.objectives import CrossWindowPART, build_objective
+from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES
 
 CHANNELS = 6
-DEMO_WINDOW_ENCODER = {"embed_dim": 192, "depth": 4, "num_heads": 4}
 
 
 def run(
@@ -88,7 +88,7 @@ def run(
 def main(argv: list[str] | None = None) -> None:
     """Parse options, run the benchmark and print the result."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--demo", action="store_true", help="the demo's 192-wide window encoder")
+    parser.add_argument("--demo", action="store_true", help="the demo's window encoder")
     parser.add_argument("--batch-size", type=int, default=8, help="segments per step")
     parser.add_argument("--steps", type=int, default=5, help="timed steps of each kind (median)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     args.precision = resolve_precision(args.precision, device)
     config = PretrainConfig.preset("eeg_sleep_windows", precision=args.precision)
     if args.demo:
-        config = config.replace(encoder_overrides=DEMO_WINDOW_ENCODER)
+        config = config.replace(encoder_overrides=DEMO_ENCODER_OVERRIDES)
     if args.head is not None:
         config = config.replace(head=args.head)
     where = (

@@ -11,7 +11,7 @@ Two measurements, side by side in one run (interleaved A, B, A, B, ...):
   (every window embedded once, every run of ``L`` windows read, probabilities averaged) and of
   the single-window classifier on the same night.
 
-Defaults are the demo's models (the 192-wide, 4-deep window ViT of ``vit_eeg_12m``'s shape,
+Defaults are the demo's models (the window ViT of ``vit_eeg_12m``'s shape narrowed as the demo's,
 ``temporal_small``, ``L = 21``, 6 x 3000 windows) on the CPU; training steps run under the
 precision the demo trains with (``--precision auto``: bf16 where the CPU has bf16 kernels, else
 fp32), prediction in fp32 as :func:`partnd.predict` runs it.
@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from partnd.engine.optim import build_optimizer
 from partnd.engine.precision import PRECISIONS, autocast, resolve_precision
 from partnd.models import PatchClassifier, SequenceClassifier, create_encoder
+from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES
 
 
 def _timed(steps: dict[str, Callable[[], Any]], repeats: int, warmup: int) -> dict[str, float]:
@@ -66,13 +67,7 @@ def main() -> None:
     torch.manual_seed(0)
     channels, samples = 6, 3000
     window = create_encoder(
-        "vit_eeg_12m",
-        in_chans=channels,
-        patch_size=100,
-        ndim=1,
-        embed_dim=192,
-        depth=4,
-        num_heads=4,
+        "vit_eeg_12m", in_chans=channels, patch_size=100, ndim=1, **DEMO_ENCODER_OVERRIDES
     )
     sequence = SequenceClassifier.from_window_encoder(
         window, 5, context=args.context, window_samples=samples
@@ -119,7 +114,8 @@ def main() -> None:
         {"sequence": predict_sequence, "single": predict_single}, max(2, args.repeats // 2), 1
     )
     print(
-        f"{args.threads} threads, {args.precision}, window ViT 192x4, temporal_small, "
+        f"{args.threads} threads, {args.precision}, window ViT "
+        f"{DEMO_ENCODER_OVERRIDES['embed_dim']}x{DEMO_ENCODER_OVERRIDES['depth']}, temporal_small, "
         f"L={args.context}, B={args.sequences} ({count} windows per step)"
     )
     print("| measurement | sequence | single-window | ratio |")
