@@ -69,11 +69,15 @@ def tiny_config(**overrides: object) -> PretrainConfig:
 
 
 def test_pretrain_1d_learns_relative_time(tmp_path: Path) -> None:
-    """No position embedding: the loss falls only because the content reveals the time."""
+    """No position embedding: the loss falls only because the content reveals the time.
+
+    60 epochs: at 30 the final nmse was 0.085-0.10 on AVX-512 machines but 0.10-0.13 on an
+    AVX2-only one (other kernels, another trajectory), too close to the bound; at 60 it is
+    0.015-0.024 on the latter."""
     data = ramp_1d(64)
     variance = target_variance(data, 20, 10)
     config = PretrainConfig.preset(
-        "test", patch_size=20, num_patches=10, num_pairs=90, epochs=30, batch_size=8, lr=3e-3
+        "test", patch_size=20, num_patches=10, num_pairs=90, epochs=60, batch_size=8, lr=3e-3
     )
     result = pretrain(data, out_dir=tmp_path / "run", config=config)
     assert result.encoder.pos_embed is None
