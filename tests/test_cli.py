@@ -151,6 +151,34 @@ def write_sleep_store(path: Path) -> None:
         )
 
 
+def copy_store(
+    source: Path, path: Path, channels: list[str], order: list[int] | None = None
+) -> None:
+    """The windows of ``source`` under other channel names; ``order`` picks (and reorders) the
+    source channels plus one extra noise channel (index 2)."""
+    from partnd.datasets.store import SleepStore, create_store, write_record
+
+    store = SleepStore(source)
+    create_store(path, sfreq=10.0, channels=channels, window_seconds=30.0, metadata={})
+    for record in store.record_ids():
+        signal = store.read_windows(record, 0, store.n_windows(record))
+        if order is not None:
+            extra = np.random.default_rng(1).standard_normal(signal[:, :1].shape)
+            signal = np.concatenate([signal, extra.astype(np.float32)], axis=1)[:, order]
+        attrs = {"subject_id": record, "split": "training"}
+        stages, starts = store.stages(record), store.start_times(record)
+        write_record(path, record, signal, stages, starts, attrs=attrs, chunk_windows=8)
+
+
+def finetuned_on_store(tmp_path: Path) -> tuple[Path, Path]:
+    """A tiny store (:func:`write_sleep_store`) and a classifier fine-tuned on it (run dir)."""
+    store, ft = tmp_path / "sleep.zarr", tmp_path / "ft"
+    write_sleep_store(store)
+    argv = ["finetune", "--data", str(store), "--out", str(ft), "--preset", "test"]
+    assert cli.main([*argv, "--patch-size", "30", "--epochs", "1", "--batch-size", "8"]) == 0
+    return store, ft
+
+
 def test_zarr_sleep_store_end_to_end(tmp_path: Path) -> None:
     store = tmp_path / "sleep.zarr"
     write_sleep_store(store)
@@ -337,31 +365,14 @@ def test_a_classifier_records_its_signal_and_refuses_other_channels(
 ) -> None:
     import torch
 
-    from partnd.datasets.store import SleepStore, create_store, write_record
     from partnd.models.serialization import load_classifier
     from partnd.signal_info import SignalInfo
 
-    store = tmp_path / "sleep.zarr"
-    write_sleep_store(store)
-    ft = tmp_path / "ft"
-    argv = ["finetune", "--data", str(store), "--out", str(ft), "--preset", "test"]
-    assert cli.main([*argv, "--patch-size", "30", "--epochs", "1", "--batch-size", "8"]) == 0
+    store, ft = finetuned_on_store(tmp_path)
     model = load_classifier(ft)
     assert model.signal_info == SignalInfo(2, (300,), ("C3", "C4"), 10.0, "window")
-
-    def copy_store(path: Path, channels: list[str], order: list[int]) -> None:
-        source = SleepStore(store)
-        create_store(path, sfreq=10.0, channels=channels, window_seconds=30.0, metadata={})
-        for record in source.record_ids():
-            signal = source.read_windows(record, 0, source.n_windows(record))
-            extra = np.random.default_rng(1).standard_normal(signal[:, :1].shape)
-            signal = np.concatenate([signal, extra.astype(np.float32)], axis=1)[:, order]
-            attrs = {"subject_id": record, "split": "training"}
-            stages, starts = source.stages(record), source.start_times(record)
-            write_record(path, record, signal, stages, starts, attrs=attrs, chunk_windows=8)
-
-    copy_store(tmp_path / "other.zarr", ["Fp1", "Fp2"], [0, 1])
-    copy_store(tmp_path / "reordered.zarr", ["O1", "C4", "C3"], [2, 1, 0])
+    copy_store(store, tmp_path / "other.zarr", ["Fp1", "Fp2"], [0, 1])
+    copy_store(store, tmp_path / "reordered.zarr", ["O1", "C4", "C3"], [2, 1, 0])
     predict = ["predict", "--model", str(ft), "--out"]
     assert cli.main([*predict, str(tmp_path / "a"), "--data", str(tmp_path / "other.zarr")]) == 2
     error = capsys.readouterr().err
@@ -383,18 +394,10 @@ def test_a_classifier_records_its_signal_and_refuses_other_channels(
 def test_evaluate_and_init_weights_refuse_other_channels(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    from partnd.datasets.store import SleepStore, create_store, write_record
-
     store = tmp_path / "sleep.zarr"
     write_sleep_store(store)
     other = tmp_path / "other.zarr"  # the same windows, recorded from other electrodes
-    create_store(other, sfreq=10.0, channels=["Fp1", "Fp2"], window_seconds=30.0, metadata={})
-    source = SleepStore(store)
-    for record in source.record_ids():
-        signal = source.read_windows(record, 0, source.n_windows(record))
-        attrs = {"subject_id": record, "split": "training"}
-        stages, starts = source.stages(record), source.start_times(record)
-        write_record(other, record, signal, stages, starts, attrs=attrs, chunk_windows=8)
+    copy_store(store, other, ["Fp1", "Fp2"])
     tiny = ["--preset", "test", "--patch-size", "30", "--epochs", "1", "--batch-size", "8"]
     pre, ft = tmp_path / "pre", tmp_path / "ft"
     assert cli.main(["pretrain", "--data", str(store), "--out", str(pre), *tiny]) == 0
@@ -447,11 +450,7 @@ def test_a_corrupt_store_is_refused_with_a_message(
 def test_a_record_array_with_corrupt_metadata_is_refused_with_a_message(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    store = tmp_path / "sleep.zarr"
-    write_sleep_store(store)
-    ft = tmp_path / "ft"
-    argv = ["finetune", "--data", str(store), "--out", str(ft), "--preset", "test"]
-    assert cli.main([*argv, "--patch-size", "30", "--epochs", "1", "--batch-size", "8"]) == 0
+    store, ft = finetuned_on_store(tmp_path)
     capsys.readouterr()
     for array in ("stage", "start_time", "signal"):
         metadata = store / "records" / "tr02" / array / "zarr.json"
