@@ -179,6 +179,16 @@ def finetuned_on_store(tmp_path: Path) -> tuple[Path, Path]:
     return store, ft
 
 
+def finetuned_on_signals(tmp_path: Path, signals: Path) -> Path:
+    """A two-class classifier fine-tuned on the ``signals`` array (run dir ``tmp_path/ft``)."""
+    labels = tmp_path / "y.npy"
+    np.save(labels, np.arange(16) % 2)
+    argv = ["finetune", "--data", str(signals), "--labels", str(labels), "--num-classes", "2"]
+    argv += ["--out", str(tmp_path / "ft"), "--preset", "test", "--patch-size", "20"]
+    assert cli.main([*argv, "--epochs", "1"]) == 0
+    return tmp_path / "ft"
+
+
 def test_zarr_sleep_store_end_to_end(tmp_path: Path) -> None:
     store = tmp_path / "sleep.zarr"
     write_sleep_store(store)
@@ -302,11 +312,7 @@ def test_labels_must_be_integers_at_the_command_line_as_in_the_api(
 def test_predict_epoch_seconds_must_be_positive(
     tmp_path: Path, signals: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    labels = tmp_path / "y.npy"
-    np.save(labels, np.arange(16) % 2)
-    argv = ["finetune", "--data", str(signals), "--labels", str(labels), "--num-classes", "2"]
-    argv += ["--out", str(tmp_path / "ft"), "--preset", "test", "--patch-size", "20"]
-    assert cli.main([*argv, "--epochs", "1"]) == 0
+    finetuned_on_signals(tmp_path, signals)
     out = tmp_path / "hypnograms"
     argv = ["predict", "--model", str(tmp_path / "ft"), "--data", str(signals), "--out", str(out)]
     for seconds in ("-30", "0", "nan", "inf"):
@@ -607,14 +613,10 @@ def test_a_closed_standard_output_ends_quietly_instead_of_a_traceback(
 ) -> None:
     import os
 
-    labels = tmp_path / "y.npy"
-    np.save(labels, np.arange(16) % 2)
-    argv = ["finetune", "--data", str(signals), "--labels", str(labels), "--num-classes", "2"]
-    argv += ["--out", str(tmp_path / "ft"), "--preset", "test", "--patch-size", "20"]
-    assert cli.main([*argv, "--epochs", "1"]) == 0
+    finetuned_on_signals(tmp_path, signals)
     argv = ["evaluate", "--model", str(tmp_path / "ft"), "--data", str(signals)]
     process = subprocess.Popen(
-        [sys.executable, "-m", "partnd.cli", *argv, "--labels", str(labels)],
+        [sys.executable, "-m", "partnd.cli", *argv, "--labels", str(tmp_path / "y.npy")],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
