@@ -20,6 +20,7 @@ from partnd.metrics import ClassificationReport
 from partnd.stats import bootstrap_metric, kappa_metric, paired_bootstrap_difference
 
 __all__ = [
+    "ARM_LINESTYLES",
     "PAPER_KAPPA_10_SUBJECTS",
     "PAPER_SAMPLE_EFFICIENCY",
     "default_reference",
@@ -28,6 +29,7 @@ __all__ = [
     "plot_hypnogram",
     "plot_pretrain_loss",
     "plot_sample_efficiency",
+    "sample_efficiency_styles",
     "sample_efficiency_tables",
     "staging_table",
     "write_table",
@@ -222,27 +224,55 @@ def sample_efficiency_tables(
     return kappa_rows, difference_rows
 
 
+#: Line style of each arm in the sample-efficiency figure (colour is the method).
+ARM_LINESTYLES: dict[str, str] = {"window": "-", "sequence": "--", "probe": ":"}
+
+
+def sample_efficiency_styles(cells: Sequence[_Cell]) -> dict[str, tuple[Any, str]]:
+    """Colour and line style of each row of the figure: one colour per method (in order of first
+    appearance, from a 20-colour palette so that no two methods share one) and one line style per
+    arm (window solid, sequence dashed, probe dotted).
+
+    Returns:
+        ``{row label: (RGBA colour, line style)}``.
+    """
+    methods = list(dict.fromkeys(cell.method for cell in cells))
+    palette = plt.get_cmap("tab20" if len(methods) > 10 else "tab10")
+    colours = {method: palette(index % palette.N) for index, method in enumerate(methods)}
+    return {
+        cell.label: (colours[cell.method], ARM_LINESTYLES.get(cell.arm, "-.")) for cell in cells
+    }
+
+
 def plot_sample_efficiency(cells: Sequence[_Cell], path: Path) -> None:
     """Kappa against the number of fine-tuning subjects: mean over seeds with the min-max spread
-    as a band and every seed as a dot, one colour per method (log-scaled x axis)."""
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for method in dict.fromkeys(cell.label for cell in cells):
-        mine = [cell for cell in cells if cell.label == method]
+    as a band and every seed as a dot; colour is the method and line style the arm
+    (``sample_efficiency_styles``); log-scaled x axis ticked at the budgets, legend beside the
+    axes."""
+    styles = sample_efficiency_styles(cells)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    all_budgets = sorted({cell.budget for cell in cells})
+    for label, (colour, linestyle) in styles.items():
+        mine = [cell for cell in cells if cell.label == label]
         budgets = sorted({cell.budget for cell in mine})
         values = [[c.report.cohen_kappa for c in mine if c.budget == b] for b in budgets]
-        (line,) = ax.plot(budgets, [np.mean(v) for v in values], marker="o", label=method)
-        ax.fill_between(
-            budgets, [min(v) for v in values], [max(v) for v in values], alpha=0.15,
-            color=line.get_color(),
+        ax.plot(
+            budgets, [np.mean(v) for v in values], marker="o", ls=linestyle, color=colour,
+            label=label,
         )  # fmt: skip
+        ax.fill_between(
+            budgets, [min(v) for v in values], [max(v) for v in values], alpha=0.12, color=colour
+        )
         for budget, seed_values in zip(budgets, values, strict=True):
-            ax.scatter([budget] * len(seed_values), seed_values, s=8, color=line.get_color())
+            ax.scatter([budget] * len(seed_values), seed_values, s=8, color=colour)
     ax.set_xscale("log")
+    ax.set_xticks(all_budgets, [str(budget) for budget in all_budgets])
+    ax.minorticks_off()
     ax.set_xlabel("fine-tuning subjects")
     ax.set_ylabel("Cohen's kappa on test subjects")
     ax.set_title("Sample efficiency (mean, spread and seeds)")
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     fig.tight_layout()
     _save(fig, path)
 
