@@ -239,9 +239,7 @@ def sample_efficiency_styles(cells: Sequence[_Cell]) -> dict[str, tuple[Any, str
     methods = list(dict.fromkeys(cell.method for cell in cells))
     palette = plt.get_cmap("tab20" if len(methods) > 10 else "tab10")
     colours = {method: palette(index % palette.N) for index, method in enumerate(methods)}
-    return {
-        cell.label: (colours[cell.method], ARM_LINESTYLES.get(cell.arm, "-.")) for cell in cells
-    }
+    return {cell.label: (colours[cell.method], ARM_LINESTYLES[cell.arm]) for cell in cells}
 
 
 def plot_sample_efficiency(cells: Sequence[_Cell], path: Path) -> None:

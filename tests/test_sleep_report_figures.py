@@ -13,10 +13,9 @@ from partnd.recipes.sleep_report import (
     plot_sample_efficiency,
     sample_efficiency_styles,
 )
-from partnd.recipes.sleep_study import CellResult
+from partnd.recipes.sleep_study import ARMS, CellResult
 
 METHODS = ("classical", "yasa_pretrained", "supervised", "part_windows", "mae", "part", "mp3")
-ARMS = ("window", "sequence", "probe")
 
 
 def make_cell(method: str, arm: str, budget: int, seed: int) -> CellResult:
@@ -58,6 +57,7 @@ def test_every_method_has_its_own_colour_and_every_arm_its_line_style() -> None:
         assert tuple(colour) == tuple(colour_of[cell.method])
         assert linestyle == ARM_LINESTYLES[cell.arm]
     assert len({styles[label] for label in styles}) == len(styles)  # no two rows look alike
+    assert set(ARM_LINESTYLES) == set(ARMS)  # every arm a study runs has its line style
 
 
 def test_the_figure_is_written_with_the_legend_beside_the_axes(tmp_path: Path) -> None:
