@@ -109,6 +109,126 @@ def test_projected_cross_attention_equals_a_naive_multi_head_attention() -> None
     torch.testing.assert_close(head(tokens, ref, tgt), expected, atol=1e-5, rtol=1e-5)
 
 
+def textbook_cross_attention(
+    head: CrossAttentionHead, tokens: torch.Tensor, ref: torch.Tensor, tgt: torch.Tensor
+) -> torch.Tensor:
+    """The head as the paper writes it, with the head's own parameters (so gradients reach them):
+    the [B, K, D] queries from [x_ref; x_tgt], per-head softmax over the keys, values read through
+    value_out, summed over heads."""
+    if ref.dim() == 1:
+        ref, tgt = ref.expand(tokens.shape[0], -1), tgt.expand(tokens.shape[0], -1)
+    weight = torch.cat([head.query.ref_proj.weight, head.query.tgt_proj.weight], dim=1)
+    query = concat_pairs(tokens, ref, tgt) @ weight.T + head.query.ref_proj.bias  # [B, K, D]
+    keys = tokens if head.key is None else head.key(tokens)
+    width = head.head_dim
+    out = head.out_bias
+    for h in range(head.num_heads):
+        part = slice(h * width, (h + 1) * width)
+        scores = query[..., part] @ keys[..., part].transpose(1, 2) / math.sqrt(width)
+        out = out + (scores.softmax(dim=-1) @ tokens) @ head.value_out[h].T
+    return out
+
+
+def gradients(module: nn.Module, tokens: torch.Tensor) -> list[torch.Tensor]:
+    grads = [p.grad for p in module.parameters()] + [tokens.grad]
+    assert all(g is not None for g in grads)
+    return [g.clone() for g in grads]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("num_heads", [1, 4])
+@pytest.mark.parametrize("out_dim", [1, 2, 4])
+@pytest.mark.parametrize("shared", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cross_attention_values_and_gradients_equal_the_textbook_head(
+    num_heads: int, out_dim: int, shared: bool, dtype: torch.dtype
+) -> None:
+    """The all-pairs factorisation computes the paper's head: same outputs, same gradients."""
+    head = CrossAttentionHead(D, out_dim, num_heads=num_heads).to(dtype)
+    with torch.no_grad():  # non-trivial logits and bias
+        head.query.ref_proj.weight.mul_(20.0)
+        head.query.tgt_proj.weight.mul_(20.0)
+        head.out_bias.normal_()
+    tokens = torch.randn(B, N, D, dtype=dtype, requires_grad=True)
+    ref, tgt = random_pairs((K,) if shared else (B, K))
+    weights = torch.randn(B, K, out_dim, dtype=dtype)
+    results = []
+    for forward in (head, lambda *a: textbook_cross_attention(head, *a)):
+        head.zero_grad()
+        tokens.grad = None
+        out = forward(tokens, ref, tgt)
+        (out * weights).sum().backward()
+        results.append((out.detach(), gradients(head, tokens)))
+    tolerance = {"atol": 1e-5, "rtol": 1e-4} if dtype == torch.float32 else {}
+    torch.testing.assert_close(results[0][0], results[1][0], **tolerance)
+    for fast, reference in zip(results[0][1], results[1][1], strict=True):
+        torch.testing.assert_close(fast, reference, **tolerance)
+
+
+def test_cross_attention_stays_exact_when_attention_is_sharp() -> None:
+    """Logits spread over hundreds (where float32 factors exp(l - max l) would underflow to 0/0)
+    still give the paper's softmax: the factors are taken in float64."""
+    head = CrossAttentionHead(D, 2).double()
+    with torch.no_grad():
+        head.query.ref_proj.weight.normal_(std=30.0)
+        head.query.tgt_proj.weight.normal_(std=30.0)
+    tokens = torch.randn(B, N, D, dtype=torch.float64)
+    ref, tgt = random_pairs((B, K))
+    with torch.no_grad():
+        query = explicit_linear(head.query.float())(concat_pairs(tokens.float(), ref, tgt))
+        head.double()
+        logits = query.double() @ tokens.transpose(1, 2) / math.sqrt(D)
+        assert float((logits.amax(-1) - logits.amin(-1)).min()) > 200
+        expected = textbook_cross_attention(head, tokens, ref, tgt)
+        for dtype in (torch.float64, torch.float32):
+            out = head.to(dtype)(tokens.to(dtype), ref, tgt)
+            assert bool(torch.isfinite(out).all())
+            tolerance = {} if dtype == torch.float64 else {"atol": 0.05, "rtol": 0.0}
+            torch.testing.assert_close(out.double(), expected, **tolerance)
+
+
+@pytest.mark.parametrize("anchored", [False, True])
+def test_part_step_loss_and_gradients_equal_the_textbook_head(anchored: bool) -> None:
+    """A whole PART step (sampling, anchored or plain pairs, head, loss) with the factorised head
+    gives the loss and every gradient of the same step with the paper's textbook head."""
+    from partnd.models.registry import create_encoder
+    from partnd.objectives import PARTModel
+    from partnd.sampling import OffGridSampler
+
+    position = {"num_positions": 8, "pos_mask_ratio": 0.25} if anchored else {}
+    encoder = create_encoder("vit_test", in_chans=2, patch_size=5, ndim=1, **position)
+    model = PARTModel(
+        encoder,
+        CrossAttentionHead(32, 1),
+        OffGridSampler(1, 5, 10),
+        num_pairs=24,
+        shared_pairs=not anchored,
+    ).train()
+    x = torch.randn(4, 2, 40)
+    head = model.head
+    assert isinstance(head, CrossAttentionHead)
+    steps = []
+    for textbook in (False, True):
+        if textbook:
+            head.forward = lambda tokens, ref, tgt: textbook_cross_attention(head, tokens, ref, tgt)
+        model.zero_grad()
+        out = model(x, generator=torch.Generator().manual_seed(3))
+        out.loss.backward()
+        steps.append((out.loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    torch.testing.assert_close(steps[0][0], steps[1][0], atol=1e-6, rtol=1e-5)
+    for fast, reference in zip(steps[0][1], steps[1][1], strict=True):
+        torch.testing.assert_close(fast, reference, atol=1e-6, rtol=1e-4)
+
+
+def test_cross_attention_under_autocast_returns_the_autocast_dtype() -> None:
+    head = CrossAttentionHead(D, 2)
+    tokens = torch.randn(B, N, D)
+    ref, tgt = random_pairs((K,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = head(tokens, ref, tgt)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), head(tokens, ref, tgt), atol=0.05, rtol=0.02)
+
+
 def test_pairwise_mlp_is_one_linear_layer_on_the_pair() -> None:
     head = PairwiseMLPHead(D, 2)
     assert sum(p.numel() for p in head.parameters()) == 2 * D * 2 + 2  # the paper's 2·d·2 (+bias)

@@ -135,11 +135,19 @@ class CrossAttentionHead(nn.Module):
     one map per head); the heads' outputs are summed and one shared bias added. Every parameter of
     either form receives a gradient.
 
-    The computation never forms a ``[B, K, D]`` tensor for the K pairs: the query is a sum of a
-    reference and a target half, so the logits are sums of two per-patch ``[B, H, N, N]`` tables
-    gathered per pair, and the output layer is applied to the N values first (``[B, H, N,
-    out_dim]``). The cost per pair is ``O(H·N·out_dim)`` instead of ``O(D² + N·D)``; the result
-    equals the textbook computation (tested).
+    **How it is computed.** Nothing is formed per pair: the query is a sum of a reference and a
+    target half, so the logits of pair ``(i, j)`` over the keys ``n`` are ``l_ref[i, n] + l_tgt[j,
+    n]``, two per-patch ``[B, H, N, N]`` tables, and the output layer is applied to the N values
+    first (``v: [B, H, out_dim, N]``). The exponential of a sum is a product, so with each table
+    shifted by its row maximum (``w = exp(l - max_n l)``) the softmax-weighted values of *every*
+    pair are two matrix products per head, ``(w_ref * v) @ w_tgt^T`` over ``w_ref @ w_tgt^T``, and
+    the K requested pairs are read from that ``[B, N, N, out_dim]`` table. This costs ``O(N^3 ·
+    out_dim)`` multiply-adds in matrix products per example instead of about fifteen memory-bound
+    passes over ``[B, H, K, N]`` logits (gather, add, softmax and their backward), which dominated
+    the head. The weights are taken in float64 (outside autocast): a pair whose logits' largest
+    sum lies more than ~700 below the sum of the two row maxima would underflow (NaN, which stops
+    training as a non-finite loss); in float32 the limit would be ~87. The result equals the
+    textbook computation within float tolerance, values and gradients (tested).
 
     Args:
         embed_dim: Token width D.
@@ -175,27 +183,59 @@ class CrossAttentionHead(nn.Module):
         batch, num_patches, _ = per_patch.shape
         return per_patch.view(batch, num_patches, self.num_heads, self.head_dim).transpose(1, 2)
 
-    @staticmethod
-    def _gather_rows(table: Tensor, index: Tensor) -> Tensor:
-        """Rows of a per-patch table for each pair: [B, H, N, M] -> [B, H, K, M]."""
-        if index.dim() == 1:
-            return table[:, :, index]
-        expanded = index[:, None, :, None].expand(-1, table.shape[1], -1, table.shape[-1])
-        return torch.gather(table, 2, expanded)
+    def pair_table(self, tokens: Tensor) -> Tensor:
+        """The prediction for every ordered (reference, target) pair, before the output bias.
+
+        Args:
+            tokens: [B, N, D] patch tokens.
+
+        Returns:
+            [B, out_dim, N, N] float64; entry ``[b, o, i, j]`` is channel ``o`` of pair ``(i, j)``
+            without ``out_bias``.
+        """
+        keys = self._split_heads(tokens if self.key is None else self.key(tokens))  # [B,H,N,D/H]
+        scale = self.head_dim**-0.5
+        logits_ref = (
+            self._split_heads(self.query.ref_proj(tokens)) @ keys.transpose(-2, -1)
+        ) * scale
+        logits_tgt = (
+            self._split_heads(self.query.tgt_proj(tokens)) @ keys.transpose(-2, -1)
+        ) * scale
+        values = torch.einsum("bnd,hod->bhon", tokens, self.value_out.to(tokens.dtype))
+        with torch.autocast(tokens.device.type, enabled=False):
+            weights_ref = _row_shifted_exp(logits_ref)  # [B, H, N(i), N(n)]
+            weights_tgt = _row_shifted_exp(logits_tgt).transpose(-2, -1)  # [B, H, N(n), N(j)]
+            weighted = weights_ref.unsqueeze(2) * values.double().unsqueeze(-2)  # [B,H,O,N,N]
+            numerator = weighted @ weights_tgt.unsqueeze(2)  # [B, H, O, N(i), N(j)]
+            normaliser = weights_ref @ weights_tgt  # [B, H, N(i), N(j)]
+            return (numerator / normaliser.unsqueeze(2)).sum(dim=1)
 
     def forward(self, tokens: Tensor, ref: Tensor, tgt: Tensor) -> Tensor:
-        """Args: tokens: [B, N, D]; ref, tgt: [K] or [B, K]. Returns: [B, K, out_dim]."""
+        """Args: tokens: [B, N, D]; ref, tgt: [K] or [B, K].
+
+        Returns:
+            [B, K, out_dim] in the tokens' dtype (the autocast dtype under autocast).
+        """
         check_pair_shapes(tokens, ref, tgt, self.embed_dim)
-        keys = self._split_heads(tokens if self.key is None else self.key(tokens))  # [B,H,N,D/H]
-        query_ref = self._split_heads(self.query.ref_proj(tokens))
-        query_tgt = self._split_heads(self.query.tgt_proj(tokens))
-        scale = self.head_dim**-0.5
-        logits_ref = (query_ref @ keys.transpose(-2, -1)) * scale  # [B, H, N, N]
-        logits_tgt = (query_tgt @ keys.transpose(-2, -1)) * scale
-        logits = self._gather_rows(logits_ref, ref) + self._gather_rows(logits_tgt, tgt)
-        values = torch.einsum("bnd,hod->bhno", tokens, self.value_out.to(tokens.dtype))
-        attention = torch.softmax(logits.float(), dim=-1).to(values.dtype)  # [B, H, K, N]
-        return (attention @ values).sum(dim=1) + self.out_bias.to(values.dtype)
+        table = self.pair_table(tokens)  # [B, O, N, N]
+        num_patches = table.shape[-1]
+        flat = table.flatten(2)  # [B, O, N * N]
+        pair = ref * num_patches + tgt
+        if pair.dim() == 1:
+            picked = flat[:, :, pair]
+        else:
+            picked = torch.gather(flat, 2, pair.unsqueeze(1).expand(-1, flat.shape[1], -1))
+        device = tokens.device.type
+        dtype = (
+            torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else tokens.dtype
+        )
+        return picked.transpose(1, 2).to(dtype) + self.out_bias.to(dtype)
+
+
+def _row_shifted_exp(logits: Tensor) -> Tensor:
+    """``exp(l - max_n l)`` per row, in float64: ``[..., N] -> [..., N]`` with row maxima 1."""
+    logits = logits.double()
+    return (logits - logits.amax(dim=-1, keepdim=True)).exp()
 
 
 class PairwiseMLPHead(nn.Module):
