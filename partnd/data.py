@@ -129,7 +129,7 @@ class ArrayDataset(Dataset[Any]):
 
 def _first_signal(item: Any, where: str) -> Any:
     if isinstance(item, tuple | list):
-        check(len(item) >= 1, where, "a non-empty tuple (signal, ...)", repr(item))
+        check(len(item) >= 1, where, "a non-empty tuple (signal, ...)", item)
         return item[0]
     return item
 

@@ -463,3 +463,19 @@ def test_crop_and_resize_validation() -> None:
         crop_and_resize(x, good_starts, torch.full((1, 2, 1), 4.0), 4)
     with pytest.raises(InputError, match=r"^patch_size: expected 1 value"):
         crop_and_resize(x, good_starts, good_sizes, (4, 4))
+
+
+def test_finite_check_finds_nan_and_inf_also_when_the_sum_overflows() -> None:
+    """check_finite's one-reduction fast path: a finite sum proves every value finite; a sum that
+    overflows (finite values near the float maximum) falls back to looking at every value."""
+    from partnd._validation import check_finite
+
+    large = torch.full((4, 5), 3e38)
+    assert not bool(torch.isfinite(large.sum()))
+    check_finite(large, "x")  # finite values: no error despite the overflowing sum
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        for values in (torch.randn(4, 5), large.clone()):
+            values[2, 3] = bad
+            with pytest.raises(InputError, match="x: expected only finite values, got 1 NaN/Inf"):
+                check_finite(values, "x")
+    check_finite(torch.tensor([1, 2]), "x")  # integer tensors are always finite

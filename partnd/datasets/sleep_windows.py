@@ -87,8 +87,9 @@ def instance_normalize(x: Tensor, eps: float = NORMALIZE_EPS) -> Tensor:
     """
     check(x.is_floating_point(), "x", "a floating point tensor [..., C, T]", x)
     check(x.ndim >= 1 and x.shape[-1] >= 1, "x", "a tensor [..., C, T] with T >= 1", x)
-    std, mean = torch.std_mean(x, dim=-1, keepdim=True, correction=0)
-    return x.sub(mean).div_(std.add_(eps))
+    centred = x - x.mean(dim=-1, keepdim=True)  # two passes (numpy's std): ~4x torch.std_mean
+    std = torch.linalg.vector_norm(centred, dim=-1, keepdim=True).div_(math.sqrt(x.shape[-1]))
+    return centred.div_(std.add_(eps))
 
 
 #: How windows are normalised: ``"window"`` (each window and channel standardised over time,
