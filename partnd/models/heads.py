@@ -137,17 +137,18 @@ class CrossAttentionHead(nn.Module):
 
     **How it is computed.** Nothing is formed per pair: the query is a sum of a reference and a
     target half, so the logits of pair ``(i, j)`` over the keys ``n`` are ``l_ref[i, n] + l_tgt[j,
-    n]``, two per-patch ``[B, H, N, N]`` tables, and the output layer is applied to the N values
-    first (``v: [B, H, out_dim, N]``). The exponential of a sum is a product, so with each table
-    shifted by its row maximum (``w = exp(l - max_n l)``) the softmax-weighted values of *every*
-    pair are two matrix products per head, ``(w_ref * v) @ w_tgt^T`` over ``w_ref @ w_tgt^T``, and
-    the K requested pairs are read from that ``[B, N, N, out_dim]`` table. This costs ``O(N^3 ·
-    out_dim)`` multiply-adds in matrix products per example instead of about fifteen memory-bound
-    passes over ``[B, H, K, N]`` logits (gather, add, softmax and their backward), which dominated
-    the head. The weights are taken in float64 (outside autocast): a pair whose logits' largest
-    sum lies more than ~700 below the sum of the two row maxima would underflow (NaN, which stops
-    training as a non-finite loss); in float32 the limit would be ~87. The result equals the
-    textbook computation within float tolerance, values and gradients (tested).
+    n]``, two per-patch ``[B, H, N, N]`` tables (one product for both), and the output layer is
+    applied to the N values first (``v: [B, H, out_dim, N]``). The exponential of a sum is a
+    product, so with each table shifted by its row maximum (``w = exp((l - max_n l) / sqrt(D /
+    H))``) the softmax-weighted values of *every* pair are two matrix products per head, ``(w_ref
+    * v) @ w_tgt^T`` over ``w_ref @ w_tgt^T``, and the K requested pairs are read from that ``[B,
+    N, N, out_dim]`` table. This costs ``O(N^3 · out_dim)`` multiply-adds in matrix products per
+    example instead of about fifteen memory-bound passes over ``[B, H, K, N]`` logits (gather,
+    add, softmax and their backward), which dominated the head. The weights are taken in float64
+    (outside autocast): a pair whose scaled logits' largest sum lies more than ~700 below the sum
+    of the two row maxima would underflow (NaN, which stops training as a non-finite loss); in
+    float32 the limit would be ~87. The result equals the textbook computation within float
+    tolerance, values and gradients (tested).
 
     Args:
         embed_dim: Token width D.
@@ -193,22 +194,22 @@ class CrossAttentionHead(nn.Module):
             [B, out_dim, N, N] float64; entry ``[b, o, i, j]`` is channel ``o`` of pair ``(i, j)``
             without ``out_bias``.
         """
+        num_patches = tokens.shape[1]
         keys = self._split_heads(tokens if self.key is None else self.key(tokens))  # [B,H,N,D/H]
-        scale = self.head_dim**-0.5
-        logits_ref = (
-            self._split_heads(self.query.ref_proj(tokens)) @ keys.transpose(-2, -1)
-        ) * scale
-        logits_tgt = (
-            self._split_heads(self.query.tgt_proj(tokens)) @ keys.transpose(-2, -1)
-        ) * scale
+        # both halves' logits in one product: rows [0, N) reference, [N, 2N) target
+        queries = torch.cat([self.query.ref_proj(tokens), self.query.tgt_proj(tokens)], dim=1)
+        logits = self._split_heads(queries) @ keys.transpose(-2, -1)  # [B, H, 2N, N]
         values = torch.einsum("bnd,hod->bhon", tokens, self.value_out.to(tokens.dtype))
         with torch.autocast(tokens.device.type, enabled=False):
-            weights_ref = _row_shifted_exp(logits_ref)  # [B, H, N(i), N(n)]
-            weights_tgt = _row_shifted_exp(logits_tgt).transpose(-2, -1)  # [B, H, N(n), N(j)]
+            logits = logits.double()
+            weights = ((logits - logits.amax(dim=-1, keepdim=True)) * self.head_dim**-0.5).exp()
+            weights_ref, weights_tgt = weights.split(num_patches, dim=2)  # [B, H, N(i|j), N(n)]
+            weights_tgt = weights_tgt.transpose(-2, -1)  # [B, H, N(n), N(j)]
             weighted = weights_ref.unsqueeze(2) * values.double().unsqueeze(-2)  # [B,H,O,N,N]
             numerator = weighted @ weights_tgt.unsqueeze(2)  # [B, H, O, N(i), N(j)]
             normaliser = weights_ref @ weights_tgt  # [B, H, N(i), N(j)]
-            return (numerator / normaliser.unsqueeze(2)).sum(dim=1)
+            per_head = numerator / normaliser.unsqueeze(2)
+            return per_head[:, 0] if self.num_heads == 1 else per_head.sum(dim=1)
 
     def forward(self, tokens: Tensor, ref: Tensor, tgt: Tensor) -> Tensor:
         """Args: tokens: [B, N, D]; ref, tgt: [K] or [B, K].
@@ -230,12 +231,6 @@ class CrossAttentionHead(nn.Module):
             torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else tokens.dtype
         )
         return picked.transpose(1, 2).to(dtype) + self.out_bias.to(dtype)
-
-
-def _row_shifted_exp(logits: Tensor) -> Tensor:
-    """``exp(l - max_n l)`` per row, in float64: ``[..., N] -> [..., N]`` with row maxima 1."""
-    logits = logits.double()
-    return (logits - logits.amax(dim=-1, keepdim=True)).exp()
 
 
 class PairwiseMLPHead(nn.Module):
