@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -112,20 +113,31 @@ def extent_table(out_size: int, low: int, high: int, antialias: bool) -> ExtentT
 
 
 class _Workspace:
-    """Buffers that every chunk of one call reuses (fresh large allocations cost page faults)."""
+    """Buffers that every chunk reuses, kept between calls (fresh large allocations cost page
+    faults)."""
 
-    def __init__(self, dtype: torch.dtype) -> None:
-        self.dtype = dtype
-        self._buffers: dict[str, Tensor] = {}
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[str, torch.dtype], Tensor] = {}
 
-    def take(self, name: str, shape: Sequence[int]) -> Tensor:
+    def take(self, name: str, shape: Sequence[int], dtype: torch.dtype) -> Tensor:
         """A tensor of ``shape`` on buffer ``name``, which grows when it is too small."""
         numel = math.prod(shape)
-        buffer = self._buffers.get(name)
+        buffer = self._buffers.get((name, dtype))
         if buffer is None or buffer.numel() < numel:
-            buffer = torch.empty(numel, dtype=self.dtype)
-            self._buffers[name] = buffer
+            buffer = torch.empty(numel, dtype=dtype)
+            self._buffers[(name, dtype)] = buffer
         return buffer[:numel].view(*shape)
+
+
+_WORKSPACES = threading.local()
+
+
+def _workspace() -> _Workspace:
+    """This thread's workspace (a sampler may run in several threads)."""
+    workspace = getattr(_WORKSPACES, "workspace", None)
+    if workspace is None:
+        workspace = _WORKSPACES.workspace = _Workspace()
+    return workspace
 
 
 def _pad_channels_last(x: Tensor, paddings: Sequence[tuple[int, int]], padded: Tensor) -> Tensor:
@@ -188,7 +200,7 @@ def resize_integer_boxes(
     per_image = num_boxes * windows * channels * int(patch_shape[0])
     chunk = max(1, CHUNK_ELEMENTS // per_image)
     matrices = [table.matrices.to(dtype) for table in tables]
-    workspace = _Workspace(dtype)
+    workspace = _workspace()
     with torch.no_grad():
         for first in range(0, batch, chunk):
             images = slice(first, first + chunk)
@@ -226,7 +238,9 @@ def _resize_chunk(
     count = batch * num_boxes
     paddings = [table.padding(fixed_width=d > 0) for d, table in enumerate(tables)]
     lengths = [b + int(n) + a for n, (b, a) in zip(x.shape[2:], paddings, strict=True)]
-    padded = _pad_channels_last(x, paddings, workspace.take("padded", (batch, *lengths, channels)))
+    padded = _pad_channels_last(
+        x, paddings, workspace.take("padded", (batch, *lengths, channels), out.dtype)
+    )
     strides = [math.prod(lengths[d + 1 :]) for d in range(ndim)]  # in units of C samples
     widths = [table.width for table in tables]
 
@@ -251,10 +265,10 @@ def _resize_chunk(
     # window row r of the i-th box (in extent order) at position rows[r, i]
     rows = corner[order][None] + torch.arange(max(spans))[:, None] * strides[0]
     # [boxes, S_1, ..., S_{ndim-1}, C, P_0]: dimension 0 resampled, the later ones windowed
-    partial = workspace.take("partial", (count, *window, int(patch_shape[0])))
+    partial = workspace.take("partial", (count, *window, int(patch_shape[0])), out.dtype)
     matrices0 = matrices[0].transpose(1, 2)  # [E, width, P_0]
     largest = max(g * s for g, s in zip(groups, spans, strict=True))
-    buffer = workspace.take("windows", (largest * later_size,))
+    buffer = workspace.take("windows", (largest * later_size,), out.dtype)
     done = 0
     for e, group_count in enumerate(groups):
         if not group_count:
@@ -267,10 +281,12 @@ def _resize_chunk(
         done += group_count
 
     for d in range(1, ndim):  # [boxes, S_d, ..., S_{ndim-1}, C, P_0, ..., P_{d-1}]
-        box_matrices = workspace.take(f"matrices{d}", (count, int(patch_shape[d]), widths[d]))
+        box_matrices = workspace.take(
+            f"matrices{d}", (count, int(patch_shape[d]), widths[d]), out.dtype
+        )
         torch.index_select(matrices[d], 0, later_extents[d - 1], out=box_matrices)
         later = partial.view(count, widths[d], -1).transpose(1, 2)
-        step = workspace.take(f"step{d}", (*later.shape[:2], int(patch_shape[d])))
+        step = workspace.take(f"step{d}", (*later.shape[:2], int(patch_shape[d])), out.dtype)
         partial = torch.bmm(later, box_matrices.transpose(1, 2), out=step)  # P_d joins the end
 
     # [boxes, C, P_0, ..., P_{ndim-1}] back in the original box order
