@@ -10,20 +10,23 @@ AdamW) and two bare encoder steps (ready-cut patches, a mean-square stand-in los
 * **bare (N)**: the method's own number of patches when it differs (PART's 40 EEG patches).
 
 It prints samples/s and each method's ratio to the bare step with the same number of tokens
-(higher is faster); goals: MAE above 1 (its encoder sees a quarter of the tokens), every other
-method at least 0.8. Also the share of PART's step spent sampling patches.
+(higher is faster; the median over the repeats, and the lowest and highest ratio of two calls timed
+in the same turn); goals: MAE above 1 (its encoder sees a quarter of the tokens), PART at least
+0.9, every other method at least 0.8. Also the share of PART's step spent sampling patches.
 
 Usage::
 
     python benchmarks/bench_objective_step.py --preset eeg_sleep --batch-size 256 --steps 3
     python benchmarks/bench_objective_step.py --preset images_cifar --precision bf16
     python benchmarks/bench_objective_step.py --device cuda --steps 20
+    python benchmarks/bench_objective_step.py --threads 1 --clock cpu --batch-size 32  # loaded CPU
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -46,10 +49,21 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def interleaved_times(
-    steps: dict[str, Callable[[], Any]], repeats: int, warmup: int, device: torch.device
-) -> dict[str, float]:
-    """Median seconds per call of every step function, timed in turns (robust to load drift)."""
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+"""``wall``: elapsed time; ``cpu``: this process's CPU time (all its threads), which other jobs on
+a shared machine barely change: use it with one thread (``--threads 1``) when the machine is
+loaded (with several threads, threads that spin while they wait would count)."""
+
+
+def interleaved_samples(
+    steps: dict[str, Callable[[], Any]],
+    repeats: int,
+    warmup: int,
+    device: torch.device,
+    clock: str = "wall",
+) -> dict[str, list[float]]:
+    """Seconds of every call of every step function, timed in turns (robust to load drift)."""
+    now = CLOCKS[clock]
     for _ in range(warmup):
         for step in steps.values():
             step()
@@ -57,11 +71,29 @@ def interleaved_times(
     for _ in range(repeats):
         for name, step in steps.items():
             _synchronize(device)
-            start = time.perf_counter()
+            start = now()
             step()
             _synchronize(device)
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
+            times[name].append(now() - start)
+    return times
+
+
+def interleaved_times(
+    steps: dict[str, Callable[[], Any]],
+    repeats: int,
+    warmup: int,
+    device: torch.device,
+    clock: str = "wall",
+) -> dict[str, float]:
+    """Median seconds per call of every step function, timed in turns (robust to load drift)."""
+    samples = interleaved_samples(steps, repeats, warmup, device, clock)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def ratio_spread(numerator: list[float], denominator: list[float]) -> tuple[float, float]:
+    """Lowest and highest ratio of the calls timed in the same turn."""
+    ratios = [a / b for a, b in zip(numerator, denominator, strict=True)]
+    return min(ratios), max(ratios)
 
 
 def training_step(
@@ -91,6 +123,7 @@ def run(
     warmup: int,
     device: torch.device,
     precision: str,
+    clock: str = "wall",
 ) -> list[dict[str, Any]]:
     """Time every method and the bare steps; one row per method."""
     channels, spatial = SHAPES[preset]
@@ -130,7 +163,8 @@ def run(
                 models["part"].sample(inputs, generator)
 
         timed["part_sampling"] = sample
-    seconds = interleaved_times(timed, steps, warmup, device)
+    samples = interleaved_samples(timed, steps, warmup, device, clock)
+    seconds = {name: statistics.median(values) for name, values in samples.items()}
     rows = []
     for method in methods:
         tokens = grid_tokens if method != "part" else (base.num_patches or grid_tokens)
@@ -141,6 +175,7 @@ def run(
             "bare_tokens": tokens,
             "bare_samples_per_s": batch_size / bare,
             "ratio": bare / seconds[method],
+            "ratio_spread": ratio_spread(samples[f"bare_{tokens}"], samples[method]),
             "parameters_M": sum(p.numel() for p in models[method].parameters()) / 1e6,
         }
         if method == "part":
@@ -165,7 +200,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:K")
     parser.add_argument("--precision", choices=PRECISIONS, default="auto")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help=CLOCKS.__doc__)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (CPU)")
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     args.precision = resolve_precision(args.precision, device)
     where = (
@@ -175,7 +214,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(
         f"{args.preset}: device {device} ({where}), {args.precision}, batch {args.batch_size}, "
-        f"{args.steps} timed + {args.warmup} warm-up steps each, interleaved"
+        f"{args.steps} timed + {args.warmup} warm-up steps each, interleaved, {args.clock} "
+        f"clock; load average {os.getloadavg()[0]:.1f}"
     )
     rows = run(
         args.preset,
@@ -185,9 +225,11 @@ def main(argv: list[str] | None = None) -> None:
         args.warmup,
         device,
         args.precision,
+        args.clock,
     )
     print(
-        f"{'method':>10} {'params M':>9} {'samples/s':>10} {'bare/s':>9} {'tokens':>7} {'ratio':>6}"
+        f"{'method':>10} {'params M':>9} {'samples/s':>10} {'bare/s':>9} {'tokens':>7} "
+        f"{'ratio':>6} {'spread':>11}"
     )
     for row in rows:
         extra = (
@@ -197,7 +239,8 @@ def main(argv: list[str] | None = None) -> None:
         )
         print(
             f"{row['method']:>10} {row['parameters_M']:9.2f} {row['samples_per_s']:10.1f} "
-            f"{row['bare_samples_per_s']:9.1f} {row['bare_tokens']:7d} {row['ratio']:6.2f}{extra}"
+            f"{row['bare_samples_per_s']:9.1f} {row['bare_tokens']:7d} {row['ratio']:6.2f} "
+            f"{row['ratio_spread'][0]:5.2f}-{row['ratio_spread'][1]:<5.2f}{extra}"
         )
 
 
