@@ -8,8 +8,9 @@ Side by side in one run, one thread (``torch.set_num_threads(1)``), median of in
   a Python loop over images and boxes that crops each box and resizes it with
   ``skimage.transform.resize(..., anti_aliasing=True)``, on the same number of boxes of the same
   sizes. Settings: CIFAR (64 boxes in 32 x 32, P = 4; fixed size, and sides in [2, 8]) and
-  ImageNet (196 boxes with sides in [8, 32] in 224 x 224, P = 16). Printed: ms per image and
-  the speed-up (goal >= 20x).
+  ImageNet (196 boxes with sides in [8, 32] in 224 x 224, P = 16; batch 32 and 8). Printed: ms
+  per image, on the process's CPU time by default (one thread: a shared machine's other jobs
+  barely change it), and the speed-up (goal >= 20x).
 * **share of a PART step**: the sampler's time on a batch over a whole ViT-B/16 PART training
   step (forward, backward, AdamW; scale boxes on) on the same batch (goal < 5%).
 * **step ratio**: a PART step of ViT-S/4 on 32 x 32 (64 patches, scale boxes on, 2048 pairs)
@@ -25,6 +26,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,7 +44,13 @@ from partnd.objectives import build_encoder, build_objective
 from partnd.sampling import OffGridSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_objective_step import interleaved_times, training_step
+from bench_objective_step import (
+    CLOCKS,
+    interleaved_samples,
+    interleaved_times,
+    ratio_spread,
+    training_step,
+)
 
 SCALE_RANGE = (0.5, 2.0)
 
@@ -73,6 +82,7 @@ SETTINGS = (
     Setting("CIFAR 32x32, 64 boxes of 4 px", 32, 4, 64, None, 256, 32),
     Setting("CIFAR 32x32, 64 boxes of 2-8 px", 32, 4, 64, SCALE_RANGE, 256, 32),
     Setting("ImageNet 224x224, 196 boxes of 8-32 px", 224, 16, 196, SCALE_RANGE, 32, 4),
+    Setting("ImageNet 224x224, 196 boxes of 8-32 px", 224, 16, 196, SCALE_RANGE, 8, 4),
 )
 
 
@@ -112,8 +122,9 @@ def authors_sampler(images: np.ndarray, boxes: np.ndarray, patch: int) -> np.nda
     return out
 
 
-def sampler_rows(repeats: int) -> list[dict[str, Any]]:
-    """ms per image of both samplers in every setting, and the speed-up."""
+def sampler_rows(repeats: int, clock: str) -> list[dict[str, Any]]:
+    """ms per image of both samplers in every setting, and the speed-up (median, and the lowest
+    and highest ratio of two calls timed in the same turn)."""
     rng = np.random.default_rng(0)
     rows = []
     for setting in SETTINGS:
@@ -124,7 +135,7 @@ def sampler_rows(repeats: int) -> list[dict[str, Any]]:
             (setting.author_images, setting.size, setting.size, 3), dtype=np.float32
         )
         boxes = author_boxes(setting, setting.author_images, rng)
-        seconds = interleaved_times(
+        samples = interleaved_samples(
             {
                 "ours": partial(sampler, x, generator, validate=False),
                 "theirs": partial(authors_sampler, images, boxes, setting.patch),
@@ -132,15 +143,19 @@ def sampler_rows(repeats: int) -> list[dict[str, Any]]:
             repeats,
             1,
             torch.device("cpu"),
+            clock,
         )
-        ours_ms = 1e3 * seconds["ours"] / setting.batch
-        theirs_ms = 1e3 * seconds["theirs"] / setting.author_images
+        ours = [1e3 * t / setting.batch for t in samples["ours"]]
+        theirs = [1e3 * t / setting.author_images for t in samples["theirs"]]
+        ours_ms, theirs_ms = statistics.median(ours), statistics.median(theirs)
         rows.append(
             {
                 "setting": setting.name,
+                "batch": setting.batch,
                 "partnd_ms_per_image": ours_ms,
                 "authors_ms_per_image": theirs_ms,
                 "speedup": theirs_ms / ours_ms,
+                "spread": ratio_spread(theirs, ours),
             }
         )
     return rows
@@ -166,10 +181,11 @@ def _part_step(
     return step, lambda: model.sample(inputs, generator), config
 
 
-def vit_b_share(batch: int, repeats: int) -> dict[str, float]:
+def vit_b_share(batch: int, repeats: int, clock: str) -> dict[str, float]:
     """The sampler's time over a ViT-B/16 PART step (224 x 224, 196 scale boxes)."""
     step, sample, _ = _part_step("images_imagenet", 224, batch)
-    seconds = interleaved_times({"step": step, "sample": sample}, repeats, 1, torch.device("cpu"))
+    timed = {"step": step, "sample": sample}
+    seconds = interleaved_times(timed, repeats, 1, torch.device("cpu"), clock)
     return {
         "batch": batch,
         "step_s": seconds["step"],
@@ -178,7 +194,7 @@ def vit_b_share(batch: int, repeats: int) -> dict[str, float]:
     }
 
 
-def vit_s_ratio(batch: int, repeats: int) -> dict[str, float]:
+def vit_s_ratio(batch: int, repeats: int, clock: str) -> dict[str, float]:
     """A ViT-S/4 PART step (64 scale boxes in 32 x 32) against a bare ViT-S step on 64 tiles."""
     device = torch.device("cpu")
     step, sample, config = _part_step("images_cifar", 32, batch)
@@ -191,7 +207,7 @@ def vit_s_ratio(batch: int, repeats: int) -> dict[str, float]:
 
     timed = {"part": step, "bare": training_step(encoder, bare_loss, device, "fp32")}
     timed["sample"] = sample
-    seconds = interleaved_times(timed, repeats, 1, device)
+    seconds = interleaved_times(timed, repeats, 1, device, clock)
     return {
         "batch": batch,
         "part_samples_per_s": batch / seconds["part"],
@@ -208,24 +224,38 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--vit-b-batch", type=int, default=4, help="batch of the ViT-B step")
     parser.add_argument("--vit-s-batch", type=int, default=64, help="batch of the ViT-S steps")
     parser.add_argument("--skip-vit-b", action="store_true", help="no ViT-B step")
+    parser.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="cpu",
+        help="clock of every timing: cpu (this process's CPU time; one thread, so other jobs on a "
+        "shared machine barely change it) or wall",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    print(f"torch {torch.__version__}, 1 thread, median of {args.repeats}\n")
+    print(
+        f"torch {torch.__version__}, 1 thread, median of {args.repeats}, samplers on the "
+        f"{args.clock} clock; load average {os.getloadavg()[0]:.1f}\n"
+    )
     print("Off-grid sampler (partnd) vs per-box crop + skimage resize(anti_aliasing) (authors)")
-    print(f"{'setting':<42} {'partnd ms/img':>14} {'authors ms/img':>15} {'speed-up':>9}")
-    for row in sampler_rows(args.repeats):
+    print(
+        f"{'setting':<42} {'batch':>5} {'partnd ms/img':>14} {'authors ms/img':>15} "
+        f"{'speed-up':>9} {'spread':>12}"
+    )
+    for row in sampler_rows(args.repeats, args.clock):
         print(
-            f"{row['setting']:<42} {row['partnd_ms_per_image']:>14.4f} "
-            f"{row['authors_ms_per_image']:>15.3f} {row['speedup']:>8.1f}x"
+            f"{row['setting']:<42} {row['batch']:>5} {row['partnd_ms_per_image']:>14.4f} "
+            f"{row['authors_ms_per_image']:>15.3f} {row['speedup']:>8.1f}x "
+            f"{row['spread'][0]:5.1f}-{row['spread'][1]:<5.1f}"
         )
     if not args.skip_vit_b:
-        share = vit_b_share(args.vit_b_batch, max(2, args.repeats // 2))
+        share = vit_b_share(args.vit_b_batch, max(2, args.repeats // 2), args.clock)
         print(
             f"\nViT-B/16 PART step (224x224, 196 scale boxes, batch {share['batch']}): "
             f"step {share['step_s']:.2f} s, sampling {1e3 * share['sampling_s']:.1f} ms = "
             f"{100 * share['share']:.2f}% of the step (goal < 5%)"
         )
-    ratio = vit_s_ratio(args.vit_s_batch, args.repeats)
+    ratio = vit_s_ratio(args.vit_s_batch, args.repeats, args.clock)
     print(
         f"\nViT-S/4 PART step (32x32, 64 scale boxes, 2048 pairs, batch {ratio['batch']}): "
         f"{ratio['part_samples_per_s']:.1f} samples/s; bare ViT-S step (64 tiles): "
