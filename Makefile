@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_objective_step.py --preset eeg_sleep --steps 3
 	$(PY) benchmarks/bench_objective_step.py --preset images_cifar --steps 3
 	$(PY) benchmarks/bench_sampler.py
+	$(PY) benchmarks/bench_cost_model.py --settings eeg --batch-size 32 --steps 3 --workers 0 1 --validate
 	$(PY) benchmarks/bench_preprocessing.py --repeats 3
 	$(PY) benchmarks/bench_part_windows_step.py --demo --batch-size 8 --steps 5
 	$(PY) benchmarks/bench_sequence.py
