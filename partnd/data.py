@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Subset
 
 from partnd._validation import InputError, check, check_finite, describe, renamed_arguments
 from partnd.signal_info import SignalInfo, channel_names, match_signal
@@ -42,6 +42,7 @@ __all__ = [
     "load_npy",
     "load_signals",
     "source_attribute",
+    "source_positions",
 ]
 
 SourceT = TypeVar("SourceT")
@@ -389,6 +390,74 @@ def find_source(dataset: Any, kind: type[SourceT]) -> SourceT | None:
         if isinstance(dataset, kind):
             return dataset
         dataset, seen = getattr(dataset, "dataset", None), seen + 1
+    return None
+
+
+def _holds(dataset: Any, kind: type | tuple[type, ...], depth: int = 0) -> bool:
+    """Whether a dataset of type ``kind`` lies anywhere under ``dataset`` (through ``.dataset``
+    and ``.datasets``, e.g. a ``ConcatDataset``'s parts)."""
+    if isinstance(dataset, kind):
+        return True
+    if dataset is None or depth >= 16:
+        return False
+    parts = [getattr(dataset, "dataset", None), *(getattr(dataset, "datasets", None) or ())]
+    return any(_holds(part, kind, depth + 1) for part in parts)
+
+
+def source_positions(
+    dataset: Any, kind: type[SourceT] | tuple[type[SourceT], ...], argument: str = "data"
+) -> tuple[SourceT, np.ndarray] | None:
+    """The dataset of type ``kind`` under ``dataset``, and which of its items each item reads.
+
+    ``torch.utils.data.Subset`` s are followed (nested, in any index order: their indices are
+    composed) and so are partnd's adapters (:class:`SignalDataset`, :class:`LabelledDataset`,
+    :class:`ChannelSelection`: item ``i`` is their source's item ``i``).
+
+    Args:
+        dataset: The dataset whose items are traced.
+        kind: The source type(s) to find (e.g. a sleep store's window datasets).
+        argument: Name used in error messages.
+
+    Returns:
+        ``(source, positions)``: ``positions[i]`` is the index in ``source`` of ``dataset``'s
+        item ``i`` (``[N]`` int64, in ``[0, len(source))``); ``None`` when no ``kind`` is under
+        ``dataset``.
+
+    Raises:
+        InputError: A ``kind`` lies under another wrapper (a ``ConcatDataset``, a dataset of
+            one's own keeping its source as ``.dataset``): which of its items each item reads is
+            unknown, so their place in the recording would be guessed.
+    """
+    positions: np.ndarray | None = None
+    current = dataset
+    for _ in range(16):
+        if isinstance(current, kind):
+            size = len(current)  # type: ignore[arg-type]
+            if positions is None:
+                return current, np.arange(size, dtype=np.int64)
+            positions = np.where(positions < 0, positions + size, positions)
+            check(
+                bool(np.all((positions >= 0) & (positions < size))),
+                argument,
+                f"Subset indices within the {size} items of its dataset",
+                f"indices {positions.min()}..{positions.max()}",
+            )
+            return current, positions
+        if isinstance(current, Subset):
+            indices = np.asarray(current.indices, dtype=np.int64).reshape(-1)
+            positions = indices if positions is None else indices[positions]
+        elif not isinstance(current, SignalDataset | LabelledDataset | ChannelSelection):
+            break
+        current = current.dataset
+    names = kind if isinstance(kind, tuple) else (kind,)
+    wanted = " or ".join(k.__name__ for k in names)
+    check(
+        not _holds(current, kind),
+        argument,
+        f"a {wanted} itself or a torch Subset of one (nested, any index order), so that each "
+        "item's window is known",
+        f"a {type(current).__name__} holding a {wanted}",
+    )
     return None
 
 

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -36,7 +36,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from partnd._validation import check
-from partnd.data import as_signal_dataset, find_source
+from partnd.data import as_signal_dataset, source_positions
 from partnd.datasets.sequences import SleepSequenceDataset
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
 from partnd.datasets.stages import ANNOTATION_PREFIX, stage_description
@@ -223,43 +223,57 @@ class Prediction:
         partial.replace(path)
 
 
-def _record_timing(dataset: Any) -> tuple[np.ndarray, float, datetime | None] | None:
-    """``(onsets, window seconds, recording start)`` of windows read from one store record, or
-    ``None`` for data that are not a store's windows.
+_StoreWindows = SleepWindowDataset | InMemoryWindows
+
+
+def _store_windows(dataset: Dataset[Any]) -> tuple[_StoreWindows, np.ndarray] | None:
+    """The store windows ``dataset`` reads and, per item, its position in them (a ``Subset``'s
+    order kept), or ``None`` for data that are not a store's windows.
 
     Raises:
-        InputError: For windows of several records (a hypnogram is one record's).
+        InputError: For windows of several records (a hypnogram is one record's), or store
+            windows under a wrapper whose item order is unknown.
     """
-    source: SleepWindowDataset | InMemoryWindows | None = find_source(
-        dataset, SleepWindowDataset
-    ) or find_source(dataset, InMemoryWindows)
-    if source is None:
+    located = source_positions(dataset, (SleepWindowDataset, InMemoryWindows), "data")
+    if located is None:
         return None
+    source, positions = cast(_StoreWindows, located[0]), located[1]
+    records = sorted({source.records[i] for i in source.record_index[positions]})
     check(
-        len(source.records) == 1,
+        len(records) == 1,
         "data",
         "the windows of one record (a Prediction is one recording's hypnogram; "
         "partnd.predict_records gives one per record)",
-        f"windows of {len(source.records)} records of {source.store_path}",
+        f"windows of {len(records)} records of {source.store_path}",
     )
+    return source, positions
+
+
+def _record_timing(
+    source: _StoreWindows, positions: np.ndarray
+) -> tuple[np.ndarray, float, datetime | None]:
+    """``(onsets, window seconds, recording start)`` of the store windows at ``positions``."""
     store = SleepStore(source.store_path)
-    record = source.records[0]
-    onsets = store.start_times(record)[source.window_index]
+    record = source.records[int(source.record_index[positions[0]])]
+    onsets = store.start_times(record)[source.window_index[positions]]
     return onsets, source.n_times / source.sfreq, store.record_start(record)
 
 
 def _window_probabilities(
-    model: nn.Module, dataset: Dataset[Any], *, batch_size: int, device: str
+    model: nn.Module,
+    dataset: Dataset[Any],
+    located: tuple[_StoreWindows, np.ndarray] | None,
+    *,
+    batch_size: int,
+    device: str,
 ) -> torch.Tensor:
-    """[N, K] probabilities of every window of ``dataset``. A sequence classifier reads the
-    windows as one night in order (a store record's runs of consecutive windows each whole)."""
+    """[N, K] probabilities of every window of ``dataset``. A sequence classifier reads store
+    windows (``located``) within their record, each run of consecutive windows whole, and other
+    windows as one night in their order."""
     if not isinstance(model, SequenceClassifier):
         logits = predict_logits(model, dataset, batch_size=batch_size, device=device)
         return torch.softmax(logits, dim=1)
-    source: SleepWindowDataset | InMemoryWindows | None = find_source(
-        dataset, SleepWindowDataset
-    ) or find_source(dataset, InMemoryWindows)
-    if source is None:
+    if located is None:
         windows = torch.stack([dataset[i] for i in range(len(dataset))])  # type: ignore[arg-type]
         target = resolve_device(device)
         original, was_training = model.head.weight.device, model.training
@@ -267,22 +281,21 @@ def _window_probabilities(
             return model.to(target).eval().predict_night(windows, batch_size=batch_size)
         finally:
             model.to(original).train(was_training)
+    source, positions = located
+    record = source.records[int(source.record_index[positions[0]])]
     nights = SleepSequenceDataset(
         source.store_path,
-        records=source.records,
+        records=[record],
         context=model.context,
         labelled_only=False,
         normalize=source.normalize,
         channels=list(model.signal_info.ch_names or source.ch_names),
         progress=False,
     )
-    whole = np.concatenate(
-        [
-            night.probabilities
-            for night in predict_nights(model, nights, batch_size=batch_size, device=device)
-        ]
-    )
-    return torch.from_numpy(whole[source.window_index])
+    by_window = np.full((len(nights.window_labels()), model.num_classes), np.nan, np.float32)
+    for night in predict_nights(model, nights, batch_size=batch_size, device=device):
+        by_window[night.first : night.first + len(night.probabilities)] = night.probabilities
+    return torch.from_numpy(by_window[source.window_index[positions]])
 
 
 def predict(
@@ -302,11 +315,17 @@ def predict(
         model: A classifier (e.g. :func:`partnd.load_classifier`'s) mapping ``[B, C, *spatial]``
             to logits; its ``signal_info`` (when it has one) is checked against the data.
         data: Windows ``[N, C, *spatial]`` (array, tensor, ``.npy`` path), a dataset of windows
-            or ``(window, label)`` items (labels ignored), or the windows of one record of a
-            sleep store (a store path holding one record, or a
-            :class:`~partnd.datasets.SleepWindowDataset` of one record): their onsets, window
-            length and start date then come from the store. Use :func:`predict_records` for a
-            store of several records.
+            or ``(window, label)`` items (labels ignored), or windows of one record of a sleep
+            store (a store path holding one record, a
+            :class:`~partnd.datasets.SleepWindowDataset` or ``InMemoryWindows``, or a
+            ``torch.utils.data.Subset`` of one, nested or in any order): their onsets, window
+            length and start date then come from the store, item by item. Store windows under
+            another wrapper (a ``ConcatDataset``...) are refused: their onsets are unknown. Use
+            :func:`predict_records` for a store of several records. A
+            :class:`~partnd.models.SequenceClassifier` reads store windows within their night
+            (each run of consecutive windows whole, so a Subset's windows get the
+            probabilities they have in the whole night), and other data as one night's
+            consecutive windows in the order given.
         class_names: K names; default the classifier's recorded ``class_names``, else ``"0"``...
         epoch_seconds: Window duration; default the store's, else the model's recorded window
             length, else 30 s.
@@ -320,8 +339,9 @@ def predict(
     """
     expected = getattr(model, "signal_info", None)
     dataset, _ = as_signal_dataset(data, "data", expected=expected)
-    timing = _record_timing(dataset)
-    if timing is not None:
+    located = _store_windows(dataset)
+    if located is not None:
+        timing = _record_timing(*located)
         onsets = timing[0] if onsets is None else onsets
         epoch_seconds = timing[1] if epoch_seconds is None else epoch_seconds
         start = timing[2] if start is None else start
@@ -340,11 +360,6 @@ def predict(
         "None or a timezone-aware datetime (MNE's meas_date is in UTC)",
         repr(start),
     )
-    probabilities = _window_probabilities(model, dataset, batch_size=batch_size, device=device)
-    num_classes = int(probabilities.shape[1])
-    names = class_names if class_names is not None else getattr(model, "class_names", None)
-    names = [str(k) for k in range(num_classes)] if names is None else list(names)
-    check(len(names) == num_classes, "class_names", f"{num_classes} names", repr(names))
     if onsets is not None:
         check(len(onsets) == len(dataset), "onsets", f"{len(dataset)} onsets", len(onsets))
         onsets = np.asarray(onsets, dtype=np.float64)
@@ -354,6 +369,22 @@ def predict(
             "finite window starts >= 0 in seconds from the recording start",
             onsets,
         )
+        check(
+            located is not None
+            or not isinstance(model, SequenceClassifier)
+            or bool(np.all(np.diff(onsets) > 0)),
+            "onsets",
+            "increasing window starts (a sequence classifier reads the windows as one night, "
+            "in their order)",
+            onsets,
+        )
+    probabilities = _window_probabilities(
+        model, dataset, located, batch_size=batch_size, device=device
+    )
+    num_classes = int(probabilities.shape[1])
+    names = class_names if class_names is not None else getattr(model, "class_names", None)
+    names = [str(k) for k in range(num_classes)] if names is None else list(names)
+    check(len(names) == num_classes, "class_names", f"{num_classes} names", repr(names))
     return Prediction(
         labels=probabilities.argmax(dim=1).numpy(),
         probabilities=probabilities.numpy(),

@@ -151,3 +151,45 @@ def test_unreadable_files_are_refused_naming_the_argument(tmp_path: Path) -> Non
             config=PretrainConfig.preset("test", patch_size=20, num_patches=6, epochs=1),
             init_weights=truncated,
         )
+
+
+class WindowIdentity(torch.nn.Module):
+    """Logits [B, 9] peaking at the window index the gappy store writes in each window's first
+    sample (``1000 * record + window``): the predicted label of a window is its index."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        index = x[:, 0, 0] % 1000
+        return -(index[:, None] - torch.arange(9.0)).abs()
+
+
+def test_predictions_of_a_subset_land_at_their_own_windows(gappy_store: Path) -> None:
+    """Each item of a Subset (permuted, sliced, nested, of a multi-record dataset) is written at
+    its own window's onset; store windows whose order cannot be traced are refused."""
+    from torch.utils.data import ConcatDataset, Subset
+
+    from partnd.datasets import SleepWindowDataset
+    from partnd.datasets.sleep_windows import InMemoryWindows
+
+    model = WindowIdentity()
+    onsets_b = 5.0 + 30.0 * np.array([0, 1, 2, 3, 6, 7])  # record b: a gap after window 3
+    b = SleepWindowDataset(gappy_store, records=["b"], normalize=False)
+    in_memory = InMemoryWindows(gappy_store, records=["b"], normalize=False, progress=False)
+    perm = [4, 0, 5, 2, 1, 3]
+    cases = {
+        "permuted": (Subset(b, perm), perm),
+        "sliced": (Subset(b, range(2, 5)), [2, 3, 4]),
+        "nested": (Subset(Subset(b, perm), [2, 0]), [5, 4]),
+        "negative": (Subset(b, [-1, 0]), [5, 0]),
+        "in memory": (Subset(in_memory, perm), perm),
+    }
+    for name, (data, windows_read) in cases.items():
+        prediction = partnd.predict(model, data, device="cpu")
+        assert prediction.labels.tolist() == windows_read, name
+        np.testing.assert_allclose(prediction.window_onsets(), onsets_b[windows_read])
+    every = SleepWindowDataset(gappy_store, normalize=False)  # a: 9 windows, b, c
+    of_b = partnd.predict(model, Subset(every, [13, 9]), device="cpu")  # b's windows 4 and 0
+    assert of_b.labels.tolist() == [4, 0] and of_b.window_onsets().tolist() == [185.0, 5.0]
+    with pytest.raises(InputError, match="windows of 2 records"):
+        partnd.predict(model, Subset(every, [0, 9]), device="cpu")
+    with pytest.raises(InputError, match=r"data: expected a SleepWindowDataset or .*Subset"):
+        partnd.predict(model, ConcatDataset([b, b]), device="cpu")

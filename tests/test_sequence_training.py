@@ -197,3 +197,27 @@ def test_predict_gives_a_sequence_classifier_whole_nights(gappy_store):
     windows = night.nights().__next__().windows
     array = predict(model, windows.numpy(), device="cpu")
     torch.testing.assert_close(torch.from_numpy(array.probabilities), runs[0])
+
+
+def test_a_sequence_classifier_predicts_a_subset_at_its_own_windows(gappy_store):
+    """A Subset's windows get the probabilities they have in their whole night (read with their
+    neighbours), at their own onsets: not the whole record in store order."""
+    from torch.utils.data import Subset
+
+    from partnd.datasets import SleepWindowDataset
+    from partnd.inference import predict, predict_records
+
+    torch.manual_seed(0)
+    model = build_sequence_classifier(
+        None, _config(), num_classes=5, in_chans=3, window_samples=50
+    ).eval()
+    whole = predict_records(model, gappy_store, ["b"], device="cpu")["b"]
+    b = SleepWindowDataset(gappy_store, records=["b"])
+    for order in ([4, 0, 5, 2, 1, 3], [5, 1], [3]):
+        subset = predict(model, Subset(b, order), device="cpu")
+        assert len(subset.labels) == len(order)
+        np.testing.assert_allclose(subset.window_onsets(), whole.window_onsets()[order])
+        np.testing.assert_allclose(subset.probabilities, whole.probabilities[order], atol=1e-6)
+    windows = torch.randn(4, 3, 50)
+    with pytest.raises(InputError, match="onsets: expected increasing window starts"):
+        predict(model, windows, onsets=[0.0, 60.0, 30.0, 90.0], device="cpu")
