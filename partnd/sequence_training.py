@@ -36,7 +36,7 @@ from partnd.engine.distributed import resolve_device
 from partnd.metrics import ClassificationReport, classification_metrics
 from partnd.models import create_encoder
 from partnd.models.sequence import HierarchicalEncoder, SequenceClassifier
-from partnd.models.vit import ViTEncoder
+from partnd.models.vit import ViTEncoder, check_tiles
 from partnd.signal_info import SignalInfo, match_signal
 
 __all__ = [
@@ -258,6 +258,8 @@ def build_sequence_classifier(
         f"windows [{window.in_chans}, T] of a 1D signal (the encoder's input)",
         f"windows [{in_chans}, {window_samples}]",
     )
+    patch = "FinetuneConfig.patch_size" if encoder is None else "encoder"
+    check_tiles((window_samples,), window.patch_size, patch)
     return SequenceClassifier.from_window_encoder(
         window,
         num_classes,

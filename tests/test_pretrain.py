@@ -367,8 +367,9 @@ def test_nan_in_data_names_the_item(tmp_path: Path) -> None:
         (np.zeros((8, 2, 400), np.float32), {"patch_size": (20, 20)}, "1 spatial dimension"),
         (np.zeros((3, 2, 400), np.float32), {}, "at least batch_size x world_size = 4"),
         (np.zeros((8, 2, 400), np.float32), {"num_patches": 1}, r"num_patches: .*got 1 for"),
+        (np.zeros((8, 2, 410), np.float32), {}, r"patch_size: .*divides .* \(410,\)"),
         (
-            np.zeros((8, 2, 30), np.float32),
+            np.zeros((8, 2, 20), np.float32),
             {"num_patches": None},
             r"^PretrainConfig\.num_patches: expected at least 2 patches.*got 1 for items",
         ),
@@ -383,6 +384,7 @@ def test_nan_in_data_names_the_item(tmp_path: Path) -> None:
         "too_few",
         "one_patch",
         "one_grid_tile",
+        "patch_leaves_a_remainder",
     ],
 )
 def test_bad_input(tmp_path: Path, data: np.ndarray, overrides: dict, message: str) -> None:

@@ -107,6 +107,12 @@ def test_builder_from_scratch_window_or_hierarchical_encoder() -> None:
                                temporal.blocks[0].attn.qkv.weight)  # fmt: skip
     with pytest.raises(InputError, match="train_dataset"):
         build_sequence_classifier(window, config, num_classes=5, in_chans=2, window_samples=50)
+    with pytest.raises(InputError, match=r"FinetuneConfig.patch_size: expected a patch size that "
+                       r"divides the items' spatial size \(50,\)"):  # fmt: skip
+        build_sequence_classifier(None, _config(patch_size=15), num_classes=5, in_chans=3,
+                                  window_samples=50)  # fmt: skip
+    with pytest.raises(InputError, match="encoder: expected a patch size that divides"):
+        build_sequence_classifier(window, config, num_classes=5, in_chans=3, window_samples=55)
 
 
 def test_whole_nights_are_predicted_and_scored_on_labelled_windows(gappy_store):

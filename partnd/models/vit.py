@@ -23,7 +23,16 @@ from torch import Tensor, nn
 from partnd._validation import InputError, check, describe
 from partnd.signal_info import SignalInfo
 
-__all__ = ["Attention", "Block", "DropPath", "Mlp", "ViTEncoder", "init_weights", "to_size_tuple"]
+__all__ = [
+    "Attention",
+    "Block",
+    "DropPath",
+    "Mlp",
+    "ViTEncoder",
+    "check_tiles",
+    "init_weights",
+    "to_size_tuple",
+]
 
 
 def to_size_tuple(
@@ -47,6 +56,29 @@ def to_size_tuple(
         repr(size),
     )
     return sizes
+
+
+def check_tiles(
+    spatial_shape: Sequence[int], patch_size: Sequence[int], argument: str = "patch_size"
+) -> None:
+    """Refuse a patch size whose grid does not cover the items whole: fine-tuning and inference
+    tile every item on the regular grid (:meth:`ViTEncoder.forward_grid`), which would drop the
+    remainder of ``L_d // P_d`` tiles in every step.
+
+    Args:
+        spatial_shape: The items' spatial size (e.g. ``(3000,)``: 30 s at 100 Hz).
+        patch_size: The patch extent per dimension.
+        argument: Name of the patch size in error messages.
+    """
+    spatial, patch = tuple(spatial_shape), tuple(patch_size)
+    check(
+        all(length % size == 0 for length, size in zip(spatial, patch, strict=True)),
+        argument,
+        f"a patch size that divides the items' spatial size {spatial} (items are tiled on the "
+        f"grid of patches; {tuple(n % p for n, p in zip(spatial, patch, strict=True))} "
+        "sample(s) per dimension would never be seen)",
+        repr(patch if len(set(patch)) > 1 else patch[0]),
+    )
 
 
 def init_weights(module: nn.Module) -> None:

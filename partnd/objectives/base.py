@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from partnd._validation import check
 from partnd.models.registry import create_encoder
-from partnd.models.vit import ViTEncoder
+from partnd.models.vit import ViTEncoder, check_tiles
 from partnd.sampling import GridSampler, PatchBatch
 
 if TYPE_CHECKING:
@@ -123,6 +123,7 @@ def patch_shape(config: PretrainConfig, spec: SignalSpec) -> tuple[int, ...]:
         f"items whose spatial size is at least the patch size {sizes} in every dimension",
         f"items of shape {spec.item_shape}",
     )
+    check_tiles(spec.spatial_shape, sizes, "PretrainConfig.patch_size")
     return sizes
 
 
