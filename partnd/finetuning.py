@@ -46,6 +46,7 @@ from partnd.models.serialization import (
     load_hierarchical_encoder,
     save_model,
 )
+from partnd.models.vit import check_tiles
 from partnd.objectives.diagnostics import classification_diagnostics
 from partnd.sequence_training import (
     SequenceClassificationTask,
@@ -209,6 +210,35 @@ def _load_backbone(
     return copy.deepcopy(encoder)
 
 
+def _check_architecture(
+    backbone: ViTEncoder | HierarchicalEncoder | None, encoder: Any, overrides: dict[str, Any]
+) -> None:
+    """Refuse architecture fields of ``overrides`` that would be ignored: any with pretrained
+    weights (they bring their own), a preset other than the positional ``encoder``'s name."""
+    if backbone is None:
+        named = encoder if isinstance(encoder, str) else None
+        preset = overrides.get("encoder", named)
+        check(
+            named is None or preset == named,
+            "FinetuneConfig.encoder",
+            f"the encoder preset given as the first argument ({named!r}) or none",
+            repr(preset),
+        )
+        return
+    window = backbone.window if isinstance(backbone, HierarchicalEncoder) else backbone
+    patch = overrides.get("patch_size", window.patch_size)
+    patch = tuple(patch) if isinstance(patch, Sequence) else (patch,) * len(window.patch_size)
+    ignored: list[str] = [name for name in ("encoder", "encoder_overrides") if name in overrides]
+    ignored += [] if patch == tuple(window.patch_size) else ["patch_size"]
+    check(
+        not ignored,
+        f"FinetuneConfig.{ignored[0]}" if ignored else "",
+        "no architecture setting with pretrained weights (they bring their own encoder and "
+        f"patch size {tuple(window.patch_size)})",
+        ", ".join(repr(overrides[name]) for name in ignored),
+    )
+
+
 def _prepare_encoder(
     backbone: ViTEncoder | None, preset: str | None, config: FinetuneConfig, spec: SignalSpec
 ) -> ViTEncoder:
@@ -230,13 +260,16 @@ def _prepare_encoder(
     return backbone
 
 
-def _check_fits(encoder: ViTEncoder, spec: SignalSpec, argument: str) -> None:
+def _check_fits(encoder: ViTEncoder, spec: SignalSpec, argument: str, patch: str) -> None:
+    """Refuse items the encoder's grid of patches (named ``patch`` in messages) would not tile
+    whole."""
     check(
         all(n >= p for n, p in zip(spec.spatial_shape, encoder.patch_size, strict=True)),
         argument,
         f"items whose spatial size is at least the patch size {encoder.patch_size}",
         f"items of shape {spec.item_shape}",
     )
+    check_tiles(spec.spatial_shape, encoder.patch_size, patch)
 
 
 def evaluate(
@@ -403,8 +436,9 @@ def _window_setup(
         check_labels(
             val_set, num_classes, "val_labels" if val_labels is not None else "val_dataset"
         )
+    patch = "FinetuneConfig.patch_size" if backbone is None else "encoder"
     backbone = _prepare_encoder(backbone, preset, config, spec)
-    _check_fits(backbone, spec, "train_dataset")
+    _check_fits(backbone, spec, "train_dataset", patch)
     model = PatchClassifier(
         backbone,
         num_classes,
@@ -525,6 +559,7 @@ def _sequence_setup(
 def finetune(
     encoder: ViTEncoder | HierarchicalEncoder | str | Path | None,
     train_dataset: Dataset[Any] | np.ndarray | torch.Tensor | str | Path,
+    /,
     *,
     num_classes: int,
     val_dataset: Dataset[Any] | np.ndarray | torch.Tensor | None = None,
@@ -562,7 +597,10 @@ def finetune(
         overwrite: Clear ``out_dir`` first.
         train_labels: Labels when ``train_dataset`` is an array.
         val_labels: Labels when ``val_dataset`` is an array.
-        **overrides: :class:`FinetuneConfig` field values.
+        **overrides: :class:`FinetuneConfig` field values (``encoder`` among them: the preset
+            of a from-scratch encoder; ``encoder`` and ``train_dataset`` above are positional).
+            Architecture fields (``encoder``, ``encoder_overrides``, another ``patch_size``)
+            are refused with pretrained weights, which bring their own.
 
     Returns:
         A :class:`FinetuneResult`; ``classifier.pt``, ``metrics.json`` and (with validation)
@@ -582,6 +620,7 @@ def finetune(
             repr(class_names),
         )
     backbone = _load_backbone(encoder)
+    _check_architecture(backbone, encoder, overrides)
     with open_session(
         FinetuneConfig, config, overrides, out_dir=out_dir, resume=resume, overwrite=overwrite
     ) as session:

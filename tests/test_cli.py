@@ -677,3 +677,41 @@ def test_a_sequence_classifier_from_the_command_line(tmp_path: Path) -> None:
     assert cli.main(argv) == 0
     rows = (out / "tr02.csv").read_text().splitlines()
     assert len(rows) == 1 + 20 and rows[0].startswith("onset,duration,description")
+
+
+def test_the_encoder_field_and_architecture_options_of_finetune(
+    tmp_path: Path, signals: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """--encoder / --set encoder=... choose a from-scratch preset (it was a TypeError: the API's
+    first argument shares the name); architecture options pretrained weights would ignore, a
+    patch size that does not tile the items and an unknown preset are refused naming them."""
+    labels = tmp_path / "y.npy"
+    np.save(labels, np.arange(16) % 2)
+    argv = ["finetune", "--data", str(signals), "--labels", str(labels), "--num-classes", "2"]
+    argv += ["--preset", "test", "--epochs", "1", "--batch-size", "8"]
+    for extra, run in ((["--encoder", "vit_test_wide"], "a"), (["--set", "encoder=vit_mini"], "b")):
+        assert cli.main([*argv, "--patch-size", "20", *extra, "--out", str(tmp_path / run)]) == 0
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["encoder"] == "vit_test_wide"
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["encoder"] == "vit_mini"
+    pre = ["pretrain", "--data", str(signals), "--preset", "test", "--patch-size", "20"]
+    assert cli.main([*pre, "--epochs", "1", "--out", str(tmp_path / "pre")]) == 0
+    capsys.readouterr()
+    new = ["--out", str(tmp_path / "new")]
+    pretrained = [*argv, "--init-weights", str(tmp_path / "pre"), *new]
+    for command, message in [
+        ([*pretrained, "--patch-size", "20", "--encoder", "vit_test"], "--encoder: expected no "
+         "architecture setting with pretrained weights (they bring their own encoder and patch "
+         "size (20,)), got 'vit_test'"),
+        ([*pretrained, "--patch-size", "40"], "--patch-size: expected no architecture setting"),
+        ([*pretrained, "--set", 'encoder_overrides={"depth": 1}'], "--encoder-overrides: "),
+        ([*argv, *new, "--patch-size", "30"], "--patch-size: expected a patch size that divides "
+         "the items' spatial size (80,) (items are tiled on the grid of patches; (20,) sample(s) "
+         "per dimension would never be seen), got 30"),
+        ([*pre, *new, "--patch-size", "30"], "--patch-size: expected a patch size that divides"),
+        ([*argv, *new, "--encoder", "vit_nope"], "--encoder: expected one of ['vit_base', "),
+        ([*pre, *new, "--encoder", "vit_nope"], "--encoder: expected one of ['vit_base', "),
+    ]:  # fmt: skip
+        assert cli.main(command) == 2, command
+        error = capsys.readouterr().err
+        assert message in error and len(error.splitlines()) == 1, error
+        assert not (tmp_path / "new").exists()

@@ -225,3 +225,21 @@ def test_encoder_with_other_channels_is_rejected(tmp_path: Path) -> None:
     encoder = create_encoder("vit_test", in_chans=3, patch_size=20, ndim=1)
     with pytest.raises(InputError, match=r"train_dataset: expected items \[3, \*spatial\]"):
         finetune(encoder, x, train_labels=y.tolist(), num_classes=3, out_dir=tmp_path / "r")
+
+
+def test_the_encoder_field_is_a_keyword_beside_the_positional_encoder(tmp_path: Path) -> None:
+    """``encoder`` (the weights or a preset name) is positional, so the config field of the same
+    name can be set as a keyword; settings that would be ignored are refused."""
+    x, y = tones(16, seed=0)
+    common = {"train_labels": y.tolist(), "num_classes": 3, "config": ft_config(epochs=1)}
+    result = finetune(None, x, out_dir=tmp_path / "a", encoder="vit_test_wide", **common)
+    assert result.config.encoder == "vit_test_wide" and result.model.encoder.embed_dim == 64
+    conflict = r"encoder: expected the encoder preset given as the first argument \('vit_test'\)"
+    with pytest.raises(InputError, match=conflict + " or none, got 'vit_mini'"):
+        finetune("vit_test", x, out_dir=tmp_path / "b", encoder="vit_mini", **common)
+    with pytest.raises(InputError, match=r"FinetuneConfig\.patch_size: expected a patch size that"):
+        finetune(None, x, out_dir=tmp_path / "b", patch_size=30, **common)
+    pretrained = result.model.encoder
+    with pytest.raises(InputError, match=r"FinetuneConfig\.encoder_overrides: expected no arch"):
+        finetune(pretrained, x, out_dir=tmp_path / "b", encoder_overrides={"depth": 1}, **common)
+    assert not (tmp_path / "b").exists()

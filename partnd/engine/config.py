@@ -202,6 +202,14 @@ class TrainConfig:
         ok = value is not None and (value > 0 if strict else value >= 0)
         check(ok, self._arg(name), "a number > 0" if strict else "a number >= 0", repr(value))
 
+    def _check_encoder_preset(self, name: str) -> None:
+        """Refuse an unknown ``encoder`` preset ``name`` when the config is made, not when the
+        encoder is built (after the run directory was claimed and the data read)."""
+        from partnd.models.registry import list_encoders  # a leaf module: no import cycle
+
+        presets = list_encoders()
+        check(name in presets, self._arg("encoder"), f"one of {presets}", repr(name))
+
     def _validate(self) -> None:
         for name in ("epochs", "batch_size", "lr", "log_every_steps", "checkpoint_every_epochs"):
             self._positive(name)
@@ -471,6 +479,7 @@ class PretrainConfig(TrainConfig):
 
         methods = list_objectives()
         check(self.method in methods, self._arg("method"), f"one of {methods}", repr(self.method))
+        self._check_encoder_preset(self.encoder)
         sizes = (self.patch_size,) if isinstance(self.patch_size, int) else self.patch_size
         check(
             all(size > 0 for size in sizes),
@@ -556,6 +565,7 @@ class FinetuneConfig(TrainConfig):
 
     def _validate(self) -> None:
         super()._validate()
+        self._check_encoder_preset(self.encoder)
         self._positive("eval_batch_size")
         check(
             0.0 <= self.label_smoothing < 1.0,
