@@ -48,10 +48,29 @@ RECIPE_OPTIONS = OptionNames(
 """The API arguments a recipe's messages may name (its study's settings), as its options."""
 
 
-def run_recipe(prog: str, body: Callable[[], int | None]) -> int:
+_RERUN = "run the same command again to continue"
+"""How a recipe continues after an interruption: every stage resumes where it stopped."""
+
+
+def run_recipe(
+    prog: str, body: Callable[[], int | None], options: OptionNames = RECIPE_OPTIONS
+) -> int:
     """Run a recipe's command ``body``: bad input, a non-finite loss or Ctrl-C end with one line
-    and an exit status (2, 1, 130), not a traceback (see :func:`partnd.cli_errors.run_command`)."""
-    return run_command(prog, RECIPE_OPTIONS, body)
+    naming its ``options`` and an exit status (2, 1, 130), not a traceback (see
+    :func:`partnd.cli_errors.run_command`); after Ctrl-C the line says to re-run the command
+    (its stages resume)."""
+    from partnd.engine.trainer import TrainingInterrupted
+
+    def resumable() -> int | None:
+        try:
+            return body()
+        except TrainingInterrupted as stopped:
+            number, checkpoint, step = stopped.signal_number, stopped.checkpoint, stopped.step
+            raise TrainingInterrupted(number, checkpoint, step, _RERUN) from None
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(f"interrupted; {_RERUN}") from None
+
+    return run_command(prog, options, resumable)
 
 
 def claim_study_directory(out: Path, settings: dict[str, Any], overwrite: bool) -> None:
@@ -66,6 +85,12 @@ def claim_study_directory(out: Path, settings: dict[str, Any], overwrite: bool) 
         InputError: ``--out`` is a non-empty directory of something else, or a study made with
             other settings (the message lists each changed setting).
     """
+    check(
+        not out.exists() or out.is_dir(),
+        "--out",
+        "a directory for the study (new, empty, or an earlier study of this recipe)",
+        f"the file {out}",
+    )
     marker = out / STUDY_MARKER
     if overwrite and out.is_dir() and any(out.iterdir()):
         check(

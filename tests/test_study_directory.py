@@ -44,6 +44,9 @@ def test_overwrite_clears_a_study_but_never_another_folder(tmp_path: Path) -> No
     for overwrite in (False, True):
         with pytest.raises(InputError, match="--out"):
             claim_study_directory(other, {"seed": 0}, overwrite=overwrite)
+        with pytest.raises(InputError, match=r"--out: expected a directory for the study .*"
+                           r"got the file .*holiday\.jpg"):  # fmt: skip
+            claim_study_directory(other / "holiday.jpg", {"seed": 0}, overwrite=overwrite)
     assert (other / "holiday.jpg").read_text() == "precious"
 
 
@@ -67,6 +70,9 @@ def test_a_recipe_run_as_a_module_ends_with_one_line_not_a_traceback(tmp_path: P
 
 
 def test_run_recipe_turns_failures_into_an_exit_status(capsys: pytest.CaptureFixture) -> None:
+    import signal
+
+    from partnd.engine.trainer import TrainingInterrupted
     from partnd.recipes.study_directory import run_recipe
 
     def refused() -> int:
@@ -81,7 +87,18 @@ def test_run_recipe_turns_failures_into_an_exit_status(capsys: pytest.CaptureFix
         raise KeyboardInterrupt
 
     assert run_recipe("recipe", interrupted) == 130
-    assert capsys.readouterr().err == "recipe: interrupted\n"
+    assert capsys.readouterr().err == (
+        "recipe: interrupted; run the same command again to continue\n"
+    )
+
+    def stopped_training() -> int:  # what the engine raises after saving its checkpoint
+        raise TrainingInterrupted(signal.SIGTERM, Path("run/checkpoints/last.pt"), 12)
+
+    assert run_recipe("recipe", stopped_training) == 143
+    assert capsys.readouterr().err == (  # not the API's "resume=True"
+        "recipe: interrupted by SIGTERM after step 12; resumable checkpoint "
+        "run/checkpoints/last.pt (run the same command again to continue)\n"
+    )
 
 
 def test_a_refused_study_command_names_its_options_and_leaves_no_new_directory(

@@ -105,12 +105,20 @@ class TrainingInterrupted(KeyboardInterrupt):
             exit status for it is ``128 + signal_number`` (130, 143).
         checkpoint: The checkpoint written, or ``None`` when the trainer writes none.
         step: Optimiser steps done.
+        how_to_resume: How the caller continues from the checkpoint (a command line re-runs
+            the command, or passes ``--resume``).
     """
 
-    def __init__(self, signal_number: int, checkpoint: Path | None, step: int) -> None:
+    def __init__(
+        self,
+        signal_number: int,
+        checkpoint: Path | None,
+        step: int,
+        how_to_resume: str = "continue with resume=True",
+    ) -> None:
         name = signal.Signals(signal_number).name
         where = (
-            f"resumable checkpoint {checkpoint} (continue with resume=True)"
+            f"resumable checkpoint {checkpoint} ({how_to_resume})"
             if checkpoint is not None
             else "no checkpoint (the trainer has no run directory)"
         )
