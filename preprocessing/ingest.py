@@ -37,6 +37,7 @@ import shutil
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -74,6 +75,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+_EPOCH = date(1970, 1, 1)
+"""The day MNE counts the onsets of annotations without a start date from."""
+
 DEFAULT_STAGE_MAPPING: dict[str, int] = STAGE_ALIASES
 """Hypnogram description -> stage code (0 W, 1 N1, 2 N2, 3 N3, 4 REM): the shared table of
 :mod:`partnd.datasets.stages`, which the hypnogram writers use too."""
@@ -103,6 +107,10 @@ def annotation_sample_indices(
     <mne.io.Raw.time_as_index>`; without it, times count from sample 0 of the acquisition, so a
     cropped recording's ``raw.first_samp`` is subtracted (this is how ``raw.annotations`` of a
     recording without ``meas_date`` are kept, and how they stay attached through ``crop``).
+    For a recording without ``meas_date``, an ``orig_time`` on 1970-01-01 is how MNE writes
+    annotations without a start date (from the epoch; its CSV reader returns the first row's
+    time as ``orig_time``): times then count from the recording's start plus that offset, so the
+    CSV hypnograms ``partnd predict`` writes for such recordings read back in place.
 
     Args:
         raw: The recording (only its timing is used).
@@ -116,7 +124,13 @@ def annotation_sample_indices(
         InputError: ``annotations`` have an ``orig_time`` but ``raw`` has no ``meas_date``.
     """
     times = np.asarray(times, dtype=np.float64)
-    if annotations.orig_time is None:
+    orig_time = annotations.orig_time
+    if orig_time is not None and raw.info["meas_date"] is None and orig_time.date() == _EPOCH:
+        # MNE writes annotations without a start date from 1970-01-01 (its CSV reader takes the
+        # first row as orig_time): their seconds since then count from the recording's start
+        times = times + (orig_time - datetime(1970, 1, 1, tzinfo=timezone.utc)).total_seconds()
+        orig_time = None
+    if orig_time is None:
         absolute = raw.time_as_index(times, use_rounding=True)  # first_samp-based, as events
         return absolute.astype(np.int64) - raw.first_samp
     check(
@@ -126,7 +140,7 @@ def annotation_sample_indices(
         "align them too)",
         f"orig_time={annotations.orig_time}",
     )
-    indices = raw.time_as_index(times, use_rounding=True, origin=annotations.orig_time)
+    indices = raw.time_as_index(times, use_rounding=True, origin=orig_time)
     return indices.astype(np.int64)
 
 

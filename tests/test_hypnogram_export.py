@@ -167,3 +167,39 @@ def test_predict_gives_one_hypnogram_per_record_with_its_onsets_and_start(
         back = tmp_path / f"{hypnogram.suffix}.zarr"
         assert cli.main(["ingest", str(night), str(hypnogram), "--out", str(back)]) == 0
         np.testing.assert_array_equal(SleepStore(back).stages("n2"), labels)
+
+
+def test_the_csv_of_a_record_without_start_date_reingests_in_place(tmp_path: Path) -> None:
+    """A generated PC18 record has no start date and its first scored window starts after 0 s:
+    the CSV ``predict`` writes (onsets from 1970-01-01, as MNE writes them; MNE reads the first
+    row back as orig_time) re-ingests with the predicted stages at the store's window times."""
+    import torch
+
+    from partnd.cohort.pc18_cohort import make_pc18_cohort
+    from partnd.preprocessing.pc18_reader import find_records, read_eeg
+    from partnd.preprocessing.physionet2018 import preprocess_physionet2018
+
+    make_pc18_cohort(tmp_path / "pc18", n_records=1, hours=0.25, progress=False)
+    preprocess_physionet2018(tmp_path / "pc18", tmp_path / "pc18.zarr", progress=False)
+    store = SleepStore(tmp_path / "pc18.zarr")
+    (record,) = store.record_ids()
+    onsets = store.start_times(record)
+    assert store.record_start(record) is None and onsets[0] > 0
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(6 * 3000, 5))
+    windows = SleepWindowDataset(tmp_path / "pc18.zarr", records=[record])
+    prediction = partnd.predict(model, windows, class_names=list(STAGE_NAMES), device="cpu")
+    assert len(set(prediction.labels.tolist())) > 1  # the stages say where each window went
+    prediction.write_csv(tmp_path / "hypnogram.csv")
+    assert mne.read_annotations(tmp_path / "hypnogram.csv").orig_time is not None
+
+    eeg = read_eeg(find_records(tmp_path / "pc18")[0])  # the recording, without a start date
+    info = mne.create_info(list(eeg.channels), eeg.sfreq, "eeg")
+    mne.io.RawArray(eeg.data * 1e-6, info, verbose="error").save(
+        tmp_path / f"{record}_raw.fif", verbose="error"
+    )
+    argv = ["ingest", str(tmp_path / f"{record}_raw.fif"), str(tmp_path / "hypnogram.csv")]
+    assert cli.main([*argv, "--out", str(tmp_path / "back.zarr"), "--record-id", record]) == 0
+    back = SleepStore(tmp_path / "back.zarr")
+    np.testing.assert_allclose(back.start_times(record), onsets)
+    np.testing.assert_array_equal(back.stages(record), prediction.labels)
