@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from partnd._validation import check
+from partnd.cli_errors import OptionNames
 from partnd.objectives import list_objectives
 from partnd.recipes.sleep_report import (
     plot_confusion_matrices,
@@ -59,11 +60,17 @@ from partnd.recipes.sleep_study import (
     available_methods,
     method_arms,
 )
-from partnd.recipes.study_directory import add_run_arguments, released_on_failure, run_recipe
+from partnd.recipes.study_directory import (
+    RECIPE_OPTIONS,
+    add_run_arguments,
+    released_on_failure,
+    run_recipe,
+)
 
 __all__ = [
     "DEFAULT_METHODS",
     "DEFAULT_ROWS",
+    "SLEEP_OPTIONS",
     "STAGES",
     "add_study_arguments",
     "build_parser",
@@ -92,6 +99,21 @@ DEFAULT_ROWS = (
 #: The methods of ``--arms`` without ``--methods``.
 DEFAULT_METHODS = tuple(dict.fromkeys(method for method, _ in DEFAULT_ROWS))
 STAGES = ("prepare", "pretrain", "finetune", "report", "all")
+#: The options of both sleep recipes, for the arguments and configuration fields their
+#: messages name.
+SLEEP_OPTIONS = OptionNames(
+    {
+        **RECIPE_OPTIONS.options,
+        "seed": "--seed",
+        "normalize": "--normalize",
+        "FinetuneConfig.context": "--context",
+        "FinetuneConfig.min_steps": "--finetune-steps",
+        "FinetuneConfig.device": "--device",
+        "PretrainConfig.epochs": "--pretrain-epochs",
+        "PretrainConfig.min_steps": "--pretrain-steps",
+        "PretrainConfig.device": "--device",
+    }
+)
 
 
 def _budget(study: SleepStudy) -> int:
@@ -122,12 +144,17 @@ def selected_rows(args: argparse.Namespace) -> list[tuple[str, str]]:
             check(bool(sep), "--rows", "METHOD:ARM items, e.g. supervised:sequence", repr(text))
             rows.append((method, arm))
         for method, arm in rows:
-            rows_of([method], [arm])  # names checked
+            check(
+                method in available_methods(),
+                "--rows",
+                f"METHOD:ARM items with a method from {available_methods()}",
+                repr(f"{method}:{arm}"),
+            )
             check(
                 arm in method_arms(method),
                 "--rows",
                 f"an arm of {method} ({', '.join(method_arms(method))})",
-                repr(arm),
+                repr(f"{method}:{arm}"),
             )
         return rows
     if args.methods is None and args.arms is None:
@@ -262,11 +289,16 @@ def add_study_arguments(
         "--pretrain-steps",
         type=int,
         default=None,
-        help="pretrain every method for this many optimiser steps (a step budget; overrides "
-        "the epochs)",
+        help="pretrain every method for at least this many optimiser steps (a step budget; "
+        "overrides the epochs; rounded up to whole epochs of the pool)",
     )
     parser.add_argument(
-        "--finetune-steps", type=int, default=None, help="override the fine-tuning step budget"
+        "--finetune-steps",
+        type=int,
+        default=None,
+        help="fine-tune every cell for at least this many optimiser steps (rounded up to whole "
+        "epochs of its training subjects' windows: 2 steps on 300 windows at batch 64 run 5; "
+        "each cell records the steps it ran)",
     )
     add_run_arguments(parser)
 
@@ -293,8 +325,9 @@ def _pretrain_budget(args: argparse.Namespace) -> dict[str, int]:
     return budget
 
 
-def study_from_args(args: argparse.Namespace) -> SleepStudy:
-    """The study a parsed command line describes."""
+def study_from_args(args: argparse.Namespace, rows: Sequence[tuple[str, str]] = ()) -> SleepStudy:
+    """The study a parsed command line describes; its settings (and those of the methods of
+    ``rows``) are checked before its directory is claimed."""
     config = StudyConfig(
         out=args.out,
         src=args.src,
@@ -314,6 +347,7 @@ def study_from_args(args: argparse.Namespace) -> SleepStudy:
         budgets=None if args.budgets is None else tuple(args.budgets),
         seeds=None if args.seeds is None else tuple(args.seeds),
     )
+    config.check_settings([method for method, _ in rows])
     return SleepStudy(config, overwrite=args.overwrite)
 
 
@@ -324,14 +358,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     rows = selected_rows(args)
     with released_on_failure(args.out):
-        run(study_from_args(args), args.stage, rows)
+        run(study_from_args(args, rows), args.stage, rows)
     return 0
 
 
 def command(argv: Sequence[str] | None = None) -> int:
     """:func:`main` as a command (``partnd demo``, ``python -m``): bad input, a non-finite loss or
     Ctrl-C end with one line naming the options and an exit status, not a traceback."""
-    return run_recipe("python -m partnd.recipes.sleep_staging", lambda: main(argv))
+    return run_recipe("python -m partnd.recipes.sleep_staging", lambda: main(argv), SLEEP_OPTIONS)
 
 
 if __name__ == "__main__":

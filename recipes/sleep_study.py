@@ -278,9 +278,36 @@ class StudyConfig:
             )
         if self.normalize is not None:
             resolve_normalization(self.normalize, "normalize")
+        check(self.seed >= 0, "seed", "an int >= 0", repr(self.seed))
+        if self.seeds is not None:
+            check(
+                len(self.seeds) > 0
+                and all(seed >= 0 for seed in self.seeds)
+                and len(set(self.seeds)) == len(self.seeds),
+                "seeds",
+                "distinct ints >= 0",
+                repr(self.seeds),
+            )
         PretrainConfig.check_field_names(self.pretrain_overrides, "pretrain_overrides")
         FinetuneConfig.check_field_names(self.finetune_overrides, "finetune_overrides")
         FinetuneConfig.check_field_names(self.sequence_overrides, "sequence_overrides")
+
+    def check_settings(self, methods: Sequence[str] = ()) -> None:
+        """Build the configurations the study trains with (every arm's fine-tuning, for every
+        seed; the pretraining of ``methods``), so that a bad setting (``context=0``, a step
+        budget of 0...) is refused before anything is written, not when its row trains.
+
+        Raises:
+            InputError: Naming the configuration field (``FinetuneConfig.context``...).
+        """
+        for method in dict.fromkeys(["part", *methods]):
+            if method in list_objectives():
+                self.pretrain_config(method)
+        for seed in sorted({self.seed, *(self.seeds or SCALES[self.scale]["seeds"])}):
+            for method in ("part", *SCRATCH_METHODS):
+                for arm in ("window", "sequence"):
+                    if arm in method_arms(method):
+                        self.finetune_config(method, seed, arm)
 
     @property
     def normalization(self) -> str:

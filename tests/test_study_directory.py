@@ -112,8 +112,17 @@ def test_a_refused_study_command_names_its_options_and_leaves_no_new_directory(
     for argv, message in [
         (["prepare", "--out", str(out), "--src", str(missing)], "error: --src: expected a "),
         (["prepare", "--out", str(out), "--budgets", "0"], "error: --budgets: expected "),
-        (["prepare", "--out", str(out), "--rows", "nope:window"], "error: --methods: expected "),
-    ]:
+        (["prepare", "--out", str(out), "--rows", "nope:window"], "error: --rows: expected "),
+        (["prepare", "--out", str(out), "--rows", "supervised:wide"], "error: --rows: expected "),
+        (["prepare", "--out", str(out), "--context", "0"], "error: --context: expected a number"),
+        (["prepare", "--out", str(out), "--rows", "supervised:probe", "--context", "-1"],
+         "error: --context: expected a number > 0"),  # stored in study.json all the same
+        (["prepare", "--out", str(out), "--finetune-steps", "0"], "error: --finetune-steps: "),
+        (["prepare", "--out", str(out), "--pretrain-epochs", "0"], "error: --pretrain-epochs: "),
+        (["prepare", "--out", str(out), "--seed", "-1"], "error: --seed: expected an int >= 0"),
+        (["prepare", "--out", str(out), "--seeds", "1", "1"], "error: --seeds: expected distinct"),
+        (["prepare", "--out", str(out), "--device", "gpu"], "error: --device: expected 'auto'"),
+    ]:  # fmt: skip
         assert sleep_staging.command(argv) == 2
         error = capsys.readouterr().err
         assert error.startswith(f"python -m partnd.recipes.sleep_staging: {message}"), error
