@@ -242,11 +242,11 @@ def sample_efficiency_styles(cells: Sequence[_Cell]) -> dict[str, tuple[Any, str
     return {cell.label: (colours[cell.method], ARM_LINESTYLES[cell.arm]) for cell in cells}
 
 
-def plot_sample_efficiency(cells: Sequence[_Cell], path: Path) -> None:
+def plot_sample_efficiency(cells: Sequence[_Cell], path: Path, note: str = "") -> None:
     """Kappa against the number of fine-tuning subjects: mean over seeds with the min-max spread
     as a band and every seed as a dot; colour is the method and line style the arm
     (``sample_efficiency_styles``); log-scaled x axis ticked at the budgets, legend beside the
-    axes."""
+    axes; ``note`` (e.g. that cells are missing) is added to the title."""
     styles = sample_efficiency_styles(cells)
     fig, ax = plt.subplots(figsize=(8, 4.5))
     all_budgets = sorted({cell.budget for cell in cells})
@@ -268,7 +268,7 @@ def plot_sample_efficiency(cells: Sequence[_Cell], path: Path) -> None:
     ax.minorticks_off()
     ax.set_xlabel("fine-tuning subjects")
     ax.set_ylabel("Cohen's kappa on test subjects")
-    ax.set_title("Sample efficiency (mean, spread and seeds)")
+    ax.set_title("Sample efficiency (mean, spread and seeds)" + (f"\n{note}" if note else ""))
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     fig.tight_layout()

@@ -164,6 +164,16 @@ def test_sample_efficiency_cells_resume_and_aggregate(
     study.run_pretraining("part")
     first = study.run_cell("part", "window", 1, 0)
     encoder_time = (out / "pretrain/part/encoder.pt").stat().st_mtime
+    unfinished = r"got 7 of 8 cells unfinished: part:window:1:1, part:window:2:0"
+    with pytest.raises(InputError, match=r"--out: expected a study whose cells all.*" + unfinished):
+        sample_efficiency.aggregate(study, rows)  # partial tables only when asked
+    sample_efficiency.aggregate(study, rows, allow_partial=True)
+    with open(out / "kappa_by_budget.csv") as handle:
+        partial = list(csv.DictReader(handle))
+    assert [row["subjects"] for row in partial] == ["1", "2"]  # budget 2 has no finished cell
+    assert partial[0]["part"].endswith("(n=1)") and partial[1]["part"] == ""
+    assert partial[1]["missing"].split() == [":".join(map(str, c)) for c in cells if c[2] == 2]
+    assert "partial: 7 of 8 cells missing" in capsys.readouterr().out
     done = (out / "finetune/part/window/b1_s0/result.json").stat().st_mtime
     cells += sample_efficiency.cell_list(study, [("classical", "sequence")])
     sample_efficiency.run_cells(study, cells, jobs=1, args=None)  # type: ignore[arg-type]
@@ -173,7 +183,7 @@ def test_sample_efficiency_cells_resume_and_aggregate(
     sample_efficiency.aggregate(study, [*rows, ("classical", "sequence")])
     with open(out / "kappa_by_budget.csv") as handle:
         rows = list(csv.DictReader(handle))
-    assert [row["subjects"] for row in rows] == ["1", "2"]
+    assert [row["subjects"] for row in rows] == ["1", "2"] and "missing" not in rows[0]
     assert rows[0]["part"].endswith("(n=2)") and "paper_part" in rows[0]
     assert rows[1]["classical+seq"].endswith("(n=2)")
     with open(out / "difference_to_reference.csv") as handle:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -132,7 +133,29 @@ def test_a_refused_study_command_names_its_options_and_leaves_no_new_directory(
     argv = ["cells", "--out", str(out), "--budgets", "0"]
     with pytest.raises(InputError, match=r"^budgets: "):
         sample_efficiency.main(argv)
+    grid = ["--out", str(out), "--rows", "classical:window", "--budgets", "1", "2", "--seeds", "0"]
+    for argv, message in [
+        (["run-cell", *grid, "--cell", "classical:window:4:0"], "--cell: expected a cell of this "
+         "study (one line of the cells command: its rows, budgets [1, 2] and seeds [0]; a cell "
+         "outside them would never be aggregated), got 'classical:window:4:0'"),
+        (["run-cell", *grid, "--cell", "classical:window:1:3"], "--cell: expected a cell of this"),
+        (["run-cell", *grid, "--cell", "supervised:window:1:0"], "--cell: expected a cell of th"),
+        (["cells", *grid, "--jobs", "2"], "--jobs: expected no --jobs with the cells command"),
+        (["pretrain", *grid, "--allow-partial"], "--allow-partial: expected no --allow-partial"),
+        (["run", *grid, "--jobs", "0"], "--jobs: expected a number of processes"),
+    ]:  # fmt: skip
+        with pytest.raises(InputError, match=re.escape(message)):
+            sample_efficiency.main(argv)
     assert not out.exists()
+    existing = tmp_path / "notes.txt"  # --out naming a file: refused, not a NotADirectoryError
+    existing.write_text("keep")
+    for argv in (["prepare"], ["all"]):
+        assert sleep_staging.command([*argv, "--out", str(existing)]) == 2
+        assert "error: --out: expected a directory for the study" in capsys.readouterr().err
+    for argv in (["cells"], ["run-cell", "--cell-index", "0"], ["aggregate"]):
+        with pytest.raises(InputError, match="--out: expected a directory for the study"):
+            sample_efficiency.main([*argv, "--out", str(existing)])
+    assert existing.read_text() == "keep"
     out.mkdir()  # a directory that was there before is kept
     assert sleep_staging.command(["prepare", "--out", str(out), "--src", str(missing)]) == 2
     assert out.is_dir()
