@@ -41,6 +41,7 @@ __all__ = [
     "open_or_create_store",
     "preprocess_continuous",
     "store_windowed_record",
+    "without_overwrite_remedy",
 ]
 
 _VERSIONED_LIBRARIES = ("partnd", "numpy", "scipy", "mne", "wfdb", "h5py", "xarray", "zarr")
@@ -262,6 +263,14 @@ def preprocess_continuous(
     )
 
 
+def without_overwrite_remedy(message: str, remedy: str) -> str:
+    """``message`` with its suggestion to pass ``overwrite=True`` replaced by ``remedy``, for a
+    caller that cannot replace the store (e.g. ``" (another store is needed)"``)."""
+    for suggestion in (" (or overwrite=True)", " (pass overwrite=True to replace it)"):
+        message = message.replace(suggestion, remedy)
+    return message
+
+
 def open_or_create_store(
     path: str | Path,
     config: PreprocessingConfig,
@@ -303,8 +312,7 @@ def open_or_create_store(
     except (InputError, FileExistsError) as error:
         message = str(error)
         if not replaceable:
-            for remedy in (" (or overwrite=True)", " (pass overwrite=True to replace it)"):
-                message = message.replace(remedy, " (another store is needed)")
+            message = without_overwrite_remedy(message, " (another store is needed)")
         if message.startswith("path:"):
             message = f"{argument}:{message[len('path:') :]}"
         if message == str(error):

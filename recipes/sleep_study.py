@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from partnd._validation import check, renamed_arguments
+from partnd._validation import InputError, check, renamed_arguments
 from partnd.cohort.pc18_cohort import ensure_sample_cohort
 from partnd.data import as_labelled_dataset
 from partnd.datasets.sequences import SleepSequenceDataset
@@ -74,6 +74,7 @@ from partnd.models import SequenceClassifier, ViTEncoder, create_encoder
 from partnd.models.serialization import ENCODER_FILE, load_encoder
 from partnd.objectives import list_objectives
 from partnd.preprocessing.physionet2018 import preprocess_physionet2018
+from partnd.preprocessing.pipeline import without_overwrite_remedy
 from partnd.pretraining import pretrain
 from partnd.recipes.study_directory import claim_study_directory
 from partnd.sequence_training import predict_nights
@@ -461,10 +462,14 @@ class SleepStudy:
         src = config.src
         if src is None:
             src = ensure_sample_cohort(config.cohort_dir, progress=config.progress).root
-        with renamed_arguments({"out": "store"}):  # preprocess's out is this study's store
-            report = preprocess_physionet2018(
-                src, config.store_path, n_jobs=config.n_jobs, progress=config.progress
-            )
+        try:
+            with renamed_arguments({"out": "store"}):  # preprocess's out is this study's store
+                report = preprocess_physionet2018(
+                    src, config.store_path, n_jobs=config.n_jobs, progress=config.progress
+                )
+        except InputError as error:  # a study never replaces a store (--overwrite clears --out)
+            remedy = " (give another --store, or delete this one to preprocess it again)"
+            raise InputError(without_overwrite_remedy(str(error), remedy)) from None
         unexpected = report.unexpected_failures
         if unexpected:
             manifest = config.store_path / "manifest.json"

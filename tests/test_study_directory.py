@@ -106,6 +106,7 @@ def test_a_refused_study_command_names_its_options_and_leaves_no_new_directory(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     from partnd import cli
+    from partnd.datasets.store import create_store
     from partnd.recipes import sample_efficiency, sleep_staging
 
     out = tmp_path / "study"
@@ -156,6 +157,15 @@ def test_a_refused_study_command_names_its_options_and_leaves_no_new_directory(
         with pytest.raises(InputError, match="--out: expected a directory for the study"):
             sample_efficiency.main([*argv, "--out", str(existing)])
     assert existing.read_text() == "keep"
+    (tmp_path / "src" / "training").mkdir(parents=True)
+    other = tmp_path / "other.zarr"  # a store made with other settings
+    create_store(other, sfreq=50.0, channels=["C3"], window_seconds=30.0, metadata={})
+    argv = ["prepare", "--out", str(out), "--src", str(tmp_path / "src"), "--store", str(other)]
+    assert sleep_staging.command(argv) == 2
+    error = capsys.readouterr().err  # --overwrite clears --out, never a store: not suggested
+    assert "error: --store: expected an existing store with the same configuration (give " in error
+    assert "another --store, or delete this one to preprocess it again)" in error
+    assert "--overwrite" not in error and not out.exists()
     out.mkdir()  # a directory that was there before is kept
     assert sleep_staging.command(["prepare", "--out", str(out), "--src", str(missing)]) == 2
     assert out.is_dir()
