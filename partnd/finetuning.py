@@ -191,12 +191,12 @@ def _load_backbone(
     if encoder is None or (isinstance(encoder, str) and encoder in list_encoders()):
         return None
     if isinstance(encoder, str | Path):
+        presets = f"an encoder preset {list_encoders()} or " if isinstance(encoder, str) else ""
         check(
             Path(encoder).exists(),
             "encoder",
-            f"a ViTEncoder, None, an encoder preset {list_encoders()}, or a pretrain run "
-            "directory, encoder.pt or training checkpoint",
-            repr(encoder),
+            f"{presets}an existing pretrain run directory, encoder.pt or training checkpoint",
+            f"{encoder} (no such file or directory)",
         )
         if (Path(encoder) / TEMPORAL_ENCODER_FILE).is_file():
             return load_hierarchical_encoder(encoder)
@@ -303,11 +303,11 @@ def evaluate(
     Returns:
         A :class:`~partnd.metrics.ClassificationReport` (with ``loss``).
     """
-    if isinstance(model, SequenceClassifier):
-        check(labels is None, "labels", "None for a sequence classifier (store labels)", "labels")
+    if isinstance(model, SequenceClassifier):  # the data's form first: an array is no night
         sequences = fit_to_signal(
             as_sequence_dataset(dataset, model.context, "dataset"), model.signal_info, "dataset"
         )
+        check(labels is None, "labels", "None for a sequence classifier (store labels)", "labels")
         return evaluate_sequences(
             model, sequences, class_names=class_names, batch_size=batch_size, device=device
         )
@@ -641,13 +641,7 @@ def finetune(
                 config,
                 device,
             )
-        else:
-            check(
-                train_labels is None and val_labels is None,
-                "train_labels",
-                "None for a sequence classifier (labels come from the store)",
-                "labels",
-            )
+        else:  # data a sequence classifier cannot read are refused first, naming them
             setup = _sequence_setup(
                 backbone,
                 train_dataset,
@@ -657,6 +651,13 @@ def finetune(
                 config=config,
                 device=device,
             )
+            for labels, argument in ((train_labels, "train_labels"), (val_labels, "val_labels")):
+                check(
+                    labels is None,
+                    argument,
+                    "None for a sequence classifier (labels come from the store)",
+                    "labels",
+                )
         model = setup.model
         trainer = Trainer(
             model,

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from partnd._validation import check
+from partnd._validation import check, describe
 from partnd.augment import Augmentation
 from partnd.datasets.sequences import SleepSequenceDataset
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
@@ -92,7 +92,7 @@ def as_sequence_dataset(
         argument,
         "a sleep store or a dataset of its windows (SleepWindowDataset, InMemoryWindows, "
         "SleepSequenceDataset): a sequence classifier reads consecutive windows of a record",
-        repr(data) if isinstance(data, str | Path) else type(data).__name__,
+        repr(data) if isinstance(data, str | Path) else describe(data),
     )
     return SleepSequenceDataset(Path(data), context=context, progress=progress)
 

@@ -193,3 +193,12 @@ def test_predictions_of_a_subset_land_at_their_own_windows(gappy_store: Path) ->
         partnd.predict(model, Subset(every, [0, 9]), device="cpu")
     with pytest.raises(InputError, match=r"data: expected a SleepWindowDataset or .*Subset"):
         partnd.predict(model, ConcatDataset([b, b]), device="cpu")
+
+
+def test_arguments_of_the_wrong_kind_are_refused_not_tracebacks(
+    finetuned: partnd.FinetuneResult,
+) -> None:
+    with pytest.raises(InputError, match=r"data: expected a torch Dataset .*got \{'a': 1\}"):
+        partnd.predict(finetuned.model, {"a": 1})  # a mapping has __getitem__: was a KeyError
+    with pytest.raises(InputError, match=r"path: expected a path to a classifier\.pt .*got int"):
+        load_classifier(3)  # type: ignore[arg-type]  # was a TypeError

@@ -175,9 +175,14 @@ def test_finetune_with_context_trains_saves_reloads_and_evaluates(gappy_store, t
             SleepSequenceDataset(gappy_store, context=4, channels=["F3-M2"], progress=False),
         )
     array = np.zeros((3, 3, 50), "float32")
-    with pytest.raises(InputError, match="train_labels"):
+    with pytest.raises(InputError, match="train_dataset: expected a sleep store"):
         finetune(None, array, num_classes=5, out_dir=tmp_path / "x", config=config,
-                 train_labels=[0, 1, 2])  # fmt: skip
+                 train_labels=[0, 1, 2])  # the data's form, not the labels  # fmt: skip
+    with pytest.raises(InputError, match="val_labels: expected None for a sequence classifier"):
+        finetune(None, InMemoryWindows(gappy_store, records=["a", "b"], progress=False),
+                 num_classes=5, out_dir=tmp_path / "x", config=config, val_labels=[0, 1],
+                 val_dataset=InMemoryWindows(gappy_store, records=["c"],
+                                             progress=False))  # fmt: skip
     with pytest.raises(InputError, match="train_dataset: expected a sleep store"):
         finetune(None, array, num_classes=5, out_dir=tmp_path / "x", config=config)
     assert not (tmp_path / "x").exists()  # nothing left behind by a refused run
