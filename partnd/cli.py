@@ -441,6 +441,7 @@ def _evaluate_main(argv: list[str]) -> int:
     )
     _model_arguments(parser)
     parser.add_argument("--out", type=Path, help="write the report as JSON here")
+    _bool_flag(parser, "overwrite", "replace an existing report at --out")
     args = parser.parse_args(argv)
     from partnd.engine.checkpoint import atomic_write_json
     from partnd.finetuning import evaluate
@@ -451,6 +452,12 @@ def _evaluate_main(argv: list[str]) -> int:
         "--out",
         "a path for the JSON report (not a directory)",
         f"the directory {args.out}",
+    )
+    check(
+        args.out is None or args.overwrite or not args.out.exists(),
+        "--out",
+        "a new path for the JSON report (or --overwrite)",
+        f"the existing file {args.out}",
     )
     model = load_classifier(args.model)
     data = _open(
@@ -493,6 +500,7 @@ def _predict_main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     from partnd.inference import Prediction, predict, predict_records
+    from partnd.models.sequence import SequenceClassifier
     from partnd.models.serialization import load_classifier
 
     model = load_classifier(args.model)
@@ -509,14 +517,19 @@ def _predict_main(argv: list[str]) -> int:
         )
         selected = _open(args.data, "--data", False, selection)
         records = list(selected.records)
-        csv_paths = {record: args.out / f"{record}.csv" for record in records}
-        _check_new(csv_paths.values(), args.overwrite)
+        _check_new(args.out, records, args.edf, args.overwrite)
         predictions = predict_records(
             model, args.data, records, batch_size=args.batch_size, device=args.device
         )
     else:
-        _check_new([args.out / "predictions.csv"], args.overwrite)
+        _check_new(args.out, ["predictions"], args.edf, args.overwrite)
         data = _open(args.data, "--data", False, {})
+        if isinstance(model, SequenceClassifier):
+            print(
+                f"partnd predict: the sequence classifier reads the {len(data)} windows of "
+                f"{args.data} as one night's consecutive windows, in array order (a sleep store "
+                "gives each record's runs of windows with their onsets)"
+            )
         predictions = {
             "predictions": predict(
                 model,
@@ -536,8 +549,11 @@ def _predict_main(argv: list[str]) -> int:
     return 0
 
 
-def _check_new(paths: Any, overwrite: bool) -> None:
-    """Refuse existing output files unless ``--overwrite``."""
+def _check_new(out: Path, names: list[str], edf: bool, overwrite: bool) -> None:
+    """Refuse existing hypnograms ``out/<name>.csv`` (and ``.edf`` with ``--edf``) unless
+    ``--overwrite``."""
+    suffixes = (".csv", ".edf") if edf else (".csv",)
+    paths = [out / f"{name}{suffix}" for name in names for suffix in suffixes]
     existing = [str(path) for path in paths if path.exists()]
     check(
         overwrite or not existing,

@@ -652,7 +652,9 @@ def test_a_message_embedding_a_library_report_stays_one_line(
     assert not (tmp_path / "p").exists()
 
 
-def test_a_sequence_classifier_from_the_command_line(tmp_path: Path) -> None:
+def test_a_sequence_classifier_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     """finetune --context trains a sequence classifier (record normalisation), evaluate and
     predict read whole nights of the store as the model was trained."""
     from partnd.models import SequenceClassifier
@@ -677,6 +679,23 @@ def test_a_sequence_classifier_from_the_command_line(tmp_path: Path) -> None:
     assert cli.main(argv) == 0
     rows = (out / "tr02.csv").read_text().splitlines()
     assert len(rows) == 1 + 20 and rows[0].startswith("onset,duration,description")
+    capsys.readouterr()
+    windows, labels = tmp_path / "x.npy", tmp_path / "y.npy"
+    np.save(windows, np.random.default_rng(0).standard_normal((6, 2, 300)).astype(np.float32))
+    np.save(labels, np.arange(6) % 5)
+    argv = ["predict", "--model", str(tmp_path / "seq"), "--data", str(windows), "--out", str(out)]
+    assert cli.main(argv) == 0  # an array is read as one night in its order: said, not silent
+    assert "reads the 6 windows of " in capsys.readouterr().out
+    npy = ["--data", str(windows), "--labels", str(labels)]
+    sequence = ["--num-classes", "5", "--preset", "test", "--patch-size", "30", "--context", "5"]
+    for command in (
+        ["evaluate", "--model", str(tmp_path / "seq"), *npy],
+        ["finetune", *npy, *sequence, "--out", str(tmp_path / "new")],
+    ):  # the data's form is the problem, not the labels
+        assert cli.main(command) == 2, command
+        error = capsys.readouterr().err
+        assert ": error: --data: expected a sleep store or a dataset of its windows" in error
+        assert "got memmap of shape (6, 2, 300)" in error and "--labels" not in error
 
 
 def test_the_encoder_field_and_architecture_options_of_finetune(
@@ -715,3 +734,39 @@ def test_the_encoder_field_and_architecture_options_of_finetune(
         error = capsys.readouterr().err
         assert message in error and len(error.splitlines()) == 1, error
         assert not (tmp_path / "new").exists()
+
+
+def test_evaluate_keeps_an_existing_report_and_init_weights_names_what_it_reads(
+    tmp_path: Path, signals: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """evaluate --out refuses an existing report unless --overwrite (as predict does); a missing
+    --init-weights path is described as the files the option reads, not API types."""
+    ft = finetuned_on_signals(tmp_path, signals)
+    report = tmp_path / "report.json"
+    report.write_text("earlier")
+    argv = [
+        "evaluate",
+        "--model",
+        str(ft),
+        "--data",
+        str(signals),
+        "--labels",
+        str(tmp_path / "y.npy"),
+    ]
+    assert cli.main([*argv, "--out", str(report)]) == 2
+    assert "--out: expected a new path for the JSON report (or --overwrite), got the existing " in (
+        capsys.readouterr().err
+    )
+    assert report.read_text() == "earlier"
+    assert cli.main([*argv, "--out", str(report), "--overwrite"]) == 0
+    assert json.loads(report.read_text())["n"] == 16
+    capsys.readouterr()
+    finetune = ["finetune", "--data", str(signals), "--labels", str(tmp_path / "y.npy")]
+    finetune += ["--num-classes", "2", "--preset", "test", "--patch-size", "20"]
+    missing = tmp_path / "no_such_run"
+    assert cli.main([*finetune, "--init-weights", str(missing), "--out", str(tmp_path / "n")]) == 2
+    error = capsys.readouterr().err
+    assert error == (
+        "partnd finetune: error: --init-weights: expected an existing pretrain run directory, "
+        f"encoder.pt or training checkpoint, got {missing} (no such file or directory)\n"
+    )
