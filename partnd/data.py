@@ -76,6 +76,7 @@ def _to_tensor(value: Any, where: str) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         tensor = value
     elif isinstance(value, np.ndarray):
+        check(value.dtype.kind in "fiu", where, "a real-valued signal", value)
         tensor = torch.from_numpy(np.array(value, dtype=np.float32, copy=True))
     else:
         raise InputError(
@@ -104,15 +105,30 @@ class ArrayDataset(Dataset[Any]):
     """Items of an array or tensor ``[N, C, *spatial]``, optionally paired with labels ``[N]``.
 
     Args:
-        data: numpy array (memory-mapped works), or tensor, of shape ``[N, C, *spatial]``.
+        data: numpy array (memory-mapped works), or tensor, of shape ``[N, C, *spatial]``, of
+            real numbers.
         labels: Optional integer labels ``[N]``.
+        argument: Name of ``data`` in error messages.
     """
 
-    def __init__(self, data: np.ndarray | torch.Tensor, labels: Sequence[int] | None = None):
+    def __init__(
+        self,
+        data: np.ndarray | torch.Tensor,
+        labels: Sequence[int] | None = None,
+        argument: str = "dataset",
+    ):
         check(
             isinstance(data, np.ndarray | torch.Tensor) and data.ndim >= 3,
-            "dataset",
+            argument,
             "an array or tensor [N, C, *spatial] with at least one spatial dimension",
+            data,
+        )
+        kind = data.dtype.kind if isinstance(data, np.ndarray) else None
+        check(
+            kind is None or kind in "fiu",
+            argument,
+            "real numbers (a float or integer dtype; the imaginary part of complex values "
+            "would be dropped)",
             data,
         )
         if labels is not None:
@@ -251,7 +267,7 @@ def _wrap(
                 f"{len(data)} labels (one per item of {argument})",
                 f"{len(labels)} labels",
             )
-        return ArrayDataset(data, labels)
+        return ArrayDataset(data, labels, argument)
     check(
         labels is None, labels_argument, "None when the dataset already yields (x, label)", labels
     )
