@@ -584,6 +584,7 @@ register_subcommand(
     _options(
         FinetuneConfig,
         train_dataset="--data",
+        dataset="--data",
         data="--data",
         store="--data",
         x="--data",

@@ -30,6 +30,7 @@ from torch.utils.data import Dataset
 from partnd._validation import check
 from partnd.augment import Augmentation, build_augmentation
 from partnd.data import LabelledDataset, SignalSpec, as_labelled_dataset, data_fingerprint
+from partnd.datasets.overlap import check_disjoint
 from partnd.engine.checkpoint import atomic_save, atomic_write_json, load_checkpoint
 from partnd.engine.config import FinetuneConfig
 from partnd.engine.session import open_session
@@ -429,6 +430,7 @@ def _window_setup(
             expected=train_set.info,
             reference="like train_dataset:",
         )
+        check_disjoint(train_set, val_set)
     train_label_array = check_labels(
         train_set, num_classes, "train_labels" if train_labels is not None else "train_dataset"
     )
@@ -512,6 +514,7 @@ def _sequence_setup(
             "val_dataset",
             reference="like train_dataset:",
         )
+        check_disjoint(train_set, val_set)
     labels = train_set.window_labels()
     check_stage_codes(labels, num_classes, "train_dataset")
     if val_set is not None:

@@ -246,3 +246,37 @@ def test_the_encoder_field_is_a_keyword_beside_the_positional_encoder(tmp_path: 
     with pytest.raises(InputError, match=r"FinetuneConfig\.encoder_overrides: expected no arch"):
         finetune(pretrained, x, out_dir=tmp_path / "b", encoder_overrides={"depth": 1}, **common)
     assert not (tmp_path / "b").exists()
+
+
+def test_validation_windows_must_not_be_training_windows(gappy_store: Path, tmp_path: Path) -> None:
+    """Validation on windows of the training set (same store) is a leak: refused, for window
+    Subsets traced to their windows and for sequences by record; disjoint windows pass."""
+    from torch.utils.data import Subset
+
+    from partnd.datasets import SleepWindowDataset
+    from partnd.datasets.sequences import SleepSequenceDataset
+
+    windows = SleepWindowDataset(gappy_store, labelled_only=True)
+    config = FinetuneConfig.preset("test", patch_size=10, epochs=1, batch_size=2, max_steps=1)
+    common = {"num_classes": 5, "config": config}
+    with pytest.raises(InputError, match=r"val_dataset: expected windows other than those of "
+                       r"train_dataset .* got windows of record\(s\) b in both"):  # fmt: skip
+        finetune(None, Subset(windows, range(0, 9)), val_dataset=Subset(windows, [8, 9]),
+                 out_dir=tmp_path / "leak", **common)  # fmt: skip
+    finetune(None, Subset(windows, range(0, 8)), val_dataset=Subset(windows, [8, 9]),
+             out_dir=tmp_path / "disjoint", **common)  # fmt: skip
+    nights = SleepSequenceDataset(gappy_store, records=["a", "b"], context=2, progress=False)
+    with pytest.raises(InputError, match=r"val_dataset: .* got windows of record\(s\) a, b in"):
+        finetune(None, nights, val_dataset=nights, out_dir=tmp_path / "seq", context=2,
+                 temporal_encoder="temporal_test", **common)  # fmt: skip
+    assert not (tmp_path / "leak").exists() and not (tmp_path / "seq").exists()
+
+
+def test_complex_signals_are_refused_not_cast(tmp_path: Path) -> None:
+    x, y = tones(8, seed=0)
+    with pytest.raises(InputError, match=r"train_dataset: expected real numbers .*complex64"):
+        finetune(None, x.astype(np.complex64), train_labels=y.tolist(), num_classes=3,
+                 out_dir=tmp_path / "r", config=ft_config())  # fmt: skip
+    items = [(value.astype(np.complex64), label) for value, label in zip(x, y, strict=True)]
+    with pytest.raises(InputError, match=r"train_dataset\[0\]: expected a real-valued signal"):
+        finetune(None, items, num_classes=3, out_dir=tmp_path / "r", config=ft_config())
