@@ -140,7 +140,12 @@ class ClassificationTask:
         return loss, classification_diagnostics(logits, labels, self.num_classes)
 
 
-def check_labels(dataset: LabelledDataset, num_classes: int, argument: str) -> np.ndarray:
+def check_labels(
+    dataset: LabelledDataset,
+    num_classes: int,
+    argument: str,
+    classes: str | None = None,
+) -> np.ndarray:
     """Every label of ``dataset`` as an array, refusing any outside ``[0, num_classes)``.
 
     Reads ``dataset.labels`` when the source exposes it, else every item.
@@ -149,6 +154,8 @@ def check_labels(dataset: LabelledDataset, num_classes: int, argument: str) -> n
         dataset: The adapted dataset.
         num_classes: Number of classes K.
         argument: Name of the caller's argument for the message (``train_labels``...).
+        classes: What K is, for the message (``"the classifier's classes"``); default the
+            caller's ``num_classes``, which can be raised.
 
     Returns:
         [N] int64 labels.
@@ -156,13 +163,13 @@ def check_labels(dataset: LabelledDataset, num_classes: int, argument: str) -> n
     labels = np.asarray([dataset.label(i) for i in range(len(dataset))], dtype=np.int64)
     if labels.size:
         low, high = int(labels.min()), int(labels.max())
-        check(
-            low >= 0 and high < num_classes,
-            argument,
-            f"class labels in [0, num_classes={num_classes}) (raise num_classes if the data have "
-            "more classes)",
-            f"labels in [{low}, {high}]",
+        expected = (
+            f"class labels in [0, {num_classes}) ({classes})"
+            if classes
+            else f"class labels in [0, num_classes={num_classes}) (raise num_classes if the data "
+            "have more classes)"
         )
+        check(low >= 0 and high < num_classes, argument, expected, f"labels in [{low}, {high}]")
     return labels
 
 
@@ -316,7 +323,7 @@ def evaluate(
     data, _ = as_labelled_dataset(dataset, labels, expected=expected)
     logits = predict_logits(model, data.signals, batch_size=batch_size, device=device)
     num_classes = int(logits.shape[-1])
-    truth = torch.as_tensor(check_labels(data, num_classes, "labels"))
+    truth = torch.as_tensor(check_labels(data, num_classes, "labels", "the classifier's classes"))
     names = class_names if class_names is not None else getattr(model, "class_names", None)
     report = classification_metrics(truth, logits.argmax(dim=-1), num_classes, names)
     return dataclasses.replace(report, loss=float(F.cross_entropy(logits, truth)))

@@ -761,6 +761,12 @@ def test_evaluate_keeps_an_existing_report_and_init_weights_names_what_it_reads(
     assert cli.main([*argv, "--out", str(report), "--overwrite"]) == 0
     assert json.loads(report.read_text())["n"] == 16
     capsys.readouterr()
+    np.save(tmp_path / "y5.npy", np.arange(16) % 5)  # the classifier has 2 classes
+    argv[-1] = str(tmp_path / "y5.npy")
+    assert cli.main(argv) == 2  # its classes are fixed: no "raise --num-classes" here
+    assert "--labels: expected class labels in [0, 2) (the classifier's classes), got labels " in (
+        capsys.readouterr().err
+    )
     finetune = ["finetune", "--data", str(signals), "--labels", str(tmp_path / "y.npy")]
     finetune += ["--num-classes", "2", "--preset", "test", "--patch-size", "20"]
     missing = tmp_path / "no_such_run"
