@@ -16,7 +16,7 @@ data that do not fit it, or pick the model's channels by name (:class:`ChannelSe
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -272,7 +272,7 @@ def _wrap(
         labels is None, labels_argument, "None when the dataset already yields (x, label)", labels
     )
     check(
-        hasattr(data, "__getitem__") and hasattr(data, "__len__"),
+        hasattr(data, "__getitem__") and hasattr(data, "__len__") and not isinstance(data, Mapping),
         argument,
         "a torch Dataset (with __len__) or an array [N, C, *spatial]",
         data,

@@ -92,7 +92,11 @@ def as_sequence_dataset(
         argument,
         "a sleep store or a dataset of its windows (SleepWindowDataset, InMemoryWindows, "
         "SleepSequenceDataset): a sequence classifier reads consecutive windows of a record",
-        repr(data) if isinstance(data, str | Path) else describe(data),
+        repr(data)
+        if isinstance(data, str | Path)
+        else describe(data)
+        if isinstance(data, np.ndarray | torch.Tensor)
+        else type(data).__name__,
     )
     return SleepSequenceDataset(Path(data), context=context, progress=progress)
 

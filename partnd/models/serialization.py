@@ -229,6 +229,12 @@ def load_classifier(path: str | Path) -> PatchClassifier | SequenceClassifier:
         in ``model.class_names``, the signal it was trained on in ``model.signal_info`` (channel
         names and rate unknown for a file written before they were recorded).
     """
+    check(
+        isinstance(path, str | Path),
+        "path",
+        f"a path to a {CLASSIFIER_FILE} or its run directory",
+        type(path).__name__,
+    )
     resolved = Path(path)
     if resolved.is_dir():
         resolved = resolved / CLASSIFIER_FILE
