@@ -200,6 +200,10 @@ def test_partnd_cohort_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
     (foreign / "notes.txt").write_text("mine")
     assert cli.main(["cohort", "--out", str(foreign)]) == 2
     assert capsys.readouterr().err.startswith("partnd cohort: error: --out: ")
+    assert cli.main(["cohort", "--out", str(foreign / "notes.txt")]) == 2  # was "[Errno 17]"
+    assert capsys.readouterr().err == (
+        f"partnd cohort: error: --out: expected a directory, got the file {foreign / 'notes.txt'}\n"
+    )
 
 
 def test_a_failed_preprocess_leaves_no_store_and_a_corrupt_manifest_is_refused(

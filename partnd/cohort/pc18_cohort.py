@@ -497,6 +497,7 @@ def make_pc18_cohort(
     )
     check(isinstance(n_jobs, int) and n_jobs != 0, "n_jobs", "a non-zero int", n_jobs)
     root = Path(out_dir).expanduser()
+    check(not root.exists() or root.is_dir(), "out_dir", "a directory", f"the file {root}")
     root.mkdir(parents=True, exist_ok=True)
     parameters = _parameters(n_records, float(hours), int(seed), float(test_fraction))
     specs = plan_cohort(n_records, float(hours), int(seed), float(test_fraction))
