@@ -106,6 +106,8 @@ SLEEP_OPTIONS = OptionNames(
         **RECIPE_OPTIONS.options,
         "seed": "--seed",
         "normalize": "--normalize",
+        "method": "--rows/--methods",
+        "arm": "--rows/--arms",
         "FinetuneConfig.context": "--context",
         "FinetuneConfig.min_steps": "--finetune-steps",
         "FinetuneConfig.device": "--device",
@@ -169,15 +171,14 @@ def report(study: SleepStudy, rows: Sequence[tuple[str, str]]) -> list[dict]:
         The table rows.
     """
     budget, seed = _budget(study), study.config.seed
-    cells: list[CellResult] = []
-    for method, arm in rows:
-        check(
-            study.cell_done(method, arm, budget, seed),
-            "methods",
-            f"methods whose cells finished (run the finetune stage for {method!r}, arm {arm!r})",
-            method,
-        )
-        cells.append(study.load_cell(method, arm, budget, seed))
+    missing = [f"{m}:{a}" for m, a in rows if not study.cell_done(m, a, budget, seed)]
+    check(
+        not missing,
+        "--out",
+        "a study whose rows have finished their cells (run the finetune stage first)",
+        f"unfinished rows {', '.join(missing)}",
+    )
+    cells: list[CellResult] = [study.load_cell(m, a, budget, seed) for m, a in rows]
     truth = study.test_set.labels.astype(np.int64)
     pretrain_steps = {}
     histories = {}

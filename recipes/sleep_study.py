@@ -461,7 +461,8 @@ class SleepStudy:
         config = self.config
         src = config.src
         if src is None:
-            src = ensure_sample_cohort(config.cohort_dir, progress=config.progress).root
+            with renamed_arguments({"out_dir": "cohort_dir"}):
+                src = ensure_sample_cohort(config.cohort_dir, progress=config.progress).root
         try:
             with renamed_arguments({"out": "store"}):  # preprocess's out is this study's store
                 report = preprocess_physionet2018(

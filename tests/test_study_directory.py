@@ -111,6 +111,7 @@ def test_a_refused_study_command_names_its_options_and_leaves_no_new_directory(
 
     out = tmp_path / "study"
     missing = tmp_path / "missing"
+    (tmp_path / "notes.txt").write_text("keep")
     for argv, message in [
         (["prepare", "--out", str(out), "--src", str(missing)], "error: --src: expected a "),
         (["prepare", "--out", str(out), "--budgets", "0"], "error: --budgets: expected "),
@@ -124,6 +125,13 @@ def test_a_refused_study_command_names_its_options_and_leaves_no_new_directory(
         (["prepare", "--out", str(out), "--seed", "-1"], "error: --seed: expected an int >= 0"),
         (["prepare", "--out", str(out), "--seeds", "1", "1"], "error: --seeds: expected distinct"),
         (["prepare", "--out", str(out), "--device", "gpu"], "error: --device: expected 'auto'"),
+        (["prepare", "--out", str(out), "--cohort-dir", str(tmp_path / "notes.txt")],
+         "error: --cohort-dir: expected a directory, got the file"),
+        (["report", "--out", str(out), "--rows", "classical:window", "supervised:probe"],
+         "error: --out: expected a study whose rows have finished their cells (run the finetune "
+         "stage first), got unfinished rows classical:window, supervised:probe"),
+        (["finetune", "--out", str(out), "--rows", "part:window"],
+         "error: --rows/--methods: expected a finished pretraining of 'part' (run the pretrain "),
     ]:  # fmt: skip
         assert sleep_staging.command(argv) == 2
         error = capsys.readouterr().err
@@ -149,7 +157,6 @@ def test_a_refused_study_command_names_its_options_and_leaves_no_new_directory(
             sample_efficiency.main(argv)
     assert not out.exists()
     existing = tmp_path / "notes.txt"  # --out naming a file: refused, not a NotADirectoryError
-    existing.write_text("keep")
     for argv in (["prepare"], ["all"]):
         assert sleep_staging.command([*argv, "--out", str(existing)]) == 2
         assert "error: --out: expected a directory for the study" in capsys.readouterr().err
