@@ -420,6 +420,21 @@ def _holds(dataset: Any, kind: type | tuple[type, ...], depth: int = 0) -> bool:
     return any(_holds(part, kind, depth + 1) for part in parts)
 
 
+def _trace(dataset: Any) -> tuple[Any, np.ndarray | None]:
+    """The dataset under ``dataset``'s ``Subset`` s and partnd adapters, and which of its items
+    each item of ``dataset`` reads (``None``: item ``i`` is its item ``i``)."""
+    positions: np.ndarray | None = None
+    current = dataset
+    for _ in range(16):
+        if isinstance(current, Subset):
+            indices = np.asarray(current.indices, dtype=np.int64).reshape(-1)
+            positions = indices if positions is None else indices[positions]
+        elif not isinstance(current, SignalDataset | LabelledDataset | ChannelSelection):
+            break
+        current = current.dataset
+    return current, positions
+
+
 def source_positions(
     dataset: Any, kind: type[SourceT] | tuple[type[SourceT], ...], argument: str = "data"
 ) -> tuple[SourceT, np.ndarray] | None:
@@ -444,27 +459,19 @@ def source_positions(
             one's own keeping its source as ``.dataset``): which of its items each item reads is
             unknown, so their place in the recording would be guessed.
     """
-    positions: np.ndarray | None = None
-    current = dataset
-    for _ in range(16):
-        if isinstance(current, kind):
-            size = len(current)  # type: ignore[arg-type]
-            if positions is None:
-                return current, np.arange(size, dtype=np.int64)
-            positions = np.where(positions < 0, positions + size, positions)
-            check(
-                bool(np.all((positions >= 0) & (positions < size))),
-                argument,
-                f"Subset indices within the {size} items of its dataset",
-                f"indices {positions.min()}..{positions.max()}",
-            )
-            return current, positions
-        if isinstance(current, Subset):
-            indices = np.asarray(current.indices, dtype=np.int64).reshape(-1)
-            positions = indices if positions is None else indices[positions]
-        elif not isinstance(current, SignalDataset | LabelledDataset | ChannelSelection):
-            break
-        current = current.dataset
+    current, positions = _trace(dataset)
+    if isinstance(current, kind):
+        size = len(current)  # type: ignore[arg-type]
+        if positions is None:
+            return current, np.arange(size, dtype=np.int64)
+        positions = np.where(positions < 0, positions + size, positions)
+        check(
+            bool(np.all((positions >= 0) & (positions < size))),
+            argument,
+            f"Subset indices within the {size} items of its dataset",
+            f"indices {positions.min()}..{positions.max()}",
+        )
+        return current, positions
     names = kind if isinstance(kind, tuple) else (kind,)
     wanted = " or ".join(k.__name__ for k in names)
     check(
@@ -637,10 +644,11 @@ def data_fingerprint(dataset: SignalDataset | LabelledDataset) -> dict[str, Any]
 
     Holds the item count and shape, the channel names when known, how a store's windows are
     normalised (``"window"``, ``"record"``...; the same records read another way are other data),
-    the source's record ids when it has ``records`` (a sleep store's window datasets) and, for an
-    array or tensor, the SHA-256 of its first, middle and last items (so another array of the
-    same shape is told apart too; other datasets may draw random augmentations per read, so their
-    values are not hashed).
+    the source's record ids when it has ``records`` (a sleep store's window datasets), the SHA-256
+    of the items a ``Subset`` picks from its source (so another selection of the same size is
+    told apart) and, for an array or tensor, the SHA-256 of its first, middle and last items (so
+    another array of the same shape is told apart too; other datasets may draw random
+    augmentations per read, so their values are not hashed).
 
     Args:
         dataset: An adapted dataset (:func:`as_signal_dataset`, :func:`as_labelled_dataset`).
@@ -659,8 +667,11 @@ def data_fingerprint(dataset: SignalDataset | LabelledDataset) -> dict[str, Any]
             values = item.detach().cpu().numpy() if isinstance(item, torch.Tensor) else item
             hashed.update(np.ascontiguousarray(values).tobytes())
         digest = hashed.hexdigest()
+    _, positions = _trace(dataset)
+    picked = None if positions is None else hashlib.sha256(positions.tobytes()).hexdigest()
     return {
         "num_items": len(signals),
+        "subset_sha256": picked,
         "item_shape": list(signals.spec.item_shape),
         "ch_names": None if signals.info.ch_names is None else list(signals.info.ch_names),
         "records": [str(r) for r in records] if isinstance(records, tuple | list) else None,

@@ -280,3 +280,19 @@ def test_complex_signals_are_refused_not_cast(tmp_path: Path) -> None:
     items = [(value.astype(np.complex64), label) for value, label in zip(x, y, strict=True)]
     with pytest.raises(InputError, match=r"train_dataset\[0\]: expected a real-valued signal"):
         finetune(None, items, num_classes=3, out_dir=tmp_path / "r", config=ft_config())
+
+
+def test_resume_refuses_another_subset_of_the_same_size(gappy_store: Path, tmp_path: Path) -> None:
+    """Two Subsets of one dataset with as many items had the same fingerprint: resuming on the
+    other one went on silently."""
+    from torch.utils.data import Subset
+
+    from partnd.datasets import SleepWindowDataset
+
+    windows = SleepWindowDataset(gappy_store, labelled_only=True)
+    config = FinetuneConfig.preset("test", patch_size=10, epochs=2, batch_size=2, max_steps=1)
+    out = tmp_path / "run"
+    finetune(None, Subset(windows, range(0, 6)), num_classes=5, out_dir=out, config=config)
+    with pytest.raises(InputError, match=r"another selection of items \(Subset indices\)"):
+        finetune(None, Subset(windows, range(6, 12)), num_classes=5, out_dir=out, resume=True)
+    finetune(None, Subset(windows, range(0, 6)), num_classes=5, out_dir=out, resume=True)

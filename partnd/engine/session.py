@@ -104,6 +104,8 @@ def _data_change(before: dict[str, Any] | None, after: dict[str, Any] | None) ->
             changes.append(_records_change(old, new))
         elif key == "items_sha256":
             changes.append("other item values")
+        elif key == "subset_sha256":
+            changes.append("another selection of items (Subset indices)")
         else:
             changes.append(f"{key}: {old} -> {new}")
     return "; ".join(changes)
