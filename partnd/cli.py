@@ -225,10 +225,20 @@ def _add_normalize_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--normalize",
         choices=("window", "record", "none"),
-        default="window",
         help="how windows of a sleep store are normalised: each window on its own (window, the "
-        "paper's), by its night's channel scales (record), or not at all (none); "
-        ".npy data are used as given",
+        "paper's; the default), by its night's channel scales (record), or not at all (none); "
+        "refused for .npy data, which are used as given",
+    )
+
+
+def _check_normalize(normalize: str | None, data: Path, option: str = "--normalize") -> None:
+    """Refuse a normalisation given for ``.npy`` data, which are used as given."""
+    check(
+        normalize is None or data.is_dir(),
+        option,
+        "no normalisation for .npy data (arrays are used as given; it says how a sleep store's "
+        "windows are normalised)",
+        f"{normalize} for the array file {data}",
     )
 
 
@@ -331,6 +341,9 @@ def _pretrain_main(argv: list[str]) -> int:
     from partnd.pretraining import pretrain
 
     selection = _store_selection(args, "")
+    method = overrides.get("method", (config or PretrainConfig()).method)
+    if method != "part_windows":  # its arrays are segments, already normalised as it says
+        _check_normalize(overrides.get("normalize"), args.data)
     normalize = overrides.get("normalize", (config or PretrainConfig()).normalize)
     data = _open(args.data, "--data", False, selection, normalize)
     result = pretrain(
@@ -381,11 +394,13 @@ def _finetune_main(argv: list[str]) -> int:
     config, overrides = _config_from_args(args, FinetuneConfig)
     from partnd.finetuning import finetune
 
-    train = _open(args.data, "--data", True, _store_selection(args, ""), args.normalize)
+    _check_normalize(args.normalize, args.data)
+    normalize = args.normalize or "window"
+    train = _open(args.data, "--data", True, _store_selection(args, ""), normalize)
     val = None
     val_selection = _store_selection(args, "val_")
     if args.val_data is not None:
-        val = _open(args.val_data, "--val-data", True, val_selection, args.normalize)
+        val = _open(args.val_data, "--val-data", True, val_selection, normalize)
     stage_names = getattr(train, "stage_names", None)
     class_names = _names(args.class_names) or (None if stage_names is None else list(stage_names))
     num_classes = args.num_classes

@@ -557,6 +557,15 @@ def test_options_that_would_be_ignored_are_refused_naming_them(
             "--labels: expected labels of .npy data given as --data (a sleep store's stages are "
             "its labels)",
         ),
+        (
+            [*finetune, *out, "--normalize", "record"],
+            "--normalize: expected no normalisation for .npy data (arrays are used as given; it "
+            "says how a sleep store's windows are normalised), got record for the array file",
+        ),
+        (
+            ["pretrain", "--data", str(signals), *out, "--preset", "test", "--normalize", "record"],
+            "--normalize: expected no normalisation for .npy data",
+        ),
     ]:
         assert cli.main(argv) == 2, argv
         error = capsys.readouterr().err
