@@ -413,6 +413,14 @@ def _finetune_main(argv: list[str]) -> int:
         )
         assert class_names is not None
         num_classes = len(class_names)
+    if class_names is not None and args.class_names is None:  # the store's stage names
+        check(
+            len(class_names) == num_classes,
+            "--num-classes",
+            f"{len(class_names)}, the store's stages {', '.join(class_names)} (or --class-names "
+            "naming as many classes)",
+            str(num_classes),
+        )
     if class_names is not None:
         check(
             len(class_names) == num_classes,

@@ -558,6 +558,11 @@ def test_options_that_would_be_ignored_are_refused_naming_them(
             "its labels)",
         ),
         (
+            ["finetune", "--data", str(store), *out, "--num-classes", "2"],
+            "--num-classes: expected 5, the store's stages W, N1, N2, N3, REM (or --class-names "
+            "naming as many classes), got 2",  # the names came from the store, not --class-names
+        ),
+        (
             [*finetune, *out, "--normalize", "record"],
             "--normalize: expected no normalisation for .npy data (arrays are used as given; it "
             "says how a sleep store's windows are normalised), got record for the array file",
