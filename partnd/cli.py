@@ -655,7 +655,7 @@ register_subcommand(
     "generate the synthetic PC18-format sample cohort",
 )
 register_subcommand(
-    "demo", "partnd.recipes.sleep_staging:command", "run the sleep-staging demo recipe"
+    "demo", "partnd.recipes.sleep_staging:demo", "run the sleep-staging demo recipe"
 )
 
 

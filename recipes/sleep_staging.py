@@ -70,11 +70,13 @@ from partnd.recipes.study_directory import (
 __all__ = [
     "DEFAULT_METHODS",
     "DEFAULT_ROWS",
+    "PROG",
     "SLEEP_OPTIONS",
     "STAGES",
     "add_study_arguments",
     "build_parser",
     "command",
+    "demo",
     "main",
     "report",
     "rows_of",
@@ -304,10 +306,13 @@ def add_study_arguments(
     add_run_arguments(parser)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The command line of the recipe."""
+PROG = "python -m partnd.recipes.sleep_staging"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """The command line of the recipe, as ``prog`` (``partnd demo`` runs it too)."""
     parser = argparse.ArgumentParser(
-        prog="python -m partnd.recipes.sleep_staging",
+        prog=prog,
         description="Sleep staging on PhysioNet 2018 (or the sample cohort): every method on the "
         "same split, kappa with bootstrap intervals over test subjects.",
     )
@@ -352,21 +357,26 @@ def study_from_args(args: argparse.Namespace, rows: Sequence[tuple[str, str]] = 
     return SleepStudy(config, overwrite=args.overwrite)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     """Run the recipe from the command line; returns the exit status (errors raise: see
     :func:`command`). The rows are checked before ``--out`` is claimed, and a new ``--out``
     is removed again when the command fails before writing anything into it."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     rows = selected_rows(args)
     with released_on_failure(args.out):
         run(study_from_args(args, rows), args.stage, rows)
     return 0
 
 
-def command(argv: Sequence[str] | None = None) -> int:
-    """:func:`main` as a command (``partnd demo``, ``python -m``): bad input, a non-finite loss or
-    Ctrl-C end with one line naming the options and an exit status, not a traceback."""
-    return run_recipe("python -m partnd.recipes.sleep_staging", lambda: main(argv), SLEEP_OPTIONS)
+def command(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """:func:`main` as the command ``prog``: bad input, a non-finite loss or Ctrl-C end with one
+    line naming the options and an exit status, not a traceback."""
+    return run_recipe(prog, lambda: main(argv, prog), SLEEP_OPTIONS)
+
+
+def demo(argv: Sequence[str]) -> int:
+    """``partnd demo``: :func:`command`, its usage and messages under that name."""
+    return command(argv, "partnd demo")
 
 
 if __name__ == "__main__":

@@ -117,7 +117,7 @@ def test_subcommand_registry_is_lazy(capsys: pytest.CaptureFixture) -> None:
     finally:
         del cli.SUBCOMMANDS["echo-test"], cli.SUBCOMMANDS["missing-test"]
     assert cli.SUBCOMMANDS["preprocess"].target == "partnd.preprocessing.physionet2018:main"
-    assert cli.SUBCOMMANDS["demo"].target == "partnd.recipes.sleep_staging:command"
+    assert cli.SUBCOMMANDS["demo"].target == "partnd.recipes.sleep_staging:demo"
 
 
 @pytest.mark.slow

@@ -138,7 +138,7 @@ def test_a_refused_study_command_names_its_options_and_leaves_no_new_directory(
         assert error.startswith(f"python -m partnd.recipes.sleep_staging: {message}"), error
         assert not out.exists()  # the study directory it claimed is released again
     assert cli.main(["demo", "prepare", "--out", str(out), "--src", str(missing)]) == 2
-    assert "error: --src: expected a directory" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith("partnd demo: error: --src: expected a directory")
     argv = ["cells", "--out", str(out), "--budgets", "0"]
     with pytest.raises(InputError, match=r"^budgets: "):
         sample_efficiency.main(argv)
