@@ -54,7 +54,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
-from partnd._validation import InputError, check
+from partnd._validation import check
 from partnd.detection import build_vitdet_mask_rcnn
 from partnd.engine.checkpoint import (
     atomic_save,
@@ -711,6 +711,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     splits = {"train": ["train"], "evaluate": ["val"], "all": ["train", "val"]}[args.stage]
     for split in splits:  # check the data before anything is written under --out
         _split_paths(Path(args.root), split)
+    check(not out.exists() or out.is_dir(), "--out", "a run directory", f"the file {out}")
+    check(
+        args.encoder is None or args.encoder.expanduser().exists(),
+        "--encoder",
+        "an existing encoder.pt or pretrain run directory",
+        f"{args.encoder} (no such file or directory)",
+    )
+    check(
+        args.stage != "evaluate" or (out / "train_result.json").is_file(),
+        "--out",
+        "a finished training (run the train stage first)",
+        f"none in {out}",
+    )
     settings = {
         "config": config.to_dict(),
         "encoder": None if args.encoder is None else str(args.encoder.expanduser().resolve()),
@@ -735,8 +748,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         encoder = None if args.encoder is None else load_encoder(args.encoder)
         model = train(out, args.root, config, encoder, progress=args.progress)
     if args.stage in ("evaluate", "all") and not (out / "metrics.json").is_file():
-        if not (out / "train_result.json").is_file():
-            raise InputError(f"--out: expected a finished training in {out} (run the train stage)")
         if model is None:
             model = _load_trained(out, config)
         metrics = evaluate(

@@ -515,10 +515,17 @@ def test_recipe_trains_evaluates_resumes_and_skips(
 
 
 def test_recipe_evaluates_only_a_finished_training(coco_root: Path, tmp_path: Path) -> None:
+    """Refusals come before the run directory is written, naming the option; --out naming a
+    file is refused (it was a NotADirectoryError)."""
     encoder_path = tmp_path / "encoder.pt"
     save_encoder(_encoder(), encoder_path)
-    with pytest.raises(InputError, match="finished training"):
+    with pytest.raises(InputError, match="--out: expected a finished training"):
         coco_detection.main(["evaluate", *_cli(coco_root, tmp_path / "run", encoder_path)])
+    with pytest.raises(InputError, match=r"--encoder: expected an existing encoder\.pt"):
+        coco_detection.main(["train", *_cli(coco_root, tmp_path / "run", tmp_path / "nope.pt")])
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(InputError, match="--out: expected a run directory, got the file"):
+        coco_detection.main(["train", *_cli(coco_root, encoder_path, encoder_path)])
 
 
 def test_recipe_refuses_a_root_without_coco_files(tmp_path: Path) -> None:
