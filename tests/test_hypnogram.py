@@ -39,9 +39,9 @@ def test_whole_night_stage_proportions_match_adult_norms() -> None:
     assert 0.10 <= mean["W"] <= 0.20
     assert 0.05 <= mean["N1"] <= 0.10
     assert 0.45 <= mean["N2"] <= 0.55
-    assert 0.13 <= mean["N3"] <= 0.23
-    assert 0.20 <= mean["R"] <= 0.25
-    assert fractions.std(axis=0).min() > 0.01  # subjects differ
+    assert 0.08 <= mean["N3"] <= 0.23  # 13-23 % in young adults, less by 45 (Ohayon et al. 2004)
+    assert 0.18 <= mean["R"] <= 0.25
+    assert fractions.std(axis=0).min() > 0.015  # subjects differ as adults do (N1 least)
 
 
 def test_n3_front_loaded_and_rem_back_loaded() -> None:

@@ -1,17 +1,38 @@
 """Realistic adult hypnograms for the generated sample cohort.
 
 A night is built in two layers. The *macro* layer is the classic NREM–REM cycle: sleep latency
-(wake), a short N1 descent, then cycles of about 90 minutes, each an N2 descent, N3 (plentiful in
+(wake), a short N1 descent, then cycles of 70–120 minutes, each an N2 descent, N3 (plentiful in
 the first cycle, fading later), an N2 ascent and a REM period that lengthens from cycle to cycle,
-often closed by a brief awakening. The *micro* layer is a semi-Markov intrusion process that breaks
-each macro block into bouts: brief awakenings and N1 shifts inside N2 and REM, N2 epochs inside N3,
-flickering N2/N3 borders. Every duration is drawn per subject (:class:`HypnogramParams`), so
-subjects differ in latency, cycle length, amount of N3 and REM and fragmentation.
+often closed by a brief awakening; in some nights the first REM period is skipped; a whole night
+ends with a final awakening. The *micro* layer is a semi-Markov intrusion process that breaks
+each macro block into bouts: brief awakenings (and fewer long ones) and N1 shifts inside N2 and
+REM, N2 epochs inside N3, flickering N2/N3 borders. Every duration is drawn per subject
+(:class:`HypnogramParams`), and age shifts them as in adult norms, so subjects differ in latency,
+cycle length, amount of N3 and REM and fragmentation about as much as real adults do.
 
-Records shorter than a night hold its first part. The macro layer is compressed in time when needed
-so that the record holds sleep onset, the first cycle (its REM period included) and a quarter more;
-for two-hour records this is mild (cycles of ~70 minutes), very short test records get unrealistic
-bout durations but still every stage.
+Sources of the norms the distributions are centred on:
+
+- Carskadon & Dement, "Normal human sleep: an overview", in *Principles and Practice of Sleep
+  Medicine* (Kryger, Roth & Dement, eds.): first NREM–REM cycle 70–100 min, later ones 90–120 min;
+  REM periods lengthen across the night; N3 in the first third; N1 2–5 %, N2 45–55 %, N3 13–23 %
+  (young adults), REM 20–25 % of sleep.
+- Ohayon, Carskadon, Guilleminault & Vitiello (2004), Sleep 27:1255, meta-analysis of 3,577
+  subjects: in adults slow-wave sleep, REM and REM latency decrease with age, sleep latency, N1,
+  N2 and wake after sleep onset increase.
+- Boulos et al. (2019), Lancet Respir Med 7:533, meta-analysis of 5,273 healthy adults (AASM
+  scoring), per decade of age: wake after sleep onset +9.7 min, sleep latency +1.1 min, N1 +0.5
+  percentage points, total sleep time -10.1 min.
+- Real hypnograms that install offline (measured by :mod:`partnd.cohort.realism`): 14 adults of
+  Menghini et al. (2021, Sleep 44:zsaa170; YASA's ``sample_data_sri.csv.xz``): REM latency
+  98 ± 45 min (two of 14 above 150 min: a skipped first REM period), mean REM bout 20 epochs,
+  mean wake bout 4.3 epochs, between-subject SD of the wake / N3 / REM fractions of the sleep
+  period 0.06 / 0.08 / 0.05; Sleep-EDF cassette (DESIGN.md §5b): REM latency 93 ± 45 min, mean
+  bouts W 6.7, N1 3.0, N2 10.8, N3 9.2, REM 19.1 epochs, stage-fraction SDs 0.05–0.10.
+
+Records shorter than a night hold its first part (and no final awakening). The macro layer is
+compressed in time when needed so that the record holds sleep onset, the first cycle (its REM
+period included) and a quarter more; for two-hour records this is mild (cycles of ~70 minutes),
+very short test records get unrealistic bout durations but still every stage.
 
 Stages are coded as :class:`SleepStage` integers; a hypnogram is an ``int8`` array ``[n_epochs]`` of
 30-second epochs.
@@ -61,6 +82,11 @@ STAGE_LETTERS = "W123R"
 
 _N3_CYCLE_FACTORS = (1.0, 0.7, 0.35, 0.12, 0.0)
 _MINUTES_PER_EPOCH = EPOCH_SECONDS / 60.0
+_REFERENCE_AGE = 45.0
+"""Age (years) at which the drawn architecture is centred on the norms; others shift per decade."""
+_MAX_REM_PERIOD = 45.0
+_FULL_NIGHT_HOURS = 5.0
+"""Records at least this long (hours) end with the final awakening (shorter ones stop mid-night)."""
 
 
 @dataclass(frozen=True)
@@ -75,9 +101,13 @@ class HypnogramParams:
         rem_first_cycle: Minutes of REM closing the first cycle (later cycles get more).
         rem_growth: Extra REM minutes per further cycle.
         awakening_rate: Brief awakenings per hour of N2/REM.
-        n1_shift_rate: Shifts to N1 per hour of N2/REM.
+        n1_shift_rate: Shifts to N1 per hour of N2 (REM gets half as many).
         n3_break_rate: N2 interruptions per hour of N3.
         post_rem_wake_prob: Probability that a REM period ends in a brief awakening.
+        long_wake_rate: Long awakenings (minutes, lognormal length) per hour of N2/REM.
+        long_wake_minutes: Median length of a long awakening.
+        skip_first_rem: Whether the first cycle has no REM period (REM latency of two cycles).
+        final_wake: Minutes of wake closing a whole night (the final awakening before lights-on).
     """
 
     sleep_latency: float
@@ -90,36 +120,57 @@ class HypnogramParams:
     n1_shift_rate: float
     n3_break_rate: float
     post_rem_wake_prob: float
+    long_wake_rate: float
+    long_wake_minutes: float
+    skip_first_rem: bool
+    final_wake: float
 
 
-def draw_hypnogram_params(rng: np.random.Generator) -> HypnogramParams:
+def draw_hypnogram_params(rng: np.random.Generator, age: float | None = None) -> HypnogramParams:
     """Draw one subject's sleep architecture.
 
-    The distributions are centred on healthy-adult polysomnography norms (sleep latency ~12 min,
-    cycles ~90 min, whole-night N3 ~18 %, REM ~22 %) with between-subject spread.
+    The distributions are centred on adult polysomnography norms at 45 years (sleep latency
+    ~12 min, cycles ~90 min, whole-night N3 ~15 %, REM ~20 %, REM latency ~90 min; Carskadon &
+    Dement; Ohayon et al. 2004) with the between-subject spread of real adults (see the module
+    docstring). Age shifts them per decade as in Boulos et al. (2019): sleep latency +1.1 min,
+    wake after sleep onset +9.7 min (more awakenings), N1 up; and as in Ohayon et al. (2004): less
+    N3 and shorter REM latency (here: fewer skipped first REM periods) with age.
 
     Args:
         rng: Source of randomness.
+        age: The subject's age in years; None draws a 45-year-old's architecture.
 
     Returns:
         The subject's :class:`HypnogramParams`.
     """
+    decades = 0.0 if age is None else (float(age) - _REFERENCE_AGE) / 10.0
+    wake_factor = float(np.clip(1.0 + 0.25 * decades, 0.4, 2.5))
     return HypnogramParams(
-        sleep_latency=float(np.clip(rng.lognormal(np.log(12.0), 0.45), 3.0, 40.0)),
-        n1_onset=float(rng.uniform(2.0, 6.0)),
-        cycle=float(np.clip(rng.normal(90.0, 8.0), 72.0, 110.0)),
-        n3_first_cycle=float(np.clip(rng.normal(34.0, 7.0), 15.0, 50.0)),
-        rem_first_cycle=float(np.clip(rng.normal(20.0, 4.0), 10.0, 30.0)),
-        rem_growth=float(rng.uniform(2.0, 6.0)),
-        awakening_rate=float(np.clip(rng.lognormal(np.log(2.5), 0.4), 0.8, 8.0)),
-        n1_shift_rate=float(np.clip(rng.lognormal(np.log(3.5), 0.4), 1.0, 10.0)),
-        n3_break_rate=float(np.clip(rng.lognormal(np.log(4.0), 0.4), 1.0, 12.0)),
-        post_rem_wake_prob=float(rng.uniform(0.4, 0.8)),
+        sleep_latency=float(np.clip(rng.lognormal(np.log(12.0 + 1.1 * decades), 0.6), 2.0, 60.0)),
+        n1_onset=float(rng.uniform(2.0, 7.0)),
+        cycle=float(np.clip(rng.normal(92.0, 12.0), 70.0, 120.0)),
+        n3_first_cycle=float(np.clip(rng.normal(30.0 - 3.0 * decades, 10.0), 4.0, 55.0)),
+        rem_first_cycle=float(np.clip(rng.lognormal(np.log(14.0), 0.4), 4.0, 35.0)),
+        rem_growth=float(rng.uniform(2.0, 7.0)),
+        awakening_rate=float(np.clip(rng.lognormal(np.log(1.5 * wake_factor), 0.5), 0.4, 10.0)),
+        n1_shift_rate=float(np.clip(rng.lognormal(np.log(2.5 + 0.3 * decades), 0.5), 0.6, 12.0)),
+        n3_break_rate=float(np.clip(rng.lognormal(np.log(2.0), 0.5), 0.3, 10.0)),
+        post_rem_wake_prob=float(rng.uniform(0.3, 0.8)),
+        long_wake_rate=float(np.clip(rng.lognormal(np.log(0.8 * wake_factor), 0.6), 0.05, 3.0)),
+        long_wake_minutes=float(np.clip(rng.lognormal(np.log(5.0), 0.5), 1.5, 20.0)),
+        skip_first_rem=bool(rng.random() < float(np.clip(0.12 - 0.02 * decades, 0.03, 0.25))),
+        final_wake=float(np.clip(rng.lognormal(np.log(6.0), 1.0), 0.0, 90.0)),
     )
 
 
-def _macro_blocks(params: HypnogramParams, total_minutes: float) -> list[tuple[int, float]]:
-    """Return the night's ``(stage, minutes)`` blocks until ``total_minutes`` is covered."""
+def _macro_blocks(
+    params: HypnogramParams, total_minutes: float, allow_skip: bool
+) -> list[tuple[int, float]]:
+    """Return the night's ``(stage, minutes)`` blocks until ``total_minutes`` is covered.
+
+    The first REM period is left out when the subject skips it and ``allow_skip`` (whole nights;
+    shorter records keep it so that every stage occurs).
+    """
     blocks: list[tuple[int, float]] = [
         (SleepStage.WAKE, params.sleep_latency),
         (SleepStage.N1, params.n1_onset),
@@ -129,13 +180,16 @@ def _macro_blocks(params: HypnogramParams, total_minutes: float) -> list[tuple[i
     while elapsed < total_minutes:
         n3_factor = _N3_CYCLE_FACTORS[min(cycle_index, len(_N3_CYCLE_FACTORS) - 1)]
         n3 = params.n3_first_cycle * n3_factor
-        rem = min(params.rem_first_cycle + cycle_index * params.rem_growth, 35.0)
+        rem = min(params.rem_first_cycle + cycle_index * params.rem_growth, _MAX_REM_PERIOD)
+        if cycle_index == 0 and params.skip_first_rem and allow_skip:
+            rem = 0.0
         n2_total = max(params.cycle - n3 - rem, 10.0)
         descent = 0.6 * n2_total if n3 > 0 else n2_total
         cycle_blocks = [(SleepStage.N2, descent)]
         if n3 > 0:
             cycle_blocks += [(SleepStage.N3, n3), (SleepStage.N2, n2_total - descent)]
-        cycle_blocks.append((SleepStage.REM, rem))
+        if rem > 0:
+            cycle_blocks.append((SleepStage.REM, rem))
         blocks += cycle_blocks
         elapsed += sum(minutes for _, minutes in cycle_blocks)
         cycle_index += 1
@@ -173,10 +227,15 @@ def _intrude(
     rate_per_hour: float,
     max_bout: int,
     rng: np.random.Generator,
+    median_minutes: float | None = None,
+    return_via: int | None = None,
 ) -> None:
-    """Overwrite short bouts of ``stage`` inside ``hypnogram[start:stop]`` (a Poisson process).
+    """Overwrite bouts of ``stage`` inside ``hypnogram[start:stop]`` (a Poisson process).
 
-    Bouts avoid the block's first and last epoch and never cover more than a third of the block.
+    Bouts last 1 to ``max_bout`` epochs, uniformly, or, given ``median_minutes``, a lognormal
+    number of epochs (spread 0.6) up to ``max_bout``. They avoid the block's first and last epoch
+    and never cover more than a third of the block. Given ``return_via``, each bout is followed by
+    0–2 epochs of that stage (sleep resumes through N1 after an awakening).
     """
     length = stop - start
     if length < 6:
@@ -184,12 +243,19 @@ def _intrude(
     n_bouts = rng.poisson(rate_per_hour * length * _MINUTES_PER_EPOCH / 60.0)
     budget = length // 3
     for _ in range(n_bouts):
-        bout = int(rng.integers(1, max_bout + 1))
+        if median_minutes is None:
+            bout = int(rng.integers(1, max_bout + 1))
+        else:
+            drawn = rng.lognormal(np.log(median_minutes / _MINUTES_PER_EPOCH), 0.6)
+            bout = int(np.clip(round(drawn), 2, max_bout))
         if bout > budget:
             break
         onset = int(rng.integers(start + 1, stop - bout))
         hypnogram[onset : onset + bout] = stage
         budget -= bout
+        if return_via is not None:
+            n_return = min(int(rng.integers(0, 3)), stop - onset - bout - 1)
+            hypnogram[onset + bout : onset + bout + n_return] = return_via
 
 
 def _flicker_border(hypnogram: np.ndarray, border: int, rng: np.random.Generator) -> None:
@@ -218,11 +284,14 @@ def make_hypnogram(
     check(n_epochs >= 10, "n_epochs", "at least 10 epochs (5 minutes)", n_epochs)
     params = draw_hypnogram_params(rng) if params is None else params
     total_minutes = n_epochs * _MINUTES_PER_EPOCH
+    whole_night = total_minutes >= 60.0 * _FULL_NIGHT_HOURS
     first_part = params.sleep_latency + params.n1_onset + params.cycle
     compression = min(1.0, total_minutes / (1.25 * first_part))
     blocks = [
         (stage, minutes * compression)
-        for stage, minutes in _macro_blocks(params, total_minutes / compression)
+        for stage, minutes in _macro_blocks(
+            params, total_minutes / compression, allow_skip=whole_night
+        )
     ]
     n_first_part = 6
     epoch_blocks = _blocks_to_epochs(blocks, n_epochs, n_first_part)
@@ -245,13 +314,28 @@ def make_hypnogram(
             _intrude(hypnogram, start, stop, SleepStage.WAKE, 10.0, 1, rng)
         elif stage == SleepStage.N2:
             _intrude(hypnogram, start, stop, SleepStage.N1, params.n1_shift_rate, 3, rng)
-            _intrude(hypnogram, start, stop, SleepStage.WAKE, awakening_rate, 2, rng)
-            _intrude(hypnogram, start, stop, SleepStage.WAKE, 0.15 * awakening_rate, 10, rng)
+            _intrude(
+                hypnogram, start, stop, SleepStage.WAKE, awakening_rate, 2, rng, None, SleepStage.N1
+            )
+            long_rate = params.long_wake_rate * (1.0 + 0.35 * hours_asleep)
+            long_minutes = params.long_wake_minutes
+            _intrude(
+                hypnogram,
+                start,
+                stop,
+                SleepStage.WAKE,
+                long_rate,
+                60,
+                rng,
+                long_minutes,
+                SleepStage.N1,
+            )
         elif stage == SleepStage.N3:
             _intrude(hypnogram, start, stop, SleepStage.N2, params.n3_break_rate, 3, rng)
         else:
-            _intrude(hypnogram, start, stop, SleepStage.N1, params.n1_shift_rate, 2, rng)
-            _intrude(hypnogram, start, stop, SleepStage.WAKE, awakening_rate, 2, rng)
+            # REM periods are interrupted less than N2 (real REM bouts average ~20 epochs).
+            _intrude(hypnogram, start, stop, SleepStage.N1, 0.4 * params.n1_shift_rate, 2, rng)
+            _intrude(hypnogram, start, stop, SleepStage.WAKE, 0.4 * awakening_rate, 2, rng)
             is_last = index == len(epoch_blocks) - 1
             if not is_last and stop - start >= 4 and rng.random() < params.post_rem_wake_prob:
                 n_wake = int(rng.integers(1, 4))
@@ -260,6 +344,11 @@ def make_hypnogram(
         if {previous, stage} == {SleepStage.N2, SleepStage.N3} and stop - start >= 6:
             _flicker_border(hypnogram, start, rng)
 
+    if whole_night:
+        n_final = round(params.final_wake * compression / _MINUTES_PER_EPOCH)
+        if n_final > 0:
+            hypnogram[n_epochs - n_final :] = SleepStage.WAKE
+            hypnogram[max(n_epochs - n_final - 1, 0)] = SleepStage.N1
     for stage in SleepStage:
         if not np.any(hypnogram == stage):
             hypnogram[macro == stage] = stage

@@ -61,11 +61,11 @@ _EPOCH_SAMPLES = EPOCH_SECONDS * FS
 # subject's amplitude of that component.
 _STAGE_TEMPLATES: dict[str, tuple[float, ...]] = {
     #            W     N1    N2    N3    REM   Wopen
-    "background": (1.0, 1.05, 1.25, 1.35, 0.85, 1.0),
-    "alpha": (1.0, 0.3, 0.07, 0.05, 0.18, 0.2),
-    "beta": (0.55, 0.45, 0.35, 0.25, 0.55, 1.0),
-    "theta": (0.35, 1.0, 0.75, 0.6, 0.85, 0.3),
-    "delta": (0.15, 0.25, 0.42, 1.0, 0.2, 0.15),
+    "background": (1.0, 0.95, 1.25, 1.35, 0.85, 1.0),
+    "alpha": (1.0, 0.3, 0.07, 0.05, 0.35, 0.2),
+    "beta": (0.7, 0.55, 0.35, 0.25, 0.7, 1.0),
+    "theta": (0.35, 0.8, 0.6, 0.5, 0.6, 0.3),
+    "delta": (0.12, 0.12, 0.22, 1.0, 0.14, 0.12),
     "emg": (0.75, 0.55, 0.4, 0.35, 0.1, 1.0),
     "sem": (0.35, 1.0, 0.15, 0.0, 0.05, 0.1),
 }
@@ -99,7 +99,7 @@ _TOPOGRAPHIES: dict[str, tuple[float, ...]] = {
     "kcomplex": (1.0, 1.0, 0.85, 0.85, 0.45, 0.45, 0.6, 0.0),
     "vertex": (0.7, 0.7, 1.0, 1.0, 0.45, 0.45, 0.3, 0.0),
     "sawtooth": (0.8, 0.8, 1.0, 1.0, 0.55, 0.55, 0.3, 0.0),
-    "emg": (0.12, 0.12, 0.03, 0.03, 0.06, 0.06, 0.1, 1.0),
+    "emg": (0.15, 0.15, 0.08, 0.08, 0.1, 0.1, 0.15, 1.0),
     "eye": (0.15, 0.15, 0.04, 0.04, 0.01, 0.01, 1.0, 0.02),
     "ecg": (3.0, -3.0, 2.5, -2.5, 3.0, -3.0, 3.0, 6.0),
     "movement": (1.0, 1.0, 0.8, 0.8, 0.9, 0.9, 1.2, 1.5),
@@ -156,25 +156,36 @@ class SubjectProfile:
     blend_prob: float
 
 
-def draw_subject_profile(rng: np.random.Generator) -> SubjectProfile:
-    """Draw one subject's physiology from plausible adult ranges.
+def draw_subject_profile(rng: np.random.Generator, age: float | None = None) -> SubjectProfile:
+    """Draw one subject's physiology from adult ranges, shifted by age.
+
+    Every EEG amplitude shares a per-subject gain (lognormal, spread 0.2: skull and scalp
+    conductance make the same rhythm 0.7–1.4 times as large between adults). Alpha peaks at
+    10 ± 0.9 Hz and slows by 0.1 Hz per decade above 45 (Klimesch 1999, Brain Res Rev 29:169).
+    Slow-wave amplitude falls by 8 % and spindle density by 0.3 per minute per decade (Carrier et
+    al. 2011, Eur J Neurosci 33:758; Purcell et al. 2017, Nat Commun 8:15930).
 
     Args:
         rng: Source of randomness.
+        age: Age in years; None draws a 45-year-old.
     """
+    decades = 0.0 if age is None else (float(age) - 45.0) / 10.0
+    gain = float(np.clip(rng.lognormal(0.0, 0.2), 0.6, 1.6))
     return SubjectProfile(
-        alpha_freq=float(rng.uniform(8.5, 11.5)),
-        alpha_amplitude=float(rng.uniform(12.0, 30.0)),
-        background_amplitude=float(rng.uniform(9.0, 16.0)),
-        beta_amplitude=float(rng.uniform(3.0, 6.0)),
-        theta_amplitude=float(rng.uniform(8.0, 14.0)),
-        delta_amplitude=float(rng.uniform(30.0, 45.0)),
-        spindle_density=float(rng.uniform(3.0, 8.0)),
+        alpha_freq=float(np.clip(rng.normal(10.0 - 0.1 * decades, 0.9), 8.0, 12.5)),
+        alpha_amplitude=gain * float(np.clip(rng.lognormal(np.log(28.0), 0.35), 10.0, 60.0)),
+        background_amplitude=gain * float(rng.uniform(9.0, 16.0)),
+        beta_amplitude=gain * float(rng.uniform(5.0, 9.0)),
+        theta_amplitude=gain * float(rng.uniform(6.0, 10.0)),
+        delta_amplitude=gain
+        * float(np.clip(1.0 - 0.08 * decades, 0.5, 1.4))
+        * float(rng.uniform(30.0, 45.0)),
+        spindle_density=float(np.clip(rng.uniform(3.0, 7.0) - 0.3 * decades, 1.0, 8.0)),
         spindle_freq_slow=float(rng.uniform(11.0, 12.8)),
         spindle_freq_fast=float(rng.uniform(13.0, 15.0)),
-        spindle_amplitude=float(rng.uniform(20.0, 40.0)),
+        spindle_amplitude=gain * float(rng.uniform(20.0, 40.0)),
         kcomplex_rate=float(rng.uniform(1.0, 3.0)),
-        kcomplex_amplitude=float(rng.uniform(70.0, 160.0)),
+        kcomplex_amplitude=gain * float(rng.uniform(70.0, 160.0)),
         emg_amplitude=float(rng.uniform(8.0, 25.0)),
         noise_level=float(rng.uniform(1.0, 3.0)),
         heart_rate=float(rng.uniform(52.0, 78.0)),
@@ -282,9 +293,18 @@ def _power_law(
     return _band(freqs, low, high, order) / np.maximum(freqs, low) ** exponent
 
 
+def _aperiodic(freqs: np.ndarray, knee: float, exponent: float) -> np.ndarray:
+    """Aperiodic amplitude spectrum with a knee: power ``1 / (knee^exponent + f^exponent)``.
+
+    The Lorentzian form of Donoghue et al. (2020, Nat Neurosci 23:1655): flat below ``knee`` Hz,
+    ``1 / f^exponent`` power above, band-limited to 0.2–40 Hz.
+    """
+    return _band(freqs, 0.2, 40.0, 2) / np.sqrt(knee**exponent + np.maximum(freqs, 0.0) ** exponent)
+
+
 def _source_shapes(profile: SubjectProfile) -> list[SpectralShape]:
     """Spectra of the continuous sources, in the row order used by :func:`synthesize_psg`."""
-    pink: SpectralShape = (partial(_power_law, low=0.4, high=40.0, order=2, exponent=0.8), 0, 100)
+    pink: SpectralShape = (partial(_aperiodic, knee=2.0, exponent=2.0), 0, 100)
     alpha: SpectralShape = (
         partial(_bump, centre=profile.alpha_freq, width=0.6),
         profile.alpha_freq - 3.0,
@@ -405,15 +425,35 @@ def _state_per_second(
     """Per-second internal state (stage, or eyes-open wake) and per-second epoch index."""
     centres = np.arange(n_seconds) * FS + FS // 2
     epoch_index = np.clip((centres - grid_start) // _EPOCH_SAMPLES, 0, len(epoch_stages) - 1)
-    # Eyes open/closed in wake: a persistent two-state chain over epochs (mostly open before
-    # lights-off).
-    switches = rng.random(len(epoch_stages)) < 0.3
-    closed = np.cumsum(switches) % 2 == 1
+    # Eyes open/closed in wake: a persistent two-state chain over epochs, open in about 30 % of the
+    # wake epochs after lights-off (lying in the dark, eyes mostly closed) and mostly open before.
+    draws = rng.random(len(epoch_stages))
+    closed = np.empty(len(epoch_stages), dtype=bool)
+    state_closed = True
+    for index, draw in enumerate(draws):
+        state_closed = draw >= 0.3 if state_closed else draw < 0.7
+        closed[index] = state_closed
     epoch_start = grid_start + np.arange(len(epoch_stages)) * _EPOCH_SAMPLES
     closed &= ~((epoch_start < scoring_start) & (rng.random(len(epoch_stages)) < 0.7))
     states = epoch_stages.astype(np.int64).copy()
     states[(epoch_stages == SleepStage.WAKE) & ~closed] = _EYES_OPEN
     return states, epoch_index
+
+
+def _slow_wave_decay(n_seconds: int, scoring_start: int) -> np.ndarray:
+    """Per-second factor on slow-wave (delta) amplitude: homeostatic decay across the night.
+
+    Slow-wave activity falls across successive NREM episodes as sleep pressure (process S)
+    dissipates exponentially with a time constant of about 4.2 h (Borbély 1982, Hum Neurobiol
+    1:195; Daan, Beersma & Borbély 1984, Am J Physiol 246:R161). The factor is
+    ``0.8 + 0.4 exp(-t / 4.2 h)`` with ``t`` the time since lights-off: 1.2 at lights-off, 1.05
+    after two hours, 0.86 after eight (the amount of N3 falls through the hypnogram as well).
+
+    Returns:
+        ``[n_seconds]`` factors.
+    """
+    hours = np.maximum(np.arange(n_seconds) - scoring_start / FS, 0.0) / 3600.0
+    return 0.8 + 0.4 * np.exp(-hours / 4.2)
 
 
 def _envelopes(
@@ -538,6 +578,7 @@ def synthesize_psg(
     )
     state = states_epoch[epoch_index]
     envelope = _envelopes(rng, states_epoch, epoch_index, profile)
+    envelope["delta"] *= _slow_wave_decay(n_seconds, scoring_start)
     events, hypopneas, arousal_mask = _respiratory_events(rng, state, profile, n_samples)
     envelope["alpha"] += arousal_mask * profile.alpha_amplitude * 0.8
     envelope["beta"] += arousal_mask * profile.beta_amplitude * 1.2
@@ -601,6 +642,10 @@ def _respiratory_events(
 ) -> tuple[list[AnnotatedEvent], list[tuple[int, int]], np.ndarray]:
     """Hypopneas (sleep, not N3; often ending in an arousal) and spontaneous arousals elsewhere.
 
+    Every shift from N2, N3 or REM to N1 is preceded by an arousal ending within a few seconds of
+    the border: the AASM manual scores N1 after an arousal interrupts N2 (or REM), so N1 inside
+    sleep follows an arousal (Berry et al., AASM Manual v2.6, rules for N1/N2/R).
+
     Returns:
         ``(events, hypopneas, arousal_mask)``: annotated events in samples, hypopnea intervals in
         seconds and a per-second 0/1 arousal indicator.
@@ -617,6 +662,18 @@ def _respiratory_events(
         if rng.random() < 0.6 and stop + 8 < n_seconds
     ]
     spontaneous = _intervals(rng, asleep & ~respiratory, profile.arousal_rate, 3, 15)
+    deeper = np.isin(state, (SleepStage.N2, SleepStage.N3, SleepStage.REM))
+    shifts = np.flatnonzero(deeper[:-1] & (state[1:] == SleepStage.N1)) + 1
+    taken = np.zeros(n_seconds + 20, dtype=bool)
+    for start, stop in rera + spontaneous:
+        taken[max(start - 5, 0) : stop + 5] = True
+    for border in shifts:
+        start = int(border - rng.uniform(2.0, 8.0))
+        stop = start + int(rng.uniform(3.0, 10.0))
+        if start >= 0 and stop < n_seconds and not taken[start:stop].any():
+            spontaneous.append((start, stop))
+            taken[max(start - 5, 0) : stop + 5] = True
+    spontaneous.sort()
     labelled = (
         ("resp_hypopnea", hypopneas),
         ("arousal_rera", rera),
@@ -646,7 +703,7 @@ def _graphoelements(
     """Slow spindles, fast spindles, K-complexes, vertex waves and sawtooth bursts ``[5, n]``."""
     onsets = _draw_event_times(rng, rates["spindle"] * profile.spindle_density)
     length = (rng.uniform(0.5, 2.0, len(onsets)) * FS).astype(np.int64)
-    is_fast = rng.random(len(onsets)) < 0.5
+    is_fast = rng.random(len(onsets)) < 0.65
     freq = np.where(is_fast, profile.spindle_freq_fast, profile.spindle_freq_slow)
     freq = freq + rng.normal(0.0, 0.3, len(freq))
     amp = profile.spindle_amplitude * rng.lognormal(0.0, 0.25, len(freq))
