@@ -664,7 +664,7 @@ def _respiratory_events(
     spontaneous = _intervals(rng, asleep & ~respiratory, profile.arousal_rate, 3, 15)
     deeper = np.isin(state, (SleepStage.N2, SleepStage.N3, SleepStage.REM))
     shifts = np.flatnonzero(deeper[:-1] & (state[1:] == SleepStage.N1)) + 1
-    taken = np.zeros(n_seconds + 20, dtype=bool)
+    taken = np.concatenate([respiratory, np.zeros(20, dtype=bool)])
     for start, stop in rera + spontaneous:
         taken[max(start - 5, 0) : stop + 5] = True
     for border in shifts:
