@@ -3,9 +3,10 @@
 The six EEG derivations (and the EOG and chin EMG, which share sources with them) are a linear
 mixture ``A @ Z`` of a few latent sources ``Z`` plus independent amplifier noise per channel:
 
-- continuous sources, drawn in the frequency domain in one batched inverse FFT: a 1/f background
-  (three spatial patterns), alpha around the subject's alpha frequency, beta, theta, delta, chin
-  EMG, slow eye movements and a brown-noise movement source;
+- continuous sources, drawn in the frequency domain in one batched inverse FFT: an aperiodic
+  background with a knee (three spatial patterns; :func:`_aperiodic`), alpha around the subject's
+  alpha frequency, beta, theta, delta, chin EMG, slow eye movements and a brown-noise movement
+  source;
 - event sources, rendered sample-exactly from per-event parameters: sleep spindles (slow frontal and
   fast central, waxing–waning 0.5–2 s), K-complexes (biphasic, frontal maximum), vertex waves
   (central), REM sawtooth bursts, rapid eye movements, blinks and ECG beats.
@@ -19,6 +20,24 @@ delta and K-complexes frontal, spindles fronto-central, ...), jittered per chann
 are similar but not identical. Arousals (alpha/beta/EMG bursts), hypopneas (reduced breathing,
 delayed SaO2 dips, often ending in an arousal) and movement bursts (mostly in wake and around
 stage transitions) are drawn and returned as ground truth.
+
+Where the stage templates come from (generator version 4; measured with
+:mod:`partnd.cohort.realism`, which prints the per-stage spectra of C4-M1 beside these ranges):
+
+- the AASM scoring manual (Berry et al., v2.6, 2020): W is posterior alpha on eye closure, N1 alpha
+  replaced by low-amplitude mixed 4–7 Hz activity for more than half the epoch (with vertex waves
+  and slow eye movements), N2 spindles and K-complexes, N3 20 % or more of 0.5–2 Hz waves above
+  75 µV, REM low-amplitude mixed frequency with sawtooth waves, rapid eye movements and atonia; an
+  arousal that interrupts N2 is followed by N1 (here: an arousal precedes every shift to N1);
+- real recordings that install offline: PhysioNet EEGMMIDB S001R02 (eyes-closed wake: central
+  alpha 0.23 and beta 0.09 of the 0.4–30 Hz power, slow delta 0.18) and openspindlenet's sleep EEG
+  sample (N2-like: sigma 0.06, slow delta 0.12, 15 µV). Version 3 had three to four times too
+  little sigma, alpha and beta and twice too much 0.4–1 Hz power outside N3 (its 1/f background had
+  no knee), and too much theta in N1 and REM (0.33 and 0.36 of the power);
+- REM alpha 1–2 Hz slower than wake alpha (Cantero & Atienza 2000, Clin Neurophysiol 111:1681);
+  EMG contaminating scalp EEG above 15 Hz (Goncharova et al. 2003, Clin Neurophysiol 114:1580);
+  the aperiodic knee (Donoghue et al. 2020, Nat Neurosci 23:1655); slow-wave decay across the night
+  (Borbély 1982; Daan, Beersma & Borbély 1984); the age effects of :func:`draw_subject_profile`.
 
 Everything is vectorised over samples: a two-hour record takes about half a second to a second.
 """
@@ -53,7 +72,8 @@ __all__ = [
     "synthesize_psg",
 ]
 
-# Internal states: the five sleep stages plus eyes-open wake (index 5).
+# Internal states: the five sleep stages plus eyes-open wake (index 5). The stage contrasts follow
+# the AASM definitions and the real recordings cited in the module docstring.
 _EYES_OPEN = 5
 _EPOCH_SAMPLES = EPOCH_SECONDS * FS
 
