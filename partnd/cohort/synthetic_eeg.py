@@ -82,7 +82,7 @@ _EPOCH_SAMPLES = EPOCH_SECONDS * FS
 _STAGE_TEMPLATES: dict[str, tuple[float, ...]] = {
     #            W     N1    N2    N3    REM   Wopen
     "background": (1.0, 0.95, 1.25, 1.35, 0.85, 1.0),
-    "alpha": (1.0, 0.3, 0.07, 0.05, 0.35, 0.2),
+    "alpha": (1.0, 0.2, 0.07, 0.05, 0.2, 0.2),
     "beta": (0.7, 0.55, 0.35, 0.25, 0.7, 1.0),
     "theta": (0.35, 0.8, 0.6, 0.5, 0.6, 0.3),
     "delta": (0.12, 0.12, 0.22, 1.0, 0.14, 0.12),
@@ -193,7 +193,7 @@ def draw_subject_profile(rng: np.random.Generator, age: float | None = None) -> 
     gain = float(np.clip(rng.lognormal(0.0, 0.2), 0.6, 1.6))
     return SubjectProfile(
         alpha_freq=float(np.clip(rng.normal(10.0 - 0.1 * decades, 0.9), 8.0, 12.5)),
-        alpha_amplitude=gain * float(np.clip(rng.lognormal(np.log(28.0), 0.35), 10.0, 60.0)),
+        alpha_amplitude=gain * float(np.clip(rng.lognormal(np.log(24.0), 0.35), 10.0, 60.0)),
         background_amplitude=gain * float(rng.uniform(9.0, 16.0)),
         beta_amplitude=gain * float(rng.uniform(5.0, 9.0)),
         theta_amplitude=gain * float(rng.uniform(6.0, 10.0)),
