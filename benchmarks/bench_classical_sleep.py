@@ -15,7 +15,8 @@ relative band powers with a logistic regression (the simple reference of issue 1
 LightGBM, the single-window features with a logistic regression, context without the time-of-night
 columns, and time of night alone.
 
-Measured on the demo split (2 cores, 3 seeds; ~2.5 min, ~8 min with ``--ablations``):
+Measured on the demo split of version 3 of the sample cohort (2 cores, 3 seeds; ~2.5 min, ~8 min
+with ``--ablations``):
 single-window 0.763 / 0.802 / 0.826, context 0.845 / 0.889 / 0.913 at 2 / 4 / 8 subjects, YASA
 pretrained 0.532.
 
