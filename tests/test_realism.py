@@ -13,9 +13,11 @@ from partnd.cohort.pc18_format import CHANNEL_NAMES, FS
 from partnd.cohort.realism import (
     NORMS,
     SPECTRAL_RANGES,
+    format_report,
     hypnogram_statistics,
     main,
     read_sri_hypnograms,
+    realism_report,
     stage_spectra,
 )
 
@@ -117,3 +119,17 @@ def test_sri_hypnograms_are_read_with_light_sleep_as_n2(tmp_path) -> None:
 def test_cli_refuses_a_directory_without_a_cohort(tmp_path, capsys) -> None:
     assert main(["--out", str(tmp_path / "out"), "--cohort", str(tmp_path)]) == 2
     assert "cohort_dir" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_report_generates_preprocesses_and_stages_with_yasa(tmp_path) -> None:
+    report = realism_report(tmp_path, n_records=2, hours=0.5, seed=2, n_planned=5)
+    n_windows = int(np.sum(report.confusion))
+    assert report.n_records == 2 and n_windows == sum(s["n"] for s in report.spectra.values())
+    assert -1.0 <= report.kappa <= 1.0 and 0.0 <= report.accuracy <= 1.0
+    assert report.generation_seconds_per_night is not None and report.planned.n_nights == 5
+    assert set(report.yasa_features) <= set(STAGE_LABELS) and "W" in report.yasa_features
+    assert "YASA pretrained (C4-M1, zero labels): kappa" in format_report(report)
+    again = realism_report(tmp_path, n_records=2, hours=0.5, seed=2, n_planned=5)
+    assert again.generation_seconds_per_night is None  # the cohort was reused
+    assert again.kappa == report.kappa and again.confusion == report.confusion

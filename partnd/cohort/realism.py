@@ -31,7 +31,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.signal
@@ -39,6 +39,9 @@ import scipy.signal
 from partnd._validation import InputError, check
 from partnd.cohort.hypnogram import STAGE_LABELS, SleepStage, hypnogram_from_string
 from partnd.cohort.pc18_cohort import COHORT_FILE, make_pc18_cohort, plan_cohort, plan_record
+
+if TYPE_CHECKING:
+    from partnd.datasets.store import SleepStore
 
 __all__ = [
     "BANDS",
@@ -315,7 +318,7 @@ class RealismReport:
         n_records: Labelled records staged.
         hours: Record length in hours.
         generation_seconds_per_night: Wall-clock seconds to generate one 8-h night (None when an
-            existing cohort was used).
+            existing cohort was used or reused).
         n_jobs: Worker processes used for generation and preprocessing.
         kappa: YASA's Cohen's kappa against the generator's hypnograms.
         accuracy: YASA's accuracy.
@@ -349,7 +352,7 @@ class RealismReport:
 _FEATURES = ("std", "sdelta", "fdelta", "theta", "alpha", "sigma", "beta", "hmob", "nzc", "perm")
 
 
-def _yasa_feature_medians(store: Any, records: Sequence[str]) -> dict[str, dict[str, float]]:
+def _yasa_feature_medians(store: SleepStore, records: Sequence[str]) -> dict[str, dict[str, float]]:
     from partnd.classical import sleep_features
 
     table = sleep_features(store, records, context=False, channels=["C4-M1"])
@@ -405,6 +408,8 @@ def realism_report(
     out.mkdir(parents=True, exist_ok=True)
     seconds_per_night: float | None = None
     if cohort_dir is None:
+        manifest_path = out / "cohort" / COHORT_FILE
+        before = manifest_path.stat().st_mtime_ns if manifest_path.is_file() else None
         start = time.perf_counter()
         cohort = make_pc18_cohort(
             out / "cohort",
@@ -416,7 +421,8 @@ def realism_report(
             progress=progress,
             overwrite=overwrite,
         )
-        seconds_per_night = (time.perf_counter() - start) * 8.0 / (n_records * hours)
+        if manifest_path.stat().st_mtime_ns != before:  # generated now, not reused
+            seconds_per_night = (time.perf_counter() - start) * 8.0 / (n_records * hours)
         root = cohort.root
     else:
         root = Path(cohort_dir).expanduser()
@@ -428,11 +434,12 @@ def realism_report(
         )
     manifest = json.loads((root / COHORT_FILE).read_text())
     parameters = manifest["parameters"]
-    report = preprocess_physionet2018(
+    preprocess_physionet2018(
         root, out / "store", n_jobs=n_jobs, progress=progress, overwrite=overwrite
     )
     store = SleepStore(out / "store")
-    records = [name for name in store.record_ids(labelled_only=True) if name in report.manifest]
+    truth = manifest["records"]
+    records = [name for name in store.record_ids(labelled_only=True) if name in truth]
     check(len(records) > 0, "cohort", "labelled records that preprocess", "none")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -452,7 +459,6 @@ def realism_report(
         signals.append(windows.reshape(-1))
         stages.append(store.stages(name))
     spectra = stage_spectra(np.concatenate(signals), np.concatenate(stages), store.sfreq)
-    truth = manifest["records"]
     generated = hypnogram_statistics([hypnogram_from_string(truth[r]["hypnogram"]) for r in truth])
     planned = generated
     if n_planned > 0:
