@@ -16,9 +16,10 @@ LightGBM, the single-window features with a logistic regression, context without
 columns, and time of night alone.
 
 Measured on the demo split of version 3 of the sample cohort (2 cores, 3 seeds; ~2.5 min, ~8 min
-with ``--ablations``):
-single-window 0.763 / 0.802 / 0.826, context 0.845 / 0.889 / 0.913 at 2 / 4 / 8 subjects, YASA
-pretrained 0.532.
+with ``--ablations``): single-window 0.763 / 0.802 / 0.826, context 0.845 / 0.889 / 0.913 at 2 / 4 /
+8 subjects, YASA pretrained 0.532. On version 4 (the same split and seeds; 35 min on a machine
+loaded 10-fold by other jobs): single-window 0.706 / 0.772 / 0.813, context 0.809 / 0.874 / 0.908,
+YASA pretrained 0.706.
 
 Usage::
 
