@@ -10,13 +10,17 @@ general path's per-tap gathers move several times the output through memory:
   resampling matrix ``[P_d, span]`` over the samples the taps reach.
 * The input is moved channels-last and padded by repeating its edge samples, so that no tap is
   clamped and every box of one extent uses its extent's matrix unchanged.
-* Dimension 0: the boxes are grouped by their extent along it; each group's windows (the rows its
-  taps reach, times the window of the later dimensions and the channels) are gathered once and
-  resampled by one matrix product with the shared matrix.
+* The later dimensions' extents fall into :data:`WIDTH_CLASSES` classes each; a box's window
+  along such a dimension is its class's widest span (not the widest of all extents), which cuts
+  the data every later step moves and multiplies.
+* Dimension 0: per combination of classes, the boxes are grouped by their extent along dimension
+  0 (in memory order within a group); each group's windows (the rows its taps reach, times the
+  classes' windows of the later dimensions and the channels) are gathered and at once resampled
+  by one matrix product with the extent's matrix.
 * Every later dimension: one batched product of each box's matrix (looked up by its extent) with
-  its partial result; the results leave in the boxes' original order.
+  its partial result; the patches are put back in the boxes' original order at the end.
 * The images go through in chunks whose largest intermediate result stays near
-  :data:`CHUNK_ELEMENTS` values, so it stays in cache and the allocator reuses its memory.
+  :data:`CHUNK_ELEMENTS` values (one chunk for a batch of 52 ImageNet images).
 
 Measured by ``benchmarks/bench_sampler.py`` (see ``docs/images.md``).
 """
@@ -24,6 +28,7 @@ Measured by ``benchmarks/bench_sampler.py`` (see ``docs/images.md``).
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import threading
 from collections.abc import Sequence
@@ -36,8 +41,12 @@ from partnd.resampling import resampling_taps
 
 __all__ = ["CHUNK_ELEMENTS", "ExtentTable", "extent_table", "resize_integer_boxes"]
 
-CHUNK_ELEMENTS = 1 << 21
-"""Target size (values) of the largest intermediate result of one chunk of images."""
+CHUNK_ELEMENTS = 1 << 24
+"""Target size (values) of the largest intermediate result of one chunk of images (larger chunks
+measured faster: fewer, larger operations)."""
+
+WIDTH_CLASSES = 3
+"""Classes of extents per later dimension, each with the window of its widest extent."""
 
 
 @dataclass(frozen=True)
@@ -63,17 +72,18 @@ class ExtentTable:
         """Columns of every matrix, the widest span."""
         return int(self.matrices.shape[-1])
 
-    def padding(self, fixed_width: bool) -> tuple[int, int]:
+    def padding(self, windows: Tensor) -> tuple[int, int]:
         """Samples to add before and after the input so that no window leaves it.
 
         Args:
-            fixed_width: Windows take :attr:`width` samples for every extent (else their own span).
+            windows: ``[E]`` samples each extent's window takes from its first tap (at least
+                :attr:`spans`).
 
         Returns:
             ``(before, after)``.
         """
         extents = torch.arange(self.low, self.low + len(self.offsets))
-        reach = self.offsets + (self.width if fixed_width else self.spans)
+        reach = self.offsets + windows
         return max(0, -int(self.offsets.min())), max(0, int((reach - extents).max()))
 
 
@@ -162,6 +172,89 @@ def _pad_channels_last(x: Tensor, paddings: Sequence[tuple[int, int]], padded: T
     return padded
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """How one kind of call (patch shape, extent ranges, filter, dtype) lays out its work.
+
+    Attributes:
+        tables: The :class:`ExtentTable` of every dimension.
+        paddings: ``(before, after)`` samples of edge padding per dimension.
+        buckets: Per later dimension ``d >= 1``: ``[E_d]`` long, the width class of each extent.
+        widths: Per later dimension: the window (samples) of each width class, its widest span.
+        matrices0: ``[E_0, width_0, P_0]`` dimension 0's matrices, transposed, in the compute dtype.
+        later: Per later dimension and width class: ``[E_d, width, P_d]`` the matrices cut to the
+            class's window, transposed, in the compute dtype.
+    """
+
+    tables: tuple[ExtentTable, ...]
+    paddings: tuple[tuple[int, int], ...]
+    buckets: tuple[Tensor, ...]
+    widths: tuple[tuple[int, ...], ...]
+    matrices0: Tensor
+    later: tuple[tuple[Tensor, ...], ...]
+
+    @functools.cached_property
+    def lows(self) -> Tensor:
+        """``[ndim]`` long, the smallest extent of every dimension."""
+        return torch.tensor([table.low for table in self.tables])
+
+    @functools.cached_property
+    def combinations(self) -> list[tuple[int, ...]]:
+        """Every combination of the later dimensions' width classes, in the order of their key
+        ``sum_d class_d * radix[d]``."""
+        return list(itertools.product(*(range(len(widths)) for widths in self.widths)))
+
+    @functools.cached_property
+    def radix(self) -> list[int]:
+        """Weight of each later dimension's width class in a combination's key."""
+        classes = [len(widths) for widths in self.widths]
+        return [math.prod(classes[d + 1 :]) for d in range(len(classes))]
+
+    def window_shape(self, combination: Sequence[int]) -> tuple[int, ...]:
+        """The later dimensions' window of a combination of width classes."""
+        return tuple(self.widths[d][k] for d, k in enumerate(combination))
+
+
+@functools.lru_cache(maxsize=64)
+def _layout(
+    patch_shape: tuple[int, ...],
+    size_bounds: tuple[tuple[int, int], ...],
+    antialias: bool,
+    dtype: torch.dtype,
+) -> _Layout:
+    """The :class:`_Layout` of a call (cached: the sampler makes the same call every step)."""
+    tables = tuple(
+        extent_table(int(p), int(low), int(high), antialias)
+        for p, (low, high) in zip(patch_shape, size_bounds, strict=True)
+    )
+    buckets: list[Tensor] = []
+    widths: list[tuple[int, ...]] = []
+    later: list[tuple[Tensor, ...]] = []
+    for table in tables[1:]:
+        spans = table.spans
+        classes = torch.tensor_split(torch.arange(len(spans)), min(WIDTH_CLASSES, len(spans)))
+        bucket = torch.empty(len(spans), dtype=torch.long)
+        class_widths: list[int] = []
+        for k, members in enumerate(classes):
+            bucket[members] = k
+            class_widths.append(int(spans[members].max()))
+        buckets.append(bucket)
+        widths.append(tuple(class_widths))
+        transposed = table.matrices.transpose(1, 2).to(dtype)
+        later.append(tuple(transposed[:, :width].contiguous() for width in class_widths))
+    paddings = [tables[0].padding(tables[0].spans)]
+    for table, bucket, class_window in zip(tables[1:], buckets, widths, strict=True):
+        paddings.append(table.padding(torch.tensor(class_window)[bucket]))
+    return _Layout(
+        tables=tables,
+        paddings=tuple(paddings),
+        buckets=tuple(buckets),
+        widths=tuple(widths),
+        matrices0=tables[0].matrices.transpose(1, 2).to(dtype).contiguous(),
+        later=tuple(later),
+    )
+
+
 def resize_integer_boxes(
     x: Tensor,
     starts: Tensor,
@@ -189,105 +282,117 @@ def resize_integer_boxes(
     Returns:
         ``[B, N, C, *patch_shape]`` patches with ``x``'s dtype.
     """
-    tables = [
-        extent_table(int(patch_shape[d]), int(low), int(high), antialias)
-        for d, (low, high) in enumerate(size_bounds)
-    ]
-    batch, channels, num_boxes = int(x.shape[0]), int(x.shape[1]), int(starts.shape[1])
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    layout = _layout(
+        tuple(int(p) for p in patch_shape),
+        tuple((int(low), int(high)) for low, high in size_bounds),
+        bool(antialias),
+        dtype,
+    )
+    batch, channels, num_boxes = int(x.shape[0]), int(x.shape[1]), int(starts.shape[1])
     out = x.new_empty((batch, num_boxes, channels, *patch_shape), dtype=dtype)
-    windows = math.prod(table.width for table in tables[1:])
+    windows = math.prod(max(widths) for widths in layout.widths)
     per_image = num_boxes * windows * channels * int(patch_shape[0])
     chunk = max(1, CHUNK_ELEMENTS // per_image)
-    matrices = [table.matrices.to(dtype) for table in tables]
     workspace = _workspace()
     with torch.no_grad():
         for first in range(0, batch, chunk):
             images = slice(first, first + chunk)
-            _resize_chunk(
-                x[images],
-                starts[images],
-                sizes[images],
-                patch_shape,
-                tables,
-                matrices,
-                workspace,
-                out[images],
-            )
+            _resize_chunk(x[images], starts[images], sizes[images], layout, workspace, out[images])
     return out.to(x.dtype)
 
 
 def _resize_chunk(
-    x: Tensor,
-    starts: Tensor,
-    sizes: Tensor,
-    patch_shape: Sequence[int],
-    tables: Sequence[ExtentTable],
-    matrices: Sequence[Tensor],
-    workspace: _Workspace,
-    out: Tensor,
+    x: Tensor, starts: Tensor, sizes: Tensor, layout: _Layout, workspace: _Workspace, out: Tensor
 ) -> None:
-    """:func:`resize_integer_boxes` of the images of one chunk, into ``out: [B, N, C, *P]``.
+    """:func:`resize_integer_boxes` of the images of one chunk, into ``out: [B, N, C, *P]`` (in
+    the layout's compute dtype).
 
-    ``matrices`` are the tables' matrices and ``out`` is in the dtype it computes in (float32 or
-    float64), the workspace's.
+    The boxes are ordered by the width classes of their later dimensions, then by their extent
+    along dimension 0. Per combination of width classes: per extent of dimension 0, one gather
+    of its boxes' windows (the extent's span of rows times the classes' window of the later
+    dimensions and the channels) and one matrix product with the extent's matrix; then one
+    batched product per later dimension with each box's matrix. The patches are put back in place
+    at the end.
     """
     batch, channels = int(x.shape[0]), int(x.shape[1])
     ndim = x.dim() - 2
     num_boxes = int(starts.shape[1])
     count = batch * num_boxes
-    paddings = [table.padding(fixed_width=d > 0) for d, table in enumerate(tables)]
+    tables, paddings = layout.tables, layout.paddings
     lengths = [b + int(n) + a for n, (b, a) in zip(x.shape[2:], paddings, strict=True)]
     padded = _pad_channels_last(
         x, paddings, workspace.take("padded", (batch, *lengths, channels), out.dtype)
     )
     strides = [math.prod(lengths[d + 1 :]) for d in range(ndim)]  # in units of C samples
-    widths = [table.width for table in tables]
 
-    extent_index = (sizes.reshape(count, ndim).long() - torch.tensor([t.low for t in tables])).T
-    box_starts = starts.reshape(count, ndim).long().T
-    corner = torch.arange(batch).repeat_interleave(num_boxes) * math.prod(lengths)
+    extents = (sizes.reshape(count, ndim).long() - layout.lows).T
+    corner = torch.arange(count).div_(num_boxes, rounding_mode="floor").mul_(math.prod(lengths))
     for d, table in enumerate(tables):
-        first = box_starts[d] + table.offsets[extent_index[d]] + paddings[d][0]
-        corner = corner + first * strides[d]
-    order = torch.argsort(extent_index[0], stable=True)
-    later_extents = [extent_index[d][order] for d in range(1, ndim)]
-    groups = torch.bincount(extent_index[0], minlength=len(tables[0].offsets)).tolist()
+        first = starts[..., d].reshape(count).long() + table.offsets[extents[d]] + paddings[d][0]
+        corner += first * strides[d]
+    num_extents = len(tables[0].offsets)
+    key = extents[0].clone()
+    for d in range(1, ndim):  # combination of width classes, then the extent along dimension 0
+        key += layout.buckets[d - 1][extents[d]] * (layout.radix[d - 1] * num_extents)
+    counts = torch.bincount(key, minlength=len(layout.combinations) * num_extents)
+    # each group in memory order: its gathers then sweep the input forwards
+    order = torch.argsort(key * (int(corner.max()) + 1) + corner)
+    corners = corner[order]
+    later_extents = extents[1:, order]
+    row_steps = torch.arange(int(tables[0].spans.max())) * strides[0]
+    ordered = workspace.take("ordered", (count, out[0, 0].numel()), out.dtype)
+    done = 0
+    for classes, group_counts in zip(
+        layout.combinations, counts.view(-1, num_extents).tolist(), strict=True
+    ):
+        total = sum(group_counts)
+        if not total:
+            continue
+        boxes = slice(done, done + total)
+        window = (*layout.window_shape(classes), channels)
+        later_size = math.prod(window)
+        # [boxes, S_1, ..., S_{ndim-1}, C, P_0]: dimension 0 resampled, the later ones windowed
+        result = (
+            ordered[boxes]
+            if ndim == 1
+            else workspace.take("partial", (total, later_size * int(out.shape[3])), out.dtype)
+        )
+        first_box = done
+        for e, group_count in enumerate(group_counts):
+            if not group_count:
+                continue
+            span = int(tables[0].spans[e])
+            rows = workspace.take("rows", (span, group_count), torch.long)
+            torch.add(
+                corners[first_box : first_box + group_count], row_steps[:span, None], out=rows
+            )
+            gathered = workspace.take("windows", (span * group_count, *window), out.dtype)
+            torch.index_select(_windows(padded, window, strides), 0, rows.view(-1), out=gathered)
+            into = result[first_box - done : first_box - done + group_count].view(
+                -1, int(out.shape[3])
+            )
+            torch.mm(gathered.view(span, -1).t(), layout.matrices0[e, :span], out=into)
+            first_box += group_count
+        for d in range(1, ndim):  # [boxes, S_d, ..., S_{ndim-1}, C, P_0, ..., P_{d-1}]
+            matrices = layout.later[d - 1][classes[d - 1]]
+            box_matrices = workspace.take(f"matrices{d}", (total, *matrices.shape[1:]), out.dtype)
+            torch.index_select(matrices, 0, later_extents[d - 1, boxes], out=box_matrices)
+            later = result.view(total, matrices.shape[1], -1).transpose(1, 2)
+            shape = (*later.shape[:2], int(matrices.shape[2]))
+            step = ordered[boxes] if d == ndim - 1 else workspace.take(f"step{d}", shape, out.dtype)
+            result = torch.bmm(later, box_matrices, out=step.view(shape))  # P_d joins the end
+        done += total
+    # [boxes, C, P_0, ..., P_{ndim-1}] back in place
+    torch.index_select(ordered, 0, torch.argsort(order), out=out.view(count, -1))
 
-    window = [*widths[1:], channels]
+
+def _windows(padded: Tensor, window: Sequence[int], strides: Sequence[int]) -> Tensor:
+    """Every window of shape ``window = (S_1, ..., S_{ndim-1}, C)`` in ``padded: [B, *L, C]``, as
+    a view ``[positions, *window]`` indexed by the position (in units of C samples) of its first
+    sample."""
+    channels = int(padded.shape[-1])
     window_strides = [s * channels for s in strides[1:]] + [1]
     extent = sum((w - 1) * s for w, s in zip(window, window_strides, strict=True)) + 1
     positions = (padded.numel() - extent) // channels + 1
-    windows = padded.view(-1).as_strided((positions, *window), (channels, *window_strides))
-
-    later_size = math.prod(window)
-    spans = tables[0].spans.tolist()
-    # window row r of the i-th box (in extent order) at position rows[r, i]
-    rows = corner[order][None] + torch.arange(max(spans))[:, None] * strides[0]
-    # [boxes, S_1, ..., S_{ndim-1}, C, P_0]: dimension 0 resampled, the later ones windowed
-    partial = workspace.take("partial", (count, *window, int(patch_shape[0])), out.dtype)
-    matrices0 = matrices[0].transpose(1, 2)  # [E, width, P_0]
-    largest = max(g * s for g, s in zip(groups, spans, strict=True))
-    buffer = workspace.take("windows", (largest * later_size,), out.dtype)
-    done = 0
-    for e, group_count in enumerate(groups):
-        if not group_count:
-            continue
-        group_rows = rows[: spans[e], done : done + group_count].reshape(-1)
-        gathered = buffer[: len(group_rows) * later_size].view(-1, *window)
-        torch.index_select(windows, 0, group_rows, out=gathered)
-        into = partial[done : done + group_count].view(group_count * later_size, -1)
-        torch.mm(gathered.view(spans[e], -1).t(), matrices0[e, : spans[e]], out=into)
-        done += group_count
-
-    for d in range(1, ndim):  # [boxes, S_d, ..., S_{ndim-1}, C, P_0, ..., P_{d-1}]
-        box_matrices = workspace.take(
-            f"matrices{d}", (count, int(patch_shape[d]), widths[d]), out.dtype
-        )
-        torch.index_select(matrices[d], 0, later_extents[d - 1], out=box_matrices)
-        later = partial.view(count, widths[d], -1).transpose(1, 2)
-        step = workspace.take(f"step{d}", (*later.shape[:2], int(patch_shape[d])), out.dtype)
-        partial = torch.bmm(later, box_matrices.transpose(1, 2), out=step)  # P_d joins the end
-
-    # [boxes, C, P_0, ..., P_{ndim-1}] back in the original box order
-    torch.index_select(partial.view(count, -1), 0, torch.argsort(order), out=out.view(count, -1))
+    return padded.view(-1).as_strided((positions, *window), (channels, *window_strides))
