@@ -221,6 +221,7 @@ def _layout(
     size_bounds: tuple[tuple[int, int], ...],
     antialias: bool,
     dtype: torch.dtype,
+    width_classes: int,
 ) -> _Layout:
     """The :class:`_Layout` of a call (cached: the sampler makes the same call every step)."""
     tables = tuple(
@@ -232,7 +233,7 @@ def _layout(
     later: list[tuple[Tensor, ...]] = []
     for table in tables[1:]:
         spans = table.spans
-        classes = torch.tensor_split(torch.arange(len(spans)), min(WIDTH_CLASSES, len(spans)))
+        classes = torch.tensor_split(torch.arange(len(spans)), min(width_classes, len(spans)))
         bucket = torch.empty(len(spans), dtype=torch.long)
         class_widths: list[int] = []
         for k, members in enumerate(classes):
@@ -288,6 +289,7 @@ def resize_integer_boxes(
         tuple((int(low), int(high)) for low, high in size_bounds),
         bool(antialias),
         dtype,
+        WIDTH_CLASSES,
     )
     batch, channels, num_boxes = int(x.shape[0]), int(x.shape[1]), int(starts.shape[1])
     out = x.new_empty((batch, num_boxes, channels, *patch_shape), dtype=dtype)

@@ -43,7 +43,6 @@ def test_equals_crop_and_resize(
     """Every box equals the general path, with one window for all extents of a later dimension
     or one per width class (boxes of several combinations of classes in one call)."""
     monkeypatch.setattr(integer_box_resize, "WIDTH_CLASSES", classes)
-    integer_box_resize._layout.cache_clear()
     spatial, patch, bounds = CASES[ndim]
     x = torch.randn(3, 2, *spatial, dtype=torch.float64)
     starts, sizes = _integer_boxes(spatial, bounds, 3, 60, seed=ndim)
