@@ -37,7 +37,9 @@ Usage::
         --threads 1 --clock cpu       # a CPU that other jobs share: CPU time instead of wall time
 
 On a CPU the steps are timed at ``--batch-size`` (samples/s hardly depend on the batch there);
-on a GPU leave it out to time the preset's batch.
+on a GPU leave it out to time the preset's batch. ``--compile`` sets ``TrainConfig.compile`` of
+every timed step and of the validation run (``auto``: compiled on CUDA, as a run would be); the
+FLOPs are counted on an eager step.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from partnd.data import SignalSpec, as_signal_dataset
 from partnd.engine.checkpoint import CheckpointManager
+from partnd.engine.compilation import COMPILE_MODES, resolve_compile
 from partnd.engine.config import PretrainConfig
 from partnd.engine.distributed import DistributedContext, resolve_device
 from partnd.engine.precision import resolve_precision
@@ -162,23 +165,26 @@ def measure_step(
     """Time the engine's step of ``config`` (its batch) on random items of shape ``spec``."""
     now = CLOCKS[clock]
     batch = config.batch_size
-    trainer = make_trainer(config, torch.zeros(batch, *spec.item_shape), device)
+    items = torch.zeros(batch, *spec.item_shape)
     host = torch.randn(batch, *spec.item_shape)
     if device.type == "cuda":
         host = host.pin_memory()
+    counted = make_trainer(config.replace(compile="off"), items, device)  # FLOPs of eager ops
+    with FlopCounterMode(display=False) as counter:
+        counted._train_step(move_to(host, device), 0, 0)
+    del counted
+    trainer = make_trainer(config, items, device)
 
     def step(index: int) -> None:
         trainer._train_step(move_to(host, device), 0, index)
 
-    with FlopCounterMode(display=False) as counter:
-        step(0)
-    for index in range(warmup):
-        step(1 + index)
+    for index in range(1 + warmup + (2 if trainer.compile_mode != "off" else 0)):
+        step(index)  # with compile: the compilation and CUDA-graph recording
     times = []
     for index in range(steps):
         _synchronize(device)
         start = now()
-        step(1 + warmup + index)
+        step(3 + warmup + index)
         _synchronize(device)
         times.append(now() - start)
     with tempfile.TemporaryDirectory(prefix="cost_model_") as folder:
@@ -271,6 +277,7 @@ def validate(
         num_workers=args.validate_workers,
         device=str(device),
         precision=precision,
+        compile=args.compile,
         progress=False,
     )
     items = args.validate_records * args.validate_windows
@@ -313,6 +320,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--methods", nargs="+", default=list_objectives(data="items"))
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:K")
     parser.add_argument("--precision", default="auto", help="auto, fp32, bf16 or fp16")
+    parser.add_argument(
+        "--compile",
+        choices=COMPILE_MODES,
+        default="auto",
+        help="TrainConfig.compile of every timed step and of the validation run",
+    )
     parser.add_argument(
         "--batch-size", type=int, default=None, help="timed batch (default: the preset's)"
     )
@@ -368,7 +381,8 @@ def main(argv: list[str] | None = None) -> None:
         else f"CPU, {torch.get_num_threads()} threads, {os.cpu_count()} cores"
     )
     print(
-        f"device {device} ({where}); precision {args.precision} -> {precision}; {args.clock} "
+        f"device {device} ({where}); precision {args.precision} -> {precision}; compile "
+        f"{args.compile} -> {resolve_compile(args.compile, device)}; {args.clock} "
         f"clock; load average {os.getloadavg()[0]:.1f}"
     )
     runs = settings(args.night_hours)
@@ -393,6 +407,7 @@ def main(argv: list[str] | None = None) -> None:
                 batch_size=batch,
                 device=str(device),
                 precision=precision,
+                compile=args.compile,
                 progress=False,
             )
             rate = measure_step(config, setting.spec, device, args.steps, args.warmup, args.clock)

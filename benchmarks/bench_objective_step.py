@@ -14,17 +14,24 @@ It prints samples/s and each method's ratio to the bare step with the same numbe
 in the same turn); goals: MAE above 1 (its encoder sees a quarter of the tokens), PART at least
 0.9, every other method at least 0.8. Also the share of PART's step spent sampling patches.
 
+``--compile MODE`` compiles every timed module the way ``TrainConfig.compile`` does (in place,
+:mod:`partnd.engine.compilation`): each method's objective and the bare steps' encoder loss
+alike, so the ratios stay fair; the warm-up then includes the compilation (two more warm-up
+steps are added for CUDA-graph recording).
+
 Usage::
 
     python benchmarks/bench_objective_step.py --preset eeg_sleep --batch-size 256 --steps 3
     python benchmarks/bench_objective_step.py --preset images_cifar --precision bf16
     python benchmarks/bench_objective_step.py --device cuda --steps 20
+    python benchmarks/bench_objective_step.py --device cuda --steps 20 --compile default
     python benchmarks/bench_objective_step.py --threads 1 --clock cpu --batch-size 32  # loaded CPU
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import statistics
@@ -35,6 +42,7 @@ from typing import Any
 import torch
 
 from partnd.data import SignalSpec
+from partnd.engine.compilation import COMPILE_MODES, compile_module, mark_step
 from partnd.engine.config import PretrainConfig
 from partnd.engine.distributed import resolve_device
 from partnd.engine.optim import build_optimizer
@@ -101,11 +109,18 @@ def training_step(
     compute_loss: Callable[[], torch.Tensor],
     device: torch.device,
     precision: str,
+    compile_mode: str = "off",
 ) -> Callable[[], None]:
-    """One optimiser step of ``model`` (forward under autocast, backward, AdamW)."""
+    """One optimiser step of ``model`` (forward under autocast, backward, AdamW).
+
+    With ``compile_mode`` other than ``"off"``, the modules that ``compute_loss`` calls must
+    have been compiled with :func:`~partnd.engine.compilation.compile_module`; each step then
+    tells CUDA-graph replay that a new step begins, as the engine does.
+    """
     optimizer = build_optimizer(model, lr=1e-4, weight_decay=0.05, betas=(0.9, 0.95))
 
     def step() -> None:
+        mark_step(compile_mode)
         with autocast(device, precision):
             loss = compute_loss()
         optimizer.zero_grad(set_to_none=True)
@@ -113,6 +128,19 @@ def training_step(
         optimizer.step()
 
     return step
+
+
+class BareLoss(torch.nn.Module):
+    """A bare encoder step's forward: the encoder on ready-cut patches and a mean-square
+    stand-in loss (a module, so that it compiles like an objective)."""
+
+    def __init__(self, encoder: torch.nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, patches: torch.Tensor) -> torch.Tensor:
+        """Args: patches: [B, N, C, *P]. Returns: the scalar stand-in loss."""
+        return self.encoder.forward_features(patches).float().square().mean()
 
 
 def run(
@@ -124,8 +152,10 @@ def run(
     device: torch.device,
     precision: str,
     clock: str = "wall",
+    compile_mode: str = "off",
 ) -> list[dict[str, Any]]:
-    """Time every method and the bare steps; one row per method."""
+    """Time every method and the bare steps (each compiled with ``compile_mode``); one row per
+    method."""
     channels, spatial = SHAPES[preset]
     spec = SignalSpec(channels, spatial)
     base = PretrainConfig.preset(preset)
@@ -139,23 +169,25 @@ def run(
     timed: dict[str, Callable[[], None]] = {}
     for tokens in sorted(token_counts):
         torch.manual_seed(0)
-        encoder = build_encoder(base, spec).to(device).train()
+        bare = BareLoss(build_encoder(base, spec)).to(device).train()
+        compile_module(bare, compile_mode)
         patches = torch.randn(batch_size, tokens, channels, *patch, device=device)
 
-        def bare_loss(encoder: Any = encoder, patches: torch.Tensor = patches) -> torch.Tensor:
-            return encoder.forward_features(patches).float().square().mean()
+        def bare_loss(bare: Any = bare, patches: torch.Tensor = patches) -> torch.Tensor:
+            return bare(patches)
 
-        timed[f"bare_{tokens}"] = training_step(encoder, bare_loss, device, precision)
+        timed[f"bare_{tokens}"] = training_step(bare, bare_loss, device, precision, compile_mode)
     models = {}
     for method in methods:
         torch.manual_seed(0)
         model = build_objective(base.replace(method=method), spec).to(device).train()
+        compile_module(model, compile_mode)
         models[method] = model
 
         def loss(model: Any = model) -> torch.Tensor:
             return model(inputs, generator=generator).loss
 
-        timed[method] = training_step(model, loss, device, precision)
+        timed[method] = training_step(model, loss, device, precision, compile_mode)
     if "part" in models:
 
         def sample() -> None:
@@ -202,6 +234,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--precision", choices=PRECISIONS, default="auto")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help=CLOCKS.__doc__)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (CPU)")
+    parser.add_argument(
+        "--compile",
+        choices=[mode for mode in COMPILE_MODES if mode != "auto"],
+        default="off",
+        help="compile every timed module as TrainConfig.compile does (the methods and the bare "
+        "steps alike)",
+    )
+    parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
     args = parser.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -215,17 +255,18 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"{args.preset}: device {device} ({where}), {args.precision}, batch {args.batch_size}, "
         f"{args.steps} timed + {args.warmup} warm-up steps each, interleaved, {args.clock} "
-        f"clock; load average {os.getloadavg()[0]:.1f}"
+        f"clock, compile {args.compile}; load average {os.getloadavg()[0]:.1f}"
     )
     rows = run(
         args.preset,
         args.methods,
         args.batch_size,
         args.steps,
-        args.warmup,
+        args.warmup + (2 if args.compile != "off" else 0),
         device,
         args.precision,
         args.clock,
+        args.compile,
     )
     print(
         f"{'method':>10} {'params M':>9} {'samples/s':>10} {'bare/s':>9} {'tokens':>7} "
@@ -242,6 +283,11 @@ def main(argv: list[str] | None = None) -> None:
             f"{row['bare_samples_per_s']:9.1f} {row['bare_tokens']:7d} {row['ratio']:6.2f} "
             f"{row['ratio_spread'][0]:5.2f}-{row['ratio_spread'][1]:<5.2f}{extra}"
         )
+    if args.json is not None:
+        settings = {"preset": args.preset, "device": where, "precision": args.precision}
+        settings.update({"batch_size": args.batch_size, "compile": args.compile})
+        with open(args.json, "w") as handle:
+            json.dump({**settings, "rows": rows}, handle, indent=1)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ baseline, masks, targets and labels pinned on small hand-checked cases (MAE, MP3
 
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from partnd.data import SignalSpec
+from partnd.engine import compilation
 from partnd.engine.config import PretrainConfig
 from partnd.models.sequence import HierarchicalEncoder
 from partnd.models.vit import ViTEncoder
@@ -155,6 +157,62 @@ def test_same_seed_same_loss_other_seed_other_loss(method: str) -> None:
     assert torch.equal(loss, first(x, generator=seeded(7)).loss)
     assert torch.equal(loss, second(x, generator=seeded(7)).loss)
     assert not torch.equal(loss, first(x, generator=seeded(8)).loss)
+
+
+def compiled_and_eager_steps(
+    method: str, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[dict[str, torch.Tensor]], list[torch.Generator], int]:
+    """Loss, diagnostics and gradients of one step of an eager objective and of two steps of its
+    compiled copy (``torch.compile`` with ``backend``) on the same batch and seed, their
+    generators, and the graphs compiled for the second compiled step (an objective whose
+    behaviour changes over the run, DropPos, is at another point of it in the first)."""
+    monkeypatch.setattr(compilation, "BACKEND", backend)
+    torch._dynamo.reset()
+    torch.manual_seed(3)
+    eager = build(method, widest_shape(method))
+    compiled = copy.deepcopy(eager)
+    compilation.compile_module(compiled, "default")
+    x = torch.randn(4, 2, *widest_shape(method))
+    results, generators, graphs = [], [], 0
+    for model, progress in ((eager, 0.5), (compiled, 0.25), (compiled, 0.5)):
+        if hasattr(model, "set_training_progress"):
+            model.set_training_progress(progress)
+        generator = seeded(7)
+        model.zero_grad(set_to_none=True)
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        out = model(x, generator=generator)
+        out.loss.backward()
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs
+        values = {"loss": out.loss.detach(), **out.metrics}
+        values.update({name: p.grad for name, p in model.named_parameters()})
+        results.append(values)
+        generators.append(generator)
+    return results, generators, graphs
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_compiled_step_equals_the_eager_step(method: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``TrainConfig.compile``: the compiled forward (traced by ``torch.compile``, graph breaks
+    at the generator's draws) draws the same boxes, masks and pairs, gives the same loss,
+    diagnostics and gradients, and compiles nothing new on the next step (``aot_eager``: the
+    engine's tracing and autograd without code generation; the generated kernels are pinned for
+    PART below)."""
+    results, generators, graphs = compiled_and_eager_steps(method, "aot_eager", monkeypatch)
+    eager, compiled = results[0], results[2]
+    assert graphs == 0
+    assert torch.equal(generators[2].get_state(), generators[0].get_state())  # the same draws
+    assert compiled.keys() == eager.keys()
+    for name, value in eager.items():
+        torch.testing.assert_close(compiled[name], value, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+def test_compiled_kernels_give_parts_loss_and_gradients(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The generated kernels (inductor, C++ on the CPU) compute PART's step within float
+    rounding of the eager step."""
+    results, _, _ = compiled_and_eager_steps("part", "inductor", monkeypatch)
+    for name, value in results[0].items():
+        torch.testing.assert_close(results[2][name], value, rtol=1e-3, atol=1e-5, msg=name)
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 from partnd._validation import InputError, check
 
 __all__ = [
+    "Compile",
     "FinetuneConfig",
     "Precision",
     "PretrainConfig",
@@ -29,6 +30,7 @@ __all__ = [
 ]
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
+Compile = Literal["auto", "off", "default", "reduce-overhead"]
 ConfigT = TypeVar("ConfigT", bound="TrainConfig")
 
 
@@ -122,6 +124,12 @@ class TrainConfig:
             ``"fp32"``, ``"bf16"`` (autocast on CPU and GPU) or ``"fp16"`` (autocast with a
             gradient scaler, GPU only). The run's ``meta.json`` records what it resolved to.
         device: ``"auto"`` (CUDA if available, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:K"``.
+        compile: Compile the trained model's forward and backward with ``torch.compile``
+            (:mod:`partnd.engine.compilation`): ``"auto"`` (on CUDA, where a small model's step
+            is bound by kernel launches; off on a CPU), ``"off"``, ``"default"`` (fused kernels)
+            or ``"reduce-overhead"`` (fused kernels replayed as CUDA graphs, CUDA only). The same
+            losses and gradients within float rounding, the same random draws; the first steps
+            include the compilation. The run's ``meta.json`` records what it resolved to.
         num_workers: DataLoader worker processes (0 loads in the main process).
         seed: Seed of model initialisation, data order and patch sampling.
         log_every_steps: Write a training record every this many optimiser steps.
@@ -155,6 +163,7 @@ class TrainConfig:
     ema_decay: float | None = None
     precision: Precision = "fp32"
     device: str = "auto"
+    compile: Compile = "auto"
     num_workers: int = 0
     seed: int = 0
     log_every_steps: int = 10
@@ -174,6 +183,7 @@ class TrainConfig:
             "progress",
             "num_workers",
             "device",
+            "compile",
             "log_every_steps",
             "checkpoint_every_epochs",
             "checkpoint_every_steps",

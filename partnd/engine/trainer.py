@@ -52,6 +52,7 @@ from tqdm.auto import tqdm
 
 from partnd._validation import InputError, check
 from partnd.engine.checkpoint import CheckpointManager, load_checkpoint
+from partnd.engine.compilation import compile_module, mark_step, resolve_compile
 from partnd.engine.config import TrainConfig
 from partnd.engine.distributed import DistributedContext
 from partnd.engine.logging import MetricLogger
@@ -272,6 +273,7 @@ class Trainer:
             "'auto', 'fp32' or 'bf16' on CPU (fp16 needs a CUDA gradient scaler)",
             repr(config.precision),
         )
+        self.compile_mode = resolve_compile(config.compile, self.device)
 
         order = epoch_order(
             dataset,  # type: ignore[arg-type]
@@ -331,6 +333,7 @@ class Trainer:
         )
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.ema = ModelEMA(self.model, config.ema_decay) if config.ema_decay else None
+        compile_module(self.model, self.compile_mode)  # after the EMA copy, which stays eager
         self.train_model: nn.Module = self.model
         if context.is_distributed:
             device_ids = [self.device] if self.device.type == "cuda" else None
@@ -364,6 +367,7 @@ class Trainer:
             "peak_lr": self.peak_lr,
             "device": str(self.device),
             "precision": self.precision,
+            "compile": self.compile_mode,
             "num_parameters": sum(p.numel() for p in self.model.parameters()),
         }
 
@@ -484,6 +488,7 @@ class Trainer:
         if callable(set_progress):  # e.g. DropPos decays its smoothing over the run
             set_progress(self.state.step / self.total_steps)
         if read_error is None:
+            mark_step(self.compile_mode)
             with autocast(self.device, self.precision):
                 loss, metrics = self.task.compute_loss(self.train_model, batch, self.generator)
             loss = loss.float()

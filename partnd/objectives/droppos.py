@@ -94,7 +94,13 @@ def grid_coordinates(grid_shape: tuple[int, ...]) -> Tensor:
     return torch.stack([m.reshape(-1) for m in mesh], dim=-1)
 
 
-def smoothed_labels(coordinates: Tensor, labels: Tensor, sigma: float) -> Tensor:
+#: Widths below this give one-hot labels: slots lie at least one grid cell apart, and
+#: ``exp(-1 / 0.01²)`` is 0 in float32, so clamping the width here changes nothing and needs no
+#: branch on its value (a compiled step reads it from a tensor without a host synchronisation).
+ONE_HOT_WIDTH = 0.01
+
+
+def smoothed_labels(coordinates: Tensor, labels: Tensor, sigma: float | Tensor) -> Tensor:
     """DropPos position smoothing: a Gaussian over grid distance around each label's slot.
 
     ``q_i(j) = exp(-||g_i - g_j||² / σ²) / Σ_k exp(-||g_i - g_k||² / σ²)`` (the official
@@ -103,17 +109,16 @@ def smoothed_labels(coordinates: Tensor, labels: Tensor, sigma: float) -> Tensor
     Args:
         coordinates: [N, ndim] slot coordinates in grid cells (:func:`grid_coordinates`).
         labels: [...] long slot indices.
-        sigma: Width in grid cells; 0 gives one-hot labels.
+        sigma: Width in grid cells (a number or a 0-d tensor); 0 gives one-hot labels.
 
     Returns:
         [..., N] float32 distributions (each sums to 1).
     """
-    num = coordinates.shape[0]
-    if sigma <= 0.0:
-        return F.one_hot(labels, num).float()
+    width = torch.as_tensor(sigma, dtype=torch.float32, device=coordinates.device)
+    width = width.clamp(min=ONE_HOT_WIDTH)
     centre = coordinates[labels]  # [..., ndim]
     distance = (centre.unsqueeze(-2) - coordinates).square().sum(dim=-1)  # [..., N]
-    weight = torch.exp(-distance / sigma**2)
+    weight = torch.exp(-distance / width.square())
     return weight / weight.sum(dim=-1, keepdim=True)
 
 
@@ -271,15 +276,18 @@ class DropPosModel(GridObjective):
         self.num_position_masked = masked_count(position_mask_ratio, num_kept)
         self.smoothing_sigma = smoothing_sigma
         self.attentive = attentive
-        self.progress = 0.0
+        # a tensor, not a Python number: a compiled forward reads it without recompiling
+        self.register_buffer("progress", torch.zeros(()), persistent=False)
+        self.progress: Tensor
 
     def set_training_progress(self, fraction: float) -> None:
         """Set the fraction of training done (``step / total_steps``, clamped to [0, 1])."""
-        self.progress = min(1.0, max(0.0, float(fraction)))
+        self.progress.fill_(min(1.0, max(0.0, float(fraction))))
 
     @property
-    def sigma(self) -> float:
-        """Current smoothing width: ``smoothing_sigma * (1 - progress)`` (linear decay to 0)."""
+    def sigma(self) -> Tensor:
+        """Current smoothing width (0-d float32): ``smoothing_sigma * (1 - progress)`` (linear
+        decay to 0)."""
         return self.smoothing_sigma * (1.0 - self.progress)
 
     @torch.no_grad()
@@ -343,7 +351,7 @@ class DropPosModel(GridObjective):
         metrics["accuracy_floor"] = metrics["accuracy"].new_full(
             (), 1.0 / (self.num_positions - anchors)
         )
-        metrics["smoothing_sigma"] = metrics["accuracy"].new_full((), self.sigma)
+        metrics["smoothing_sigma"] = self.sigma.detach().float()
         return DropPosOutput(
             loss=loss,
             metrics=metrics,
