@@ -49,6 +49,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,7 +63,7 @@ from partnd.engine.checkpoint import CheckpointManager
 from partnd.engine.compilation import COMPILE_MODES, resolve_compile
 from partnd.engine.config import PretrainConfig
 from partnd.engine.distributed import DistributedContext, resolve_device
-from partnd.engine.precision import resolve_precision
+from partnd.engine.precision import LOADER_DTYPES, resolve_loader_dtype, resolve_precision
 from partnd.engine.trainer import Trainer, move_to
 from partnd.objectives import build_objective, list_objectives
 from partnd.pretraining import ObjectiveTask, pretrain
@@ -202,6 +203,22 @@ def measure_step(
     )
 
 
+@dataclass(frozen=True)
+class LoaderRate:
+    """Measured loader.
+
+    Attributes:
+        windows_per_s: Windows delivered per second.
+        main_ms_per_batch: CPU milliseconds the training process (its threads: receiving each
+            batch from a worker, pinning it) spends per batch.
+        megabytes_per_batch: Size of one batch as the loader delivers it.
+    """
+
+    windows_per_s: float
+    main_ms_per_batch: float
+    megabytes_per_batch: float
+
+
 def measure_loader(
     config: PretrainConfig,
     store: Path,
@@ -209,10 +226,10 @@ def measure_loader(
     workers: int,
     batches: int,
     clock: str = "wall",
-) -> float:
-    """Windows/s of the engine's loader over ``store`` with ``workers`` worker processes, timed
-    over ``batches`` batches after the first ``2 x workers + 1`` (worker start-up and the filling
-    of the prefetch queue are a fixed cost)."""
+) -> LoaderRate:
+    """The engine's loader over ``store`` with ``workers`` worker processes (in
+    ``config.loader_dtype``), timed over ``batches`` batches after the first ``2 x workers + 1``
+    (worker start-up and the filling of the prefetch queue are a fixed cost)."""
     trainer = make_trainer(config.replace(num_workers=workers), store, device)
     trainer.batch_sampler.set_epoch(0)
     skip = 2 * workers + 1
@@ -225,14 +242,19 @@ def measure_loader(
     now = CLOCKS[clock]
     iterator = iter(trainer.loader)
     for _ in range(skip):
-        next(iterator)
-    start = now()
+        batch = next(iterator)
+    start, main_start = now(), time.process_time()
     count = 0
     for _ in range(batches):
-        count += len(next(iterator))
-    elapsed = now() - start
+        batch = next(iterator)
+        count += len(batch)
+    elapsed, main_s = now() - start, time.process_time() - main_start
     del iterator
-    return count / elapsed
+    return LoaderRate(
+        windows_per_s=count / elapsed,
+        main_ms_per_batch=1e3 * main_s / batches,
+        megabytes_per_batch=batch.numel() * batch.element_size() / 1e6,
+    )
 
 
 def seconds_per_step(step_s: float, batch: int, loader_per_s: float, workers: int) -> float:
@@ -286,7 +308,7 @@ def validate(
     step = measure_step(config, spec, device, args.steps, args.warmup, args.clock)
     loader = measure_loader(
         config, store, device, args.validate_workers, args.validate_loader_batches, args.clock
-    )
+    ).windows_per_s
     start = now()
     pretrain(store, out_dir=folder / "one_step", config=config, max_steps=1)
     one_step_s = now() - start
@@ -340,6 +362,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (CPU)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps after the first")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2, 4])
+    parser.add_argument(
+        "--loader-dtypes",
+        nargs="+",
+        choices=LOADER_DTYPES,
+        default=["auto"],
+        help="TrainConfig.loader_dtype settings of the loader table (each with every --workers)",
+    )
     parser.add_argument(
         "--store",
         type=Path,
@@ -448,23 +477,41 @@ def main(argv: list[str] | None = None) -> None:
                     else ""
                 )
             )
-            print(f"{'workers':>8} {'windows/s':>10} {'/ PART here':>12} {'/ PART H100':>12}")
-            rates = {}
-            for workers in args.workers:
-                rate = measure_loader(
-                    config, store, device, workers, args.loader_batches, args.clock
-                )
-                rates[workers] = rate
-                versus = f"{rate / h100:12.2f}" if h100 else f"{'':>12}"
-                print(f"{workers:>8} {rate:10.0f} {rate / part:12.2f} {versus}")
-        best = max(rates, key=lambda w: rates[w])
-        print(f"  with {best} workers ({rates[best]:.0f} windows/s), {setting.name} would take:")
+            print(
+                f"{'dtype':>9} {'workers':>8} {'windows/s':>10} {'MB/batch':>9} "
+                f"{'main ms/batch':>14} {'/ PART here':>12} {'/ PART H100':>12}"
+            )
+            rates: dict[tuple[str, int], float] = {}
+            for dtype in args.loader_dtypes:
+                for workers in args.workers:
+                    setting_dtype = config.replace(loader_dtype=dtype)
+                    rate = measure_loader(
+                        setting_dtype, store, device, workers, args.loader_batches, args.clock
+                    )
+                    shipped = resolve_loader_dtype(dtype, precision, device, workers)
+                    name = str(shipped).removeprefix("torch.")
+                    rates[(name, workers)] = rate.windows_per_s
+                    per_s = rate.windows_per_s
+                    versus = f"{per_s / h100:12.2f}" if h100 else f"{'':>12}"
+                    print(
+                        f"{name:>9} {workers:>8} {per_s:10.0f} {rate.megabytes_per_batch:9.1f} "
+                        f"{rate.main_ms_per_batch:14.2f} {per_s / part:12.2f} {versus}"
+                    )
+            print(
+                "  main ms/batch: CPU time of the training process per batch (receiving it from "
+                "a worker, pinning it)"
+            )
+        (best_dtype, best), best_rate = max(rates.items(), key=lambda item: item[1])
+        print(
+            f"  with {best} workers shipping {best_dtype} ({best_rate:.0f} windows/s), "
+            f"{setting.name} would take:"
+        )
         for method, rate in eeg.items():
-            step = seconds_per_step(base.batch_size / rate, base.batch_size, rates[best], best)
+            step = seconds_per_step(base.batch_size / rate, base.batch_size, best_rate, best)
             total = predict_run(
                 setting.items, base.epochs, base.batch_size, step, checkpoints[method]
             )
-            bound = "loader" if base.batch_size / rates[best] > base.batch_size / rate else "step"
+            bound = "loader" if base.batch_size / best_rate > base.batch_size / rate else "step"
             print(f"{method:>12}: {_duration(total)} ({bound}-bound)")
     if args.validate:
         with tempfile.TemporaryDirectory(prefix="cost_model_validate_") as folder:

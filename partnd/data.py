@@ -16,6 +16,7 @@ data that do not fit it, or pick the model's channels by name (:class:`ChannelSe
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, Subset
+from torch.utils.data import Dataset, Subset, get_worker_info
 
 from partnd._validation import InputError, check, check_finite, describe, renamed_arguments
 from partnd.signal_info import SignalInfo, channel_names, match_signal
@@ -313,8 +314,8 @@ class SignalDataset(Dataset[torch.Tensor]):
         """The source's storage chunk of every item (for chunk-aware shuffling), if it has one."""
         return getattr(self.dataset, "chunk_ids", None)
 
-    def convert(self, item: Any, index: int) -> torch.Tensor:
-        """Check and convert a source item (read at ``index``) to its float32 signal."""
+    def _shaped(self, item: Any, index: int) -> torch.Tensor:
+        """A source item's float32 signal, its shape checked (not its values)."""
         where = f"{self.argument}[{index}]"
         signal = _to_tensor(_first_signal(item, where), where)
         check(
@@ -323,7 +324,12 @@ class SignalDataset(Dataset[torch.Tensor]):
             f"a signal of shape {self.spec.item_shape} like {self.argument}[0]",
             signal,
         )
-        check_finite(signal, where)
+        return signal
+
+    def convert(self, item: Any, index: int) -> torch.Tensor:
+        """Check and convert a source item (read at ``index``) to its float32 signal."""
+        signal = self._shaped(item, index)
+        check_finite(signal, f"{self.argument}[{index}]")
         return signal
 
     def __getitem__(self, index: int) -> torch.Tensor:
@@ -333,6 +339,41 @@ class SignalDataset(Dataset[torch.Tensor]):
         """A batch of signals, read with the source's ``__getitems__`` when available."""
         items = _fetch(self.dataset, indices)
         return [self.convert(item, index) for item, index in zip(items, indices, strict=True)]
+
+    def batch(self, indices: Sequence[int], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The items at ``indices`` as one checked batch ``[B, C, *spatial]`` of ``dtype``.
+
+        What the engine's loader ships to the training process (:class:`~partnd.engine.Trainer`):
+        the items are read with the source's ``__getitems__``, stacked once (into shared memory
+        inside a ``DataLoader`` worker, the buffer the training process then maps) and cast on
+        the way; one reduction over the batch checks the values, and a non-finite batch is
+        searched for its first bad item, which the error names as :meth:`convert` would.
+
+        Args:
+            indices: Dataset indices.
+            dtype: Floating dtype of the batch (``torch.bfloat16`` halves the bytes that the
+                training process receives and pins; the values are the float32 items rounded).
+
+        Returns:
+            ``[len(indices), C, *spatial]`` tensor.
+        """
+        items = _fetch(self.dataset, indices)
+        signals = [self._shaped(item, index) for item, index in zip(items, indices, strict=True)]
+        out = _batch_buffer((len(signals), *self.spec.item_shape), dtype)
+        torch.stack(signals, out=out)
+        if not bool(torch.isfinite(out.sum())):  # one reduction; NaN or Inf make it non-finite
+            for signal, index in zip(signals, indices, strict=True):
+                check_finite(signal, f"{self.argument}[{index}]")
+        return out
+
+
+def _batch_buffer(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised tensor, in shared memory inside a ``DataLoader`` worker (as the default
+    collation allocates it), so that sending it to the training process copies nothing."""
+    if get_worker_info() is None:
+        return torch.empty(shape, dtype=dtype)
+    storage = torch.empty(0, dtype=dtype)._typed_storage()._new_shared(math.prod(shape))
+    return torch.empty(0, dtype=dtype).new(storage).view(shape)
 
 
 class LabelledDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):

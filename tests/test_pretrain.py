@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import Dataset
 
 from partnd._validation import InputError
+from partnd.data import as_signal_dataset
 from partnd.engine import compilation
 from partnd.engine.checkpoint import load_checkpoint
 from partnd.engine.config import PretrainConfig
@@ -379,6 +380,46 @@ def test_nan_in_data_names_the_item(tmp_path: Path) -> None:
     data[5, 1, 17] = np.nan
     with pytest.raises(InputError, match=r"dataset\[5\]: expected only finite values"):
         pretrain(data, out_dir=tmp_path / "run", config=tiny_config())
+
+
+def test_batches_read_at_once_stacked_in_their_dtype_and_checked() -> None:
+    """``SignalDataset.batch``: the stacked items (rounded to bf16 when asked), and a non-finite
+    item named as a per-item read names it."""
+    data = torch.from_numpy(ramp_1d(6))
+    dataset, _ = as_signal_dataset(data)
+    torch.testing.assert_close(dataset.batch([4, 0, 2]), data[[4, 0, 2]], rtol=0, atol=0)
+    rounded = dataset.batch([1, 3], torch.bfloat16)
+    assert rounded.dtype == torch.bfloat16
+    assert torch.equal(rounded, data[[1, 3]].bfloat16())
+    data[3, 1, 17] = float("inf")
+    with pytest.raises(InputError, match=r"dataset\[3\]: expected only finite values"):
+        as_signal_dataset(data)[0].batch([1, 3])
+
+
+@pytest.mark.parametrize("method", ["part", "mae"])
+def test_bf16_batches_from_workers(tmp_path: Path, method: str) -> None:
+    """``loader_dtype="bfloat16"``: a worker ships the batch in bf16 (half the bytes), the
+    engine casts it back on the device. Under bf16 autocast PART's whole-sample patches reach
+    the patch embedding's bf16 product unchanged, so its run is the float32-shipped run; MAE's
+    float32 pixel targets see the inputs rounded: its losses move, within bf16 rounding."""
+    data = ramp_1d(16)
+    runs = {}
+    for dtype in ("float32", "bfloat16"):
+        config = tiny_config(
+            method=method, precision="bf16", num_workers=1, loader_dtype=dtype, epochs=1
+        )
+        runs[dtype] = pretrain(data, out_dir=tmp_path / dtype, config=config)
+        meta = json.loads((tmp_path / dtype / "meta.json").read_text())
+        assert meta["resolved"]["loader_dtype"] == dtype
+    shipped, reference = (
+        epoch_losses(runs["bfloat16"].history),
+        epoch_losses(runs["float32"].history),
+    )
+    if method == "part":
+        assert deterministic(runs["bfloat16"].history) == deterministic(runs["float32"].history)
+    else:
+        assert shipped != reference
+        np.testing.assert_allclose(shipped, reference, rtol=1e-2)
 
 
 @pytest.mark.parametrize(

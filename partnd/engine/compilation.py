@@ -26,7 +26,7 @@ from torch import nn
 
 from partnd._validation import check
 
-__all__ = ["COMPILE_MODES", "BACKEND", "compile_module", "mark_step", "resolve_compile"]
+__all__ = ["BACKEND", "COMPILE_MODES", "compile_module", "mark_step", "resolve_compile"]
 
 #: Accepted settings of ``TrainConfig.compile``.
 COMPILE_MODES = ("auto", "off", "default", "reduce-overhead")

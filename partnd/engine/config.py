@@ -24,6 +24,7 @@ from partnd._validation import InputError, check
 __all__ = [
     "Compile",
     "FinetuneConfig",
+    "LoaderDtype",
     "Precision",
     "PretrainConfig",
     "TrainConfig",
@@ -31,6 +32,7 @@ __all__ = [
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 Compile = Literal["auto", "off", "default", "reduce-overhead"]
+LoaderDtype = Literal["auto", "float32", "bfloat16"]
 ConfigT = TypeVar("ConfigT", bound="TrainConfig")
 
 
@@ -131,6 +133,16 @@ class TrainConfig:
             losses and gradients within float rounding, the same random draws; the first steps
             include the compilation. The run's ``meta.json`` records what it resolved to.
         num_workers: DataLoader worker processes (0 loads in the main process).
+        loader_dtype: Dtype in which the loader ships input batches to the training process,
+            for datasets read a batch at a time (pretraining's, :meth:`partnd.data.SignalDataset.
+            batch`): ``"auto"`` (``"bfloat16"`` when the step runs in bf16 on CUDA fed by
+            worker processes, else ``"float32"``), ``"float32"`` or ``"bfloat16"``. bf16 halves
+            the bytes the training process receives, pins and copies to the GPU per batch; the
+            batch is cast back to float32 on the device, so the model sees the float32 inputs
+            rounded to bf16: nothing changes where the first operation on them is a bf16 matrix
+            product (the patch embedding under bf16 autocast: PART's whole-sample fixed-size
+            patches, PART-grid, MP3, DropPos), and float32 computations on the inputs (MAE's
+            pixel targets, resampled scale boxes) see them rounded by at most 2^-9 (relative).
         seed: Seed of model initialisation, data order and patch sampling.
         log_every_steps: Write a training record every this many optimiser steps.
         checkpoint_every_epochs: Write an epoch checkpoint every this many epochs (the last epoch
@@ -165,6 +177,7 @@ class TrainConfig:
     device: str = "auto"
     compile: Compile = "auto"
     num_workers: int = 0
+    loader_dtype: LoaderDtype = "auto"
     seed: int = 0
     log_every_steps: int = 10
     checkpoint_every_epochs: int = 1

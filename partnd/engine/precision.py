@@ -20,10 +20,20 @@ import torch
 
 from partnd._validation import check
 
-__all__ = ["PRECISIONS", "autocast", "fast_bf16", "resolve_precision"]
+__all__ = [
+    "LOADER_DTYPES",
+    "PRECISIONS",
+    "autocast",
+    "fast_bf16",
+    "resolve_loader_dtype",
+    "resolve_precision",
+]
 
 #: Accepted settings: ``"auto"`` resolves to ``"bf16"`` or ``"fp32"`` for the device.
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+#: Accepted settings of ``TrainConfig.loader_dtype``.
+LOADER_DTYPES = ("auto", "float32", "bfloat16")
 
 
 @functools.cache
@@ -102,3 +112,26 @@ def autocast(device: torch.device | str, precision: str) -> contextlib.AbstractC
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if resolved == "bf16" else torch.float16
     return torch.autocast(device.type, dtype=dtype)
+
+
+def resolve_loader_dtype(
+    setting: str, precision: str, device: torch.device | str, num_workers: int
+) -> torch.dtype:
+    """The dtype in which the loader ships input batches (``TrainConfig.loader_dtype``).
+
+    Args:
+        setting: One of :data:`LOADER_DTYPES`.
+        precision: The run's resolved precision (:func:`resolve_precision`).
+        device: The training device.
+        num_workers: Loader worker processes.
+
+    Returns:
+        ``torch.bfloat16`` for ``"bfloat16"``, and for ``"auto"`` when the step runs in bf16 on
+        CUDA fed by worker processes (the batches then cross processes and the host-to-device
+        link, where their bytes cost the training process time); ``torch.float32`` otherwise.
+    """
+    check(setting in LOADER_DTYPES, "loader_dtype", f"one of {LOADER_DTYPES}", repr(setting))
+    if setting == "auto":
+        use_bf16 = precision == "bf16" and torch.device(device).type == "cuda" and num_workers > 0
+        return torch.bfloat16 if use_bf16 else torch.float32
+    return torch.bfloat16 if setting == "bfloat16" else torch.float32

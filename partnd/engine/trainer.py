@@ -57,7 +57,7 @@ from partnd.engine.config import TrainConfig
 from partnd.engine.distributed import DistributedContext
 from partnd.engine.logging import MetricLogger
 from partnd.engine.optim import ModelEMA, WarmupCosineSchedule, build_optimizer
-from partnd.engine.precision import autocast, resolve_precision
+from partnd.engine.precision import autocast, resolve_loader_dtype, resolve_precision
 from partnd.engine.run_dir import RunDir
 from partnd.engine.sampler import ResumableBatchSampler, epoch_order
 
@@ -151,6 +151,30 @@ def move_to(batch: Any, device: torch.device) -> Any:
         return type(batch)(move_to(item, device) for item in batch)
     if isinstance(batch, dict):
         return {key: move_to(value, device) for key, value in batch.items()}
+    return batch
+
+
+class _Batches(Dataset[Any]):
+    """A dataset with a batched read (``batch(indices, dtype)``, e.g. :class:`~partnd.data.
+    SignalDataset`) as the ``DataLoader`` sees it: ``__getitems__`` returns the whole batch
+    tensor, which the collation (:func:`_batch_as_read`) passes through."""
+
+    def __init__(self, dataset: Any, dtype: torch.dtype) -> None:
+        self.dataset = dataset
+        self.dtype = dtype
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return self.dataset.batch([index], self.dtype)[0]
+
+    def __getitems__(self, indices: list[int]) -> torch.Tensor:
+        return self.dataset.batch(indices, self.dtype)
+
+
+def _batch_as_read(batch: Any) -> Any:
+    """Collation of :class:`_Batches`: the batch is already one tensor."""
     return batch
 
 
@@ -284,13 +308,18 @@ class Trainer:
             num_workers=config.num_workers,
         )
         self.batch_sampler = ResumableBatchSampler(order, config.batch_size, context.world_size)
+        self.loader_dtype = resolve_loader_dtype(
+            config.loader_dtype, self.precision, self.device, config.num_workers
+        )
+        # a dataset read a batch at a time is stacked once, in the dtype it travels in
+        self.batched = collate_fn is None and callable(getattr(dataset, "batch", None))
         self.loader = DataLoader(
-            dataset,
+            _Batches(dataset, self.loader_dtype) if self.batched else dataset,
             batch_sampler=self.batch_sampler,
             num_workers=config.num_workers,
             pin_memory=self.device.type == "cuda",
             persistent_workers=config.num_workers > 0,
-            collate_fn=collate_fn,
+            collate_fn=_batch_as_read if self.batched else collate_fn,
             generator=torch.Generator().manual_seed(config.seed),
             worker_init_fn=_ignore_interrupts if config.num_workers > 0 else None,
         )
@@ -368,6 +397,7 @@ class Trainer:
             "device": str(self.device),
             "precision": self.precision,
             "compile": self.compile_mode,
+            "loader_dtype": str(self.loader_dtype).removeprefix("torch."),
             "num_parameters": sum(p.numel() for p in self.model.parameters()),
         }
 
@@ -654,6 +684,8 @@ class Trainer:
             for batch_index, (batch, read_error) in enumerate(_read(self.loader), start=start):
                 if read_error is None:
                     batch = move_to(batch, self.device)
+                    if self.batched:  # a batch shipped in bf16 is cast back on the device
+                        batch = batch.float()
                 loss, metrics, stop_signal = self._train_step(batch, epoch, batch_index, read_error)
                 self.state.step += 1
                 self.state.batch_in_epoch = batch_index + 1
