@@ -165,7 +165,8 @@ def run(
         (base.patch_size,) * len(spatial) if isinstance(base.patch_size, int) else base.patch_size
     )
     grid_tokens = math.prod(length // p for length, p in zip(spatial, patch, strict=True))
-    token_counts = {grid_tokens, base.num_patches or grid_tokens}
+    part_tokens = base.num_patches or grid_tokens
+    token_counts = {part_tokens if method == "part" else grid_tokens for method in methods}
     timed: dict[str, Callable[[], None]] = {}
     for tokens in sorted(token_counts):
         torch.manual_seed(0)
@@ -199,7 +200,7 @@ def run(
     seconds = {name: statistics.median(values) for name, values in samples.items()}
     rows = []
     for method in methods:
-        tokens = grid_tokens if method != "part" else (base.num_patches or grid_tokens)
+        tokens = part_tokens if method == "part" else grid_tokens
         bare = seconds[f"bare_{tokens}"]
         row = {
             "method": method,
