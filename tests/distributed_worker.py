@@ -3,7 +3,7 @@
 Usage::
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 \\
-        tests/distributed_worker.py OUT RESULTS [nan | heads]
+        tests/distributed_worker.py OUT RESULTS [nan | heads | compiled]
 
 Every rank trains on the same generated data and writes its final weights to
 ``RESULTS/rank{RANK}.pt``, so the test can check that the ranks ended identical. With ``nan``, one
@@ -11,7 +11,9 @@ item holds a NaN: every rank must stop with an ``InputError`` (none may hang in 
 writes the message to ``RESULTS/rank{RANK}.error``. With ``heads``, the worker joins the process
 group itself (``pretrain`` reuses it) and pretrains once per ablation head (with scale targets) and
 once per other method (PART across windows reads each item as a segment of 4 windows of 20
-samples); it writes ``RESULTS/{name}_rank{RANK}.pt``.
+samples); it writes ``RESULTS/{name}_rank{RANK}.pt``. With ``compiled``, it pretrains PART once
+eager and once compiled (``compile="default"``, the ``aot_eager`` backend: the engine's tracing
+without code generation) and writes ``RESULTS/{eager,compiled}_rank{RANK}.pt``.
 """
 
 import os
@@ -23,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from partnd._validation import InputError
+from partnd.engine import compilation
 from partnd.engine.config import PretrainConfig
 from partnd.pretraining import pretrain
 
@@ -63,6 +66,24 @@ def run_heads(data: np.ndarray, out_dir: Path, results: Path, rank: int) -> None
         dist.destroy_process_group()
 
 
+def run_compiled(data: np.ndarray, out_dir: Path, results: Path, rank: int) -> None:
+    """Pretrain PART eager, then compiled, in one process group (DDP over a compiled model)."""
+    compilation.BACKEND = "aot_eager"
+    dist.init_process_group(backend="gloo")
+    try:
+        config = PretrainConfig.preset(
+            "test", patch_size=20, num_patches=6, num_pairs=12, epochs=1, batch_size=4
+        )
+        for name, mode in (("eager", "off"), ("compiled", "default")):
+            result = pretrain(data, out_dir=out_dir / name, config=config.replace(compile=mode))
+            torch.save(
+                {"model": result.model.state_dict(), "history": result.history},
+                results / f"{name}_rank{rank}.pt",
+            )
+    finally:
+        dist.destroy_process_group()
+
+
 def main() -> None:
     out_dir, results = Path(sys.argv[1]), Path(sys.argv[2])
     rank = int(os.environ["RANK"])
@@ -70,6 +91,9 @@ def main() -> None:
     results.mkdir(parents=True, exist_ok=True)
     if sys.argv[3:] == ["heads"]:
         run_heads(data, out_dir, results, rank)
+        return
+    if sys.argv[3:] == ["compiled"]:
+        run_compiled(data, out_dir, results, rank)
         return
     if sys.argv[3:] == ["nan"]:
         data[7, 0, 3] = np.nan

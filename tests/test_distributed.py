@@ -103,3 +103,26 @@ def test_two_process_pretrain_with_every_ablation_head_and_method(tmp_path: Path
             assert torch.equal(value, rank1["model"][name]), (head, name)
         steps = [r["step"] for r in rank0["history"] if r["phase"] == "train"]
         assert steps == [1, 2, 3, 4], head  # 32 items / (2 ranks x batch 4)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_two_process_pretrain_of_a_compiled_model(tmp_path: Path) -> None:
+    """DDP wraps the model compiled in place: the ranks stay identical, and the run gives the
+    eager run's losses."""
+    results = tmp_path / "ranks"
+    done = run_torchrun(tmp_path / "runs", results, "compiled")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    runs = {
+        (name, rank): torch.load(results / f"{name}_rank{rank}.pt", weights_only=False)
+        for name in ("eager", "compiled")
+        for rank in (0, 1)
+    }
+    for name, value in runs[("compiled", 0)]["model"].items():
+        assert torch.equal(value, runs[("compiled", 1)]["model"][name]), name
+        torch.testing.assert_close(value, runs[("eager", 0)]["model"][name], rtol=1e-3, atol=1e-5)
+    losses = {
+        name: [r["loss"] for r in runs[(name, 0)]["history"]] for name in ("eager", "compiled")
+    }
+    assert len(losses["compiled"]) == len(losses["eager"]) > 0
+    torch.testing.assert_close(losses["compiled"], losses["eager"], rtol=1e-4, atol=0.0)
