@@ -51,6 +51,7 @@ def test_stage_spectra_lie_in_the_documented_ranges(
 def test_stages_differ_as_scorers_read_them(c4_spectra: dict[str, dict[str, float]]) -> None:
     wake, n1, n2, n3, rem = (c4_spectra[label] for label in STAGE_LABELS)
     assert wake["alpha"] > 1.5 * n1["alpha"] and wake["alpha"] > rem["alpha"]  # alpha drops out
+    assert wake["beta"] > n1["beta"]  # beta falls at sleep onset
     assert n2["sigma"] > 1.2 * max(n1["sigma"], rem["sigma"], n3["sigma"])  # spindles
     assert n3["sdelta"] + n3["fdelta"] > n2["sdelta"] + n2["fdelta"] + 0.1  # slow waves
     assert n3["std"] > 1.3 * n2["std"] > 1.3 * rem["std"]  # amplitude rises with depth

@@ -148,6 +148,21 @@ def test_spindles_raise_sigma_in_n2(recordings: list[Recording]) -> None:
         assert rec.event_counts["spindles"] > 60 and rec.event_counts["kcomplexes"] > 20
 
 
+def test_n1_holds_no_spindles_or_k_complexes() -> None:
+    # AASM: an epoch with a spindle or a K-complex (not after an arousal) is N2, not N1.
+    stages = np.array([SleepStage.WAKE] + [SleepStage.N1] * 19, dtype=np.int8)
+    result = synthesize_psg(
+        stages,
+        grid_start=0,
+        n_samples=len(stages) * EPOCH,
+        scoring_start=0,
+        profile=draw_subject_profile(np.random.default_rng(1)),
+        rng=np.random.default_rng(2),
+    )
+    assert result.event_counts["spindles"] == 0 and result.event_counts["kcomplexes"] == 0
+    assert result.event_counts["vertex_waves"] > 10  # vertex sharp waves do mark N1
+
+
 def test_rem_atonia_and_rapid_eye_movements(recordings: list[Recording]) -> None:
     for rec in recordings:
         emg = rec.epochs[:, CHIN].std(axis=-1)

@@ -29,6 +29,14 @@ Sources of the norms the distributions are centred on:
   period 0.06 / 0.08 / 0.05; Sleep-EDF cassette (DESIGN.md §5b): REM latency 93 ± 45 min, mean
   bouts W 6.7, N1 3.0, N2 10.8, N3 9.2, REM 19.1 epochs, stage-fraction SDs 0.05–0.10.
 
+N1 inside sleep (version 5): a shift to N1 inside N2 lasts a lognormal number of epochs (median
+1 min, 1–8 epochs; version 4 drew 1–3 uniformly) because N1 after an arousal is scored until a
+spindle or a K-complex marks N2 again (AASM manual, Berry et al. v2.6, rules for N2), and sleep
+resumes through 1–3 epochs of N1 after an awakening inside N2 (version 4: 0–2), N1 being the
+transitional stage between wake and sleep (Carskadon & Dement). Together they bring the mean N1
+bout from 1.9 to 2.2 epochs (Sleep-EDF 3.0) and N1 from 7 % to 9–10 % of the sleep period
+(Sleep-EDF 10 %).
+
 Records shorter than a night hold its first part (and no final awakening). The macro layer is
 compressed in time when needed so that the record holds sleep onset, the first cycle (its REM
 period included) and a quarter more; for two-hour records this is mild (cycles of ~70 minutes),
@@ -85,6 +93,8 @@ _MINUTES_PER_EPOCH = EPOCH_SECONDS / 60.0
 _REFERENCE_AGE = 45.0
 """Age (years) at which the drawn architecture is centred on the norms; others shift per decade."""
 _MAX_REM_PERIOD = 45.0
+_N1_SHIFT_MINUTES = 1.0
+"""Median length of an N1 bout inside N2 (lognormal, 1–8 epochs; source: the module docstring)."""
 _FULL_NIGHT_HOURS = 5.0
 """Records at least this long (hours) end with the final awakening (shorter ones stop mid-night)."""
 
@@ -229,13 +239,14 @@ def _intrude(
     rng: np.random.Generator,
     median_minutes: float | None = None,
     return_via: int | None = None,
+    min_bout: int = 1,
 ) -> None:
     """Overwrite bouts of ``stage`` inside ``hypnogram[start:stop]`` (a Poisson process).
 
-    Bouts last 1 to ``max_bout`` epochs, uniformly, or, given ``median_minutes``, a lognormal
-    number of epochs (spread 0.6) up to ``max_bout``. They avoid the block's first and last epoch
-    and never cover more than a third of the block. Given ``return_via``, each bout is followed by
-    0–2 epochs of that stage (sleep resumes through N1 after an awakening).
+    Bouts last ``min_bout`` to ``max_bout`` epochs, uniformly, or, given ``median_minutes``, a
+    lognormal number of epochs (spread 0.6) in that range. They avoid the block's first and last
+    epoch and never cover more than a third of the block. Given ``return_via``, each bout is
+    followed by 1–3 epochs of that stage (sleep resumes through N1 after an awakening).
     """
     length = stop - start
     if length < 6:
@@ -244,17 +255,17 @@ def _intrude(
     budget = length // 3
     for _ in range(n_bouts):
         if median_minutes is None:
-            bout = int(rng.integers(1, max_bout + 1))
+            bout = int(rng.integers(min_bout, max_bout + 1))
         else:
             drawn = rng.lognormal(np.log(median_minutes / _MINUTES_PER_EPOCH), 0.6)
-            bout = int(np.clip(round(drawn), 2, max_bout))
+            bout = int(np.clip(round(drawn), min_bout, max_bout))
         if bout > budget:
             break
         onset = int(rng.integers(start + 1, stop - bout))
         hypnogram[onset : onset + bout] = stage
         budget -= bout
         if return_via is not None:
-            n_return = min(int(rng.integers(0, 3)), stop - onset - bout - 1)
+            n_return = min(int(rng.integers(1, 4)), stop - onset - bout - 1)
             hypnogram[onset + bout : onset + bout + n_return] = return_via
 
 
@@ -313,7 +324,16 @@ def make_hypnogram(
         elif stage == SleepStage.N1:
             _intrude(hypnogram, start, stop, SleepStage.WAKE, 10.0, 1, rng)
         elif stage == SleepStage.N2:
-            _intrude(hypnogram, start, stop, SleepStage.N1, params.n1_shift_rate, 3, rng)
+            _intrude(
+                hypnogram,
+                start,
+                stop,
+                SleepStage.N1,
+                params.n1_shift_rate,
+                8,
+                rng,
+                _N1_SHIFT_MINUTES,
+            )
             _intrude(
                 hypnogram, start, stop, SleepStage.WAKE, awakening_rate, 2, rng, None, SleepStage.N1
             )
@@ -329,6 +349,7 @@ def make_hypnogram(
                 rng,
                 long_minutes,
                 SleepStage.N1,
+                min_bout=2,
             )
         elif stage == SleepStage.N3:
             _intrude(hypnogram, start, stop, SleepStage.N2, params.n3_break_rate, 3, rng)

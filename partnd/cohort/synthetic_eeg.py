@@ -39,6 +39,16 @@ Where the stage templates come from (generator version 4; measured with
   the aperiodic knee (Donoghue et al. 2020, Nat Neurosci 23:1655); slow-wave decay across the night
   (Borbély 1982; Daan, Beersma & Borbély 1984); the age effects of :func:`draw_subject_profile`.
 
+Version 5 changed two things, each where generated N1 and wake departed from what a scorer reads:
+
+- N1 holds no sleep spindles and no K-complexes (version 4 drew them at a tenth and a seventh of
+  the N2 rate): by the AASM rules an epoch with a spindle, or a K-complex not tied to an arousal, in
+  its first half is N2, so scored N1 has neither. Vertex sharp waves stay (3 per minute).
+- Eyes-closed wake carries as much beta as eyes-open wake (template 1.0, was 0.7): version 4's wake
+  had a relative beta of 0.04–0.06 on C4-M1, below the real eyes-closed 0.09 (EEGMMIDB S001R02)
+  and below its own REM, while beta (16–40 Hz) falls across sleep onset (Marzano et al. 2013,
+  Sleep Med 14:1112: a generalised reduction of the highest frequencies from wake to sleep).
+
 Everything is vectorised over samples: a two-hour record takes about half a second to a second.
 """
 
@@ -83,7 +93,7 @@ _STAGE_TEMPLATES: dict[str, tuple[float, ...]] = {
     #            W     N1    N2    N3    REM   Wopen
     "background": (1.0, 0.95, 1.25, 1.35, 0.85, 1.0),
     "alpha": (1.0, 0.2, 0.07, 0.05, 0.2, 0.2),
-    "beta": (0.7, 0.55, 0.35, 0.25, 0.7, 1.0),
+    "beta": (1.0, 0.55, 0.35, 0.25, 0.7, 1.0),
     "theta": (0.35, 0.8, 0.6, 0.5, 0.6, 0.3),
     "delta": (0.12, 0.12, 0.22, 1.0, 0.14, 0.12),
     "emg": (0.75, 0.55, 0.4, 0.35, 0.1, 1.0),
@@ -92,8 +102,8 @@ _STAGE_TEMPLATES: dict[str, tuple[float, ...]] = {
 # Event rates per minute in each state (same column order); spindles and K-complexes are scaled by
 # the subject's own N2 density, so their rows are relative.
 _EVENT_RATES: dict[str, tuple[float, ...]] = {
-    "spindle": (0.0, 0.1, 1.0, 0.45, 0.02, 0.0),
-    "kcomplex": (0.0, 0.15, 1.0, 0.4, 0.03, 0.0),
+    "spindle": (0.0, 0.0, 1.0, 0.45, 0.02, 0.0),
+    "kcomplex": (0.0, 0.0, 1.0, 0.4, 0.03, 0.0),
     "vertex": (0.0, 3.0, 0.6, 0.0, 0.2, 0.0),
     "sawtooth": (0.0, 0.15, 0.0, 0.0, 1.6, 0.0),
     "rapid_eye": (0.2, 0.3, 0.0, 0.0, 9.0, 1.5),
@@ -125,6 +135,9 @@ _TOPOGRAPHIES: dict[str, tuple[float, ...]] = {
     "movement": (1.0, 1.0, 0.8, 0.8, 0.9, 0.9, 1.2, 1.5),
 }
 _LATERAL_MIX = np.array([[0.9, 0.45], [0.45, 0.9]])
+_MIN_DELTA_AMPLITUDE = 30.0
+"""Smallest N3 delta amplitude (µV RMS at F3/F4): the median N3 epoch of such a subject holds
+0.5–2 Hz waves above 75 µV peak to peak for about a fifth of its length, the AASM criterion."""
 
 
 @dataclass(frozen=True)
@@ -183,7 +196,11 @@ def draw_subject_profile(rng: np.random.Generator, age: float | None = None) -> 
     conductance make the same rhythm 0.7–1.4 times as large between adults). Alpha peaks at
     10 ± 0.9 Hz and slows by 0.1 Hz per decade above 45 (Klimesch 1999, Brain Res Rev 29:169).
     Slow-wave amplitude falls by 8 % and spindle density by 0.3 per minute per decade (Carrier et
-    al. 2011, Eur J Neurosci 33:758; Purcell et al. 2017, Nat Commun 8:15930).
+    al. 2011, Eur J Neurosci 33:758; Purcell et al. 2017, Nat Commun 8:15930), down to
+    :data:`_MIN_DELTA_AMPLITUDE`: every subject's hypnogram holds N3, and an epoch is N3 only if
+    slow waves above 75 µV fill a fifth of it (AASM), so fewer N3 epochs with age come from the
+    hypnogram, not from N3 epochs too small to be scored N3 (version 5; version 4 let a small,
+    old subject's N3 fall below the criterion).
 
     Args:
         rng: Source of randomness.
@@ -197,9 +214,10 @@ def draw_subject_profile(rng: np.random.Generator, age: float | None = None) -> 
         background_amplitude=gain * float(rng.uniform(9.0, 16.0)),
         beta_amplitude=gain * float(rng.uniform(5.0, 9.0)),
         theta_amplitude=gain * float(rng.uniform(6.0, 10.0)),
-        delta_amplitude=gain
-        * float(np.clip(1.0 - 0.08 * decades, 0.5, 1.4))
-        * float(rng.uniform(30.0, 45.0)),
+        delta_amplitude=max(
+            gain * float(np.clip(1.0 - 0.08 * decades, 0.5, 1.4)) * float(rng.uniform(30.0, 45.0)),
+            _MIN_DELTA_AMPLITUDE,
+        ),
         spindle_density=float(np.clip(rng.uniform(3.0, 7.0) - 0.3 * decades, 1.0, 8.0)),
         spindle_freq_slow=float(rng.uniform(11.0, 12.8)),
         spindle_freq_fast=float(rng.uniform(13.0, 15.0)),
