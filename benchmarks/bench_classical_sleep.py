@@ -19,7 +19,8 @@ Measured on the demo split of version 3 of the sample cohort (2 cores, 3 seeds; 
 with ``--ablations``): single-window 0.763 / 0.802 / 0.826, context 0.845 / 0.889 / 0.913 at 2 / 4 /
 8 subjects, YASA pretrained 0.532. On version 4 (the same split and seeds; 35 min on a machine
 loaded 10-fold by other jobs): single-window 0.706 / 0.772 / 0.813, context 0.809 / 0.874 / 0.908,
-YASA pretrained 0.706.
+YASA pretrained 0.706. On version 5 (the same split and seeds; 49 s on 2 idle cores): single-window
+0.794 / 0.845 / 0.881, context 0.844 / 0.901 / 0.920, YASA pretrained 0.774.
 
 Usage::
 
