@@ -396,7 +396,7 @@ class ViTDetBackbone(nn.Module):
         batch = int(x.shape[0])
         grid = (int(x.shape[2]) // self.patch_size, int(x.shape[3]) // self.patch_size)
         patches = GridSampler(2, self.patch_size)(x, validate=False).patches  # [B, N, C, P, P]
-        tokens = self.patch_embed(patches.flatten(2))  # [B, N, D]
+        tokens = self.patch_embed(patches)  # [B, N, D]
         pos = interpolate_position_embedding(self.pos_embed, grid)  # [1, D, h, w]
         tokens = tokens + pos.flatten(2).transpose(1, 2).to(tokens.dtype)
         hidden = tokens.view(batch, grid[0], grid[1], self.embed_dim)

@@ -2,8 +2,9 @@
 
 The encoder consumes a *set* of patches that a sampler already cut out of the input
 (``[B, N, C, *P]``), so one module serves 1D EEG (``P = (100,)``), 2D images (``P = (4, 4)``) and
-3D volumes. Tokens are linear projections of the flattened patches (``C * prod(P)`` values),
-preceded by a [CLS] token and fed through pre-norm transformer blocks. PART pretraining uses no
+3D volumes. Tokens are linear projections of the flattened patches (``C * prod(P)`` values; other
+per-patch tokenizers in :mod:`partnd.models.frontends`), preceded by a [CLS] token and fed through
+pre-norm transformer blocks. PART pretraining uses no
 position embedding, so by default the encoder is permutation-equivariant over patch tokens;
 fine-tuning adds a learnable slot position embedding with
 :meth:`ViTEncoder.add_position_embedding`.
@@ -12,7 +13,7 @@ fine-tuning adds a learnable slot position embedding with
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from partnd._validation import InputError, check, describe
+from partnd.models.frontends import build_frontend
 from partnd.signal_info import SignalInfo
 
 __all__ = [
@@ -175,10 +177,12 @@ class Block(nn.Module):
 class ViTEncoder(nn.Module):
     """ViT encoder over a set of N-D patches, with an optional learnable slot position embedding.
 
-    Tokens are ``Linear(C * prod(P) -> D)`` projections of the flattened patches; a learnable
-    [CLS] token is prepended; pre-norm blocks and a final norm follow. Without a position embedding
-    (the default, used by PART pretraining) the patch-token outputs are equivariant to permutations
-    of the patches: the encoder only sees content.
+    Tokens are ``Linear(C * prod(P) -> D)`` projections of the flattened patches (the default
+    ``frontend="linear"``; see :mod:`partnd.models.frontends` for the spectral and convolutional
+    tokenizers, each a function of one patch's content); a learnable [CLS] token is prepended;
+    pre-norm blocks and a final norm follow. Without a position embedding (the default, used by
+    PART pretraining) the patch-token outputs are equivariant to permutations of the patches: the
+    encoder only sees content.
 
     **Slot position embedding.** With ``num_positions`` set, a learnable table
     ``pos_embed: [num_positions, D]`` is added to each patch token according to its slot index
@@ -208,6 +212,9 @@ class ViTEncoder(nn.Module):
         pos_mask_ratio: Fraction of each example's slot embeddings replaced by the mask embedding in
             training (see above); requires ``num_positions``.
         num_classes: Width of the linear classifier on [CLS]; 0 means ``head`` is the identity.
+        frontend: How a patch becomes a token (``patch_embed``): ``"linear"``, ``"spectral"``
+            (1-D only) or ``"conv"`` (see :func:`partnd.models.frontends.build_frontend`).
+        frontend_options: Options of the front-end (e.g. ``{"bins": 31}`` for ``"spectral"``).
     """
 
     num_prefix_tokens = 1
@@ -229,6 +236,8 @@ class ViTEncoder(nn.Module):
         num_positions: int | None = None,
         pos_mask_ratio: float = 0.0,
         num_classes: int = 0,
+        frontend: str = "linear",
+        frontend_options: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         check(isinstance(ndim, int) and ndim >= 1, "ndim", "a positive int", repr(ndim))
@@ -261,15 +270,25 @@ class ViTEncoder(nn.Module):
             "mlp_ratio": mlp_ratio,
             "qkv_bias": qkv_bias,
             "drop_path_rate": drop_path_rate,
+            "frontend": frontend,
+            "frontend_options": dict(frontend_options or {}),
         }
         self.embed_dim = embed_dim
         self.num_classes = num_classes
+        #: Values of one patch, ``C * prod(P)`` (what MAE reconstructs, whatever the front-end).
         self.patch_dim = in_chans * math.prod(self.patch_size)
         #: The signal the encoder was trained on (recorded by ``pretrain`` and saved in
         #: ``encoder.pt``), or ``None`` when unknown.
         self.signal_info: SignalInfo | None = None
 
-        self.patch_embed = nn.Linear(self.patch_dim, embed_dim)
+        #: The tokenizer: patches [B, N, C, *P] -> tokens [B, N, D].
+        self.patch_embed = build_frontend(
+            frontend,
+            in_chans=in_chans,
+            patch_size=self.patch_size,
+            embed_dim=embed_dim,
+            options=frontend_options,
+        )
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
         drop_rates = torch.linspace(0.0, drop_path_rate, depth).tolist()
         self.blocks = nn.ModuleList(
@@ -439,7 +458,7 @@ class ViTEncoder(nn.Module):
             expected,
             patches,
         )
-        tokens = self.patch_embed(patches.flatten(2))
+        tokens = self.patch_embed(patches)
         if positions is not None:
             check(
                 tuple(positions.shape) == tuple(patches.shape[:2]),
