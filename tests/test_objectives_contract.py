@@ -1,12 +1,14 @@
 """One contract for every registered pretraining objective, plus each baseline's pinned details.
 
-The shared contract (parametrised over :func:`partnd.objectives.list_objectives`): outputs for
-ndim 1, 2, 3 (1 only for PART across windows, whose items are 1-D segments of whole windows);
-every parameter gets a gradient in one step (DDP runs without ``find_unused_parameters``); same
-generator seed, same loss; float32 loss under bf16 autocast; no host synchronisation in
-``forward``; a short run on data whose content reveals position beats the objective's
-content-free floor; and an interrupted ``pretrain`` resumes to the same weights. Then, per
-baseline, masks, targets and labels pinned on small hand-checked cases (MAE, MP3, DropPos).
+The shared contract (parametrised over :func:`partnd.objectives.list_objectives` and the
+encoder's front-ends, :func:`partnd.models.frontends.list_frontends`): outputs for ndim 1, 2, 3
+(1 only for PART across windows, whose items are 1-D segments of whole windows, and for the
+spectral front-end, a power spectrum per 1-D patch); every parameter gets a gradient in one step
+(DDP runs without ``find_unused_parameters``); same generator seed, same loss; float32 loss under
+bf16 autocast; no host synchronisation in ``forward``; a short run on data whose content reveals
+position beats the objective's content-free floor, and one on white noise stays at it; and an
+interrupted ``pretrain`` resumes to the same weights. Then, per baseline, masks, targets and
+labels pinned on small hand-checked cases (MAE, MP3, DropPos).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch.nn.functional as F
 from partnd.data import SignalSpec
 from partnd.engine import compilation
 from partnd.engine.config import PretrainConfig
+from partnd.models.frontends import list_frontends
 from partnd.models.sequence import HierarchicalEncoder
 from partnd.models.vit import ViTEncoder
 from partnd.objectives import (
@@ -60,14 +63,38 @@ def method_settings(method: str, spatial: tuple[int, ...]) -> dict[str, object]:
     }
 
 
-def method_ndims(ndims: tuple[int, ...]) -> list[tuple[str, int]]:
-    """(method, ndim) pairs for every method and each of ``ndims`` it reads."""
-    return [(m, n) for m in METHODS for n in ndims if n == 1 or m not in WINDOW_METHODS]
+#: Front-ends that read 1-D patches only.
+ONE_D_FRONTENDS = ("spectral",)
+#: Patch length per front-end (default 4): a spectrum needs a few bins (5 of 8 samples, not 3).
+PATCH_SIZES = {"spectral": 8}
 
 
-def widest_shape(method: str) -> tuple[int, ...]:
-    """The test shape of the highest ndim ``method`` reads."""
-    return SHAPES[1 if method in WINDOW_METHODS else 3]
+def method_ndims(ndims: tuple[int, ...]) -> list[tuple[str, int, str]]:
+    """(method, ndim, front-end) for every method, each of ``ndims`` it reads and every front-end
+    that reads that ndim."""
+    return [
+        (m, n, f)
+        for m in METHODS
+        for n in ndims
+        for f in list_frontends()
+        if n == 1 or (m not in WINDOW_METHODS and f not in ONE_D_FRONTENDS)
+    ]
+
+
+def method_frontends() -> list[tuple[str, str]]:
+    """(method, front-end) for every method and front-end."""
+    return [(m, f) for m in METHODS for f in list_frontends()]
+
+
+def shape_of(ndim: int, frontend: str = "linear") -> tuple[int, ...]:
+    """The test shape of ``ndim``, scaled as ``frontend``'s patches (as many patches)."""
+    scale = PATCH_SIZES.get(frontend, 4) // 4
+    return tuple(scale * length for length in SHAPES[ndim])
+
+
+def widest_shape(method: str, frontend: str = "linear") -> tuple[int, ...]:
+    """The test shape of the highest ndim ``method`` reads with ``frontend``."""
+    return shape_of(1 if method in WINDOW_METHODS or frontend in ONE_D_FRONTENDS else 3, frontend)
 
 
 @pytest.fixture(autouse=True)
@@ -80,9 +107,20 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
-def build(method: str, spatial: tuple[int, ...], in_chans: int = 2, **overrides: object):
-    settings = {**method_settings(method, spatial), **overrides}
-    config = PretrainConfig.preset("test", method=method, patch_size=4, **settings)
+def build(
+    method: str,
+    spatial: tuple[int, ...],
+    in_chans: int = 2,
+    frontend: str = "linear",
+    **overrides: object,
+):
+    settings = {
+        "patch_size": PATCH_SIZES.get(frontend, 4),
+        **method_settings(method, spatial),
+        "encoder_overrides": {"frontend": frontend},
+        **overrides,
+    }
+    config = PretrainConfig.preset("test", method=method, **settings)
     return build_objective(config, SignalSpec(in_chans, spatial))
 
 
@@ -128,13 +166,13 @@ def test_registry_lists_the_paper_baselines() -> None:
     assert {"part", "part_grid", "mae", "mp3", "droppos", "part_windows"} <= set(METHODS)
 
 
-@pytest.mark.parametrize(("method", "ndim"), method_ndims((1, 2, 3)))
-def test_outputs_and_every_parameter_gets_a_gradient(method: str, ndim: int) -> None:
-    model = build(method, SHAPES[ndim])
+@pytest.mark.parametrize(("method", "ndim", "frontend"), method_ndims((1, 2, 3)))
+def test_outputs_and_every_parameter_gets_a_gradient(method: str, ndim: int, frontend: str) -> None:
+    model = build(method, shape_of(ndim, frontend), frontend=frontend)
     assert isinstance(model, Objective)
     assert isinstance(model.encoder, ViTEncoder | HierarchicalEncoder)
     assert model.encoder.ndim == ndim
-    out = model(torch.randn(3, 2, *SHAPES[ndim]), generator=seeded())
+    out = model(torch.randn(3, 2, *shape_of(ndim, frontend)), generator=seeded())
     assert out.loss.dim() == 0 and out.loss.dtype == torch.float32
     assert torch.isfinite(out.loss)
     assert out.metrics
@@ -146,13 +184,14 @@ def test_outputs_and_every_parameter_gets_a_gradient(method: str, ndim: int) -> 
         assert parameter.grad.abs().sum() > 0, f"{name} has a zero gradient"
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_same_seed_same_loss_other_seed_other_loss(method: str) -> None:
+@pytest.mark.parametrize(("method", "frontend"), method_frontends())
+def test_same_seed_same_loss_other_seed_other_loss(method: str, frontend: str) -> None:
+    shape = widest_shape(method, frontend)
     torch.manual_seed(3)
-    first = build(method, widest_shape(method))
+    first = build(method, shape, frontend=frontend)
     torch.manual_seed(3)
-    second = build(method, widest_shape(method))
-    x = torch.randn(4, 2, *widest_shape(method))
+    second = build(method, shape, frontend=frontend)
+    x = torch.randn(4, 2, *shape)
     loss = first(x, generator=seeded(7)).loss
     assert torch.equal(loss, first(x, generator=seeded(7)).loss)
     assert torch.equal(loss, second(x, generator=seeded(7)).loss)
@@ -215,42 +254,55 @@ def test_compiled_kernels_give_parts_loss_and_gradients(monkeypatch: pytest.Monk
         torch.testing.assert_close(results[2][name], value, rtol=1e-3, atol=1e-5, msg=name)
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_bf16_autocast_gives_a_float32_loss(method: str) -> None:
-    model = build(method, SHAPES[1])
+@pytest.mark.parametrize(("method", "frontend"), method_frontends())
+def test_bf16_autocast_gives_a_float32_loss(method: str, frontend: str) -> None:
+    model = build(method, shape_of(1, frontend), frontend=frontend)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = model(torch.randn(3, 2, *SHAPES[1]), generator=seeded())
+        out = model(torch.randn(3, 2, *shape_of(1, frontend)), generator=seeded())
     assert out.loss.dtype == torch.float32 and torch.isfinite(out.loss)
     out.loss.backward()
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_forward_reads_nothing_back_to_the_host(method: str, host_syncs) -> None:
-    model = build(method, widest_shape(method))
-    x = torch.randn(3, 2, *widest_shape(method))
+@pytest.mark.parametrize(("method", "frontend"), method_frontends())
+def test_forward_reads_nothing_back_to_the_host(method: str, frontend: str, host_syncs) -> None:
+    model = build(method, widest_shape(method, frontend), frontend=frontend)
+    x = torch.randn(3, 2, *widest_shape(method, frontend))
     generator = seeded()
     with host_syncs:
         model(x, generator=generator)
     assert host_syncs.calls == []
 
 
-@pytest.mark.parametrize(("method", "ndim"), method_ndims((1, 2)))
-def test_short_run_beats_the_content_free_floor(method: str, ndim: int) -> None:
+def short_run(
+    method: str, frontend: str, spatial: tuple[int, ...], signal, steps: int = 120
+) -> dict[str, float]:
+    """Train ``steps`` Adam steps on batches of ``signal(32, generator)``; the mean of every
+    metric over the last 10 steps."""
     torch.manual_seed(0)
-    spatial = (64,) if ndim == 1 else (16, 16)
-    model = build(method, spatial, in_chans=1)
+    model = build(method, spatial, in_chans=1, frontend=frontend)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     data, masks = seeded(1), seeded(2)
     history: list[dict[str, float]] = []
-    signal = position_chirp if method in WINDOW_METHODS else position_signal
-    for _ in range(120):
-        x = signal(32, data) if ndim == 1 else position_field(32, data)
-        out = model(x, generator=masks)
+    for _ in range(steps):
+        out = model(signal(32, data), generator=masks)
         optimizer.zero_grad()
         out.loss.backward()
         optimizer.step()
         history.append({name: float(value) for name, value in out.metrics.items()})
-    last = {name: np.mean([record[name] for record in history[-10:]]) for name in history[0]}
+    return {name: float(np.mean([record[name] for record in history[-10:]])) for name in history[0]}
+
+
+@pytest.mark.parametrize(("method", "ndim", "frontend"), method_ndims((1, 2)))
+def test_short_run_beats_the_content_free_floor(method: str, ndim: int, frontend: str) -> None:
+    if ndim == 2:
+        spatial, signal = (16, 16), position_field
+    elif method in WINDOW_METHODS or (frontend in ONE_D_FRONTENDS and method != "mae"):
+        # a spectrum reads the chirp's frequency, not the ramp's sign; MAE reconstructs values,
+        # which the chirp's random phase hides from any encoder
+        spatial, signal = (64,), position_chirp
+    else:
+        spatial, signal = (64,), position_signal
+    last = short_run(method, frontend, spatial, signal)
     if "accuracy" in last:  # classification (MP3, DropPos): chance is 1 / N
         assert last["accuracy"] > 4 * last["accuracy_chance"], last
         assert last["accuracy"] > 4 * last.get("accuracy_floor", 0.0), last
@@ -258,6 +310,26 @@ def test_short_run_beats_the_content_free_floor(method: str, ndim: int) -> None:
         assert last["recon_nmse"] < 0.5, last
     else:  # PART: 1.0 = the best constant predictor
         assert last["nmse"] < 0.7, last
+
+
+def white_noise(batch: int, generator: torch.Generator) -> torch.Tensor:
+    """[B, 1, 64] white noise: no content says where a patch lies."""
+    return torch.randn(batch, 1, 64, generator=generator)
+
+
+@pytest.mark.parametrize(("method", "frontend"), method_frontends())
+def test_on_white_noise_every_objective_stays_at_its_floor(method: str, frontend: str) -> None:
+    """No front-end tells a token where its patch lies: on noise the position objectives stay
+    at their content-free floors (PART's nmse near 1, MP3 / DropPos accuracy near chance) and
+    MAE cannot reconstruct the masked noise (recon_nmse near 1)."""
+    last = short_run(method, frontend, (64,), white_noise, steps=60)
+    if "accuracy" in last:
+        floor = max(last["accuracy_chance"], last.get("accuracy_floor", 0.0))
+        assert last["accuracy"] < 2 * floor, last
+    elif "recon_nmse" in last:
+        assert last["recon_nmse"] > 0.9, last
+    else:
+        assert last["nmse"] > 0.85, last
 
 
 @pytest.mark.parametrize("method", BASELINES)
