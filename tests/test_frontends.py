@@ -37,7 +37,7 @@ CASES = [
     ("linear", 2, {}),
     ("linear", 3, {}),
     ("spectral", 1, {}),
-    ("spectral", 1, {"bins": 5, "hidden": 16, "raw": True}),
+    ("spectral", 1, {"max_frequency": 0.2, "hidden": 16, "raw": True}),
     ("conv", 1, {}),
     ("conv", 2, {"kernel": 3}),
     ("conv", 3, {"kernel": 3, "layers": 1}),
@@ -111,9 +111,13 @@ def test_a_sine_puts_its_power_in_its_bin_and_white_noise_is_flat() -> None:
     torch.testing.assert_close(mean_power, torch.full((51,), 4.0), rtol=0.1, atol=0)
 
 
-def test_bins_keep_the_lowest_frequencies_and_power_is_blind_to_sign_without_raw() -> None:
+def test_max_frequency_keeps_the_lowest_bins_and_power_is_blind_to_sign_without_raw() -> None:
     torch.manual_seed(0)
-    full, low = SpectralPatchEmbed(2, (40,), 8), SpectralPatchEmbed(2, (40,), 8, bins=7)
+    full = SpectralPatchEmbed(2, (40,), 8)
+    low = SpectralPatchEmbed(2, (40,), 8, max_frequency=0.15)  # 6 cycles per patch: bins 0-6
+    assert (full.bins, low.bins) == (21, 7)
+    assert SpectralPatchEmbed(1, (100,), 8, max_frequency=0.3).bins == 31  # 0-30 Hz at 100 Hz
+    assert SpectralPatchEmbed(1, (200,), 8, max_frequency=0.3).bins == 61
     patches = torch.randn(3, 4, 2, 40)
     torch.testing.assert_close(low.log_power(patches), full.log_power(patches)[..., :7])
     assert low.proj.in_features == 2 * 7  # type: ignore[union-attr]
@@ -140,15 +144,22 @@ def test_conv_stem_output_size_and_convolution_kind_follow_the_patch() -> None:
 
 def test_front_ends_refuse_what_they_cannot_read() -> None:
     assert list_frontends() == ["linear", "spectral", "conv"]
-    assert frontend_options("spectral") == {"bins": None, "hidden": 0, "raw": False, "eps": 1e-6}
+    assert frontend_options("spectral") == {
+        "max_frequency": None,
+        "hidden": 0,
+        "raw": False,
+        "eps": 1e-6,
+    }
     with pytest.raises(InputError, match=r"frontend: .*1-D patches.*got 'spectral' for 2-D"):
         encoder("spectral", ndim=2)
     with pytest.raises(InputError, match=r"frontend: expected one of .*got 'fft'"):
         encoder("fft")
-    with pytest.raises(InputError, match=r"frontend_options: .*\(bins, hidden, raw, eps\).*bin"):
-        encoder("spectral", options={"bin": 3})
-    with pytest.raises(InputError, match=r"frontend_options: .*'bins'.*\[1, 11\]"):
-        encoder("spectral", options={"bins": 12})
+    with pytest.raises(
+        InputError, match=r"frontend_options: .*\(max_frequency, hidden, raw, eps\)"
+    ):
+        encoder("spectral", options={"bins": 3})
+    with pytest.raises(InputError, match=r"frontend_options: .*'max_frequency'.*\(0, 0.5\]"):
+        encoder("spectral", options={"max_frequency": 0.6})
     with pytest.raises(InputError, match="'conv' for 4-D patches"):
         build_frontend("conv", in_chans=1, patch_size=(2, 2, 2, 2), embed_dim=4)
     with pytest.raises(InputError, match="frontend_options: expected 'stride' >= 1, got 0"):
@@ -159,7 +170,7 @@ def test_front_ends_refuse_what_they_cannot_read() -> None:
 def test_saved_encoders_and_classifiers_rebuild_their_front_end(
     frontend: str, tmp_path: Path
 ) -> None:
-    options = {"bins": 6, "raw": True} if frontend == "spectral" else {"channels": 8}
+    options = {"max_frequency": 0.25, "raw": True} if frontend == "spectral" else {"channels": 8}
     torch.manual_seed(0)
     model = encoder(frontend, options=options).eval()
     save_encoder(model, tmp_path / "encoder.pt")
@@ -181,7 +192,7 @@ def test_finetune_builds_the_configured_front_end_and_load_classifier_rebuilds_i
     tmp_path: Path,
 ) -> None:
     x = torch.randn(16, 2, 100, generator=torch.Generator().manual_seed(0))
-    options = {"bins": 8, "hidden": 16}
+    options = {"max_frequency": 0.35, "hidden": 16}
     config = FinetuneConfig.preset(
         "test",
         patch_size=20,

@@ -65,9 +65,9 @@ class SpectralPatchEmbed(nn.Module):
     For a patch ``x: [C, P]`` each channel is multiplied by a periodic Hann window scaled to unit
     mean square and transformed by the orthonormal real FFT, ``X[c, k]`` for ``k = 0 .. P // 2``;
     bin ``k`` is the frequency ``k * fs / P`` (1 Hz bins for 1 s patches). The features are
-    ``log(|X[c, k]|^2 + eps)`` of the lowest ``bins`` bins (:meth:`log_power`), ``[C, F]``
-    flattened and projected by ``Linear(C * F -> D)`` (``hidden > 0``: ``Linear -> GELU ->
-    Linear``). Keep only the bins of the signal's pass band: bins a band-pass emptied sit at
+    ``log(|X[c, k]|^2 + eps)`` of the F bins up to ``max_frequency`` (:meth:`log_power`),
+    ``[C, F]`` flattened and projected by ``Linear(C * F -> D)`` (``hidden > 0``: ``Linear ->
+    GELU -> Linear``). Keep only the bins of the signal's pass band: bins a band-pass emptied sit at
     ``log(eps)``, a large constant that swamps the varying part of every token at initialisation
     (on the sample cohort, band-passed to 0.1-30 Hz: -14 in bins 38-50 against -4 to 2 in the
     0-30 Hz bins; the window arm's validation kappa after 91 steps was 0.03 with all 51 bins of
@@ -84,8 +84,9 @@ class SpectralPatchEmbed(nn.Module):
         in_chans: Channels C of a patch.
         patch_size: ``(P,)``: 1-D patches only.
         embed_dim: Token width D.
-        bins: Lowest rFFT bins kept, in ``[1, P // 2 + 1]`` (``None``: all). E.g. 31 keeps
-            0-30 Hz of 1 s patches at 100 Hz.
+        max_frequency: Highest frequency kept, in cycles per sample, in ``(0, 0.5]``
+            (``None``: up to Nyquist): the lowest ``floor(max_frequency * P) + 1`` bins. 0.3 keeps
+            0-30 Hz at 100 Hz (the sleep store's band-pass) whatever the patch length.
         hidden: Hidden width of an MLP projection; 0 for a linear projection.
         raw: Add a linear projection of the raw patch values.
         eps: Added to the power before the logarithm (in squared signal units).
@@ -97,7 +98,7 @@ class SpectralPatchEmbed(nn.Module):
         patch_size: Sequence[int],
         embed_dim: int,
         *,
-        bins: int | None = None,
+        max_frequency: float | None = None,
         hidden: int = 0,
         raw: bool = False,
         eps: float = 1e-6,
@@ -112,17 +113,20 @@ class SpectralPatchEmbed(nn.Module):
         )
         length = int(patch_size[0])
         check(
-            bins is None or (isinstance(bins, int) and 1 <= bins <= length // 2 + 1),
+            max_frequency is None or 0.0 < max_frequency <= 0.5,
             "frontend_options",
-            f"'bins' None or an int in [1, {length // 2 + 1}] (rFFT bins of {length}-sample "
-            "patches)",
-            repr(bins),
+            "'max_frequency' None or a frequency in (0, 0.5] cycles per sample",
+            repr(max_frequency),
         )
         check(isinstance(hidden, int) and hidden >= 0, "frontend_options", "'hidden' >= 0", hidden)
         check(eps > 0, "frontend_options", "'eps' > 0", repr(eps))
         self.in_chans = in_chans
         self.patch_length = length
-        self.bins = length // 2 + 1 if bins is None else bins
+        self.bins = (
+            length // 2 + 1
+            if max_frequency is None
+            else math.floor(max_frequency * length + 1e-9) + 1
+        )
         self.eps = float(eps)
         window = torch.hann_window(length, periodic=True, dtype=torch.float64)
         window = window / window.square().mean().sqrt()
@@ -144,7 +148,7 @@ class SpectralPatchEmbed(nn.Module):
             patches: [B, N, C, P] patches.
 
         Returns:
-            [B, N, C, F] float32 ``log(power + eps)`` of the lowest F = ``bins`` rFFT bins.
+            [B, N, C, F] float32 ``log(power + eps)`` of the lowest F = ``self.bins`` rFFT bins.
         """
         windowed = patches.float() * self.window
         spectrum = torch.fft.rfft(windowed, dim=-1, norm="ortho")[..., : self.bins]
