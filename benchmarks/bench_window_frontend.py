@@ -1,0 +1,250 @@
+"""Benchmark: window-ViT front-ends compared on validation subjects (the sleep study's window arm).
+
+For every candidate front-end (how a 1 s patch becomes a token, :mod:`partnd.models.frontends`),
+labelled-subject budget, step budget and seed, this trains the supervised single-window
+classifier exactly as the sleep study's ``window`` arm does (the demo scale's fine-tuning
+protocol and 128-wide ViT, the study's subject split, training subjects and validation subjects)
+and scores it on the **validation subjects only**; the test subjects are never read. Per cell:
+
+* ``val_kappa``: the selected checkpoint's validation kappa (the best evaluation: optimistic);
+* ``val_last3``: the mean of the last three evaluations (what the recipe's settings were chosen
+  by: less selection noise);
+* ``train_acc``: accuracy of the returned model on its own training windows (eval mode, no
+  augmentation): how well the budget fits the labels;
+* seconds per optimiser step.
+
+The ``classical`` row is the reference the window arm should reach: YASA's single-window
+features and LightGBM (:mod:`partnd.classical`, the study's ``classical`` window row) trained on
+the same subjects and scored on the same validation subjects (``val_last3`` is its one score).
+
+The table gives mean +- std over seeds per candidate, budget and step budget. Cells are
+resumable (a finished cell's ``result.json`` is read back), so the same command prints the table
+again, and two processes with different ``--candidates`` can share one ``--out``.
+
+Usage::
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_window_frontend.py --out runs/frontend
+    OMP_NUM_THREADS=1 python benchmarks/bench_window_frontend.py --out runs/frontend \\
+        --candidates linear spectral --budgets 8 --steps 800 2400 --seeds 0 1
+    python benchmarks/bench_window_frontend.py --out runs/frontend --src /data/cohort  # another
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from partnd.engine.checkpoint import atomic_write_json
+from partnd.finetuning import evaluate, finetune
+from partnd.metrics import classification_metrics
+from partnd.recipes.sleep_study import SleepStudy, StudyConfig
+
+#: Candidate front-ends: name -> FinetuneConfig fields on top of the demo's window arm.
+CANDIDATES: dict[str, dict[str, Any]] = {
+    "linear": {},
+    # the spectral front-ends keep 0-30 Hz (the store's band-pass): 31 bins of 1 s patches
+    "spectral": {"frontend": "spectral", "frontend_options": {"max_frequency": 0.3}},
+    "spectral_all": {"frontend": "spectral"},
+    "spectral_raw": {
+        "frontend": "spectral",
+        "frontend_options": {"max_frequency": 0.3, "raw": True},
+    },
+    "spectral_mlp": {
+        "frontend": "spectral",
+        "frontend_options": {"max_frequency": 0.3, "hidden": 256},
+    },
+    "spectral_2s": {
+        "frontend": "spectral",
+        "frontend_options": {"max_frequency": 0.3},
+        "patch_size": 200,
+    },
+    "conv": {"frontend": "conv"},
+    "linear_2s": {"patch_size": 200},
+}
+
+
+def candidate_config(study: SleepStudy, name: str, seed: int, steps: int) -> Any:
+    """The study's window-arm configuration of the supervised row with candidate ``name``."""
+    settings = dict(CANDIDATES[name])
+    patch_size = settings.pop("patch_size", None)
+    base = study.config.finetune_config("supervised", seed, "window")
+    overrides: dict[str, Any] = {
+        "encoder_overrides": {**base.encoder_overrides, **settings},
+        "min_steps": steps,
+    }
+    if patch_size is not None:
+        overrides["patch_size"] = patch_size
+    return base.replace(**overrides)
+
+
+def classical_cell(
+    study: SleepStudy, subjects: tuple[str, ...], val_subjects: list[str], seed: int
+) -> dict[str, Any]:
+    """The classical single-window row on the cell's subjects, scored on its validation ones."""
+    from partnd.classical import fit_classical_stager, predict_stages
+
+    table = study.classical_features.single_window()
+    train = table.select(study.split.records_of(subjects))
+    val = table.select(study.split.records_of(val_subjects))
+    start = time.perf_counter()
+    model = fit_classical_stager(train.features, train.labels, seed=seed)
+    classes = len(study.class_names)
+    kappa = classification_metrics(val.labels, predict_stages(model, val.features), classes)
+    fit = classification_metrics(train.labels, predict_stages(model, train.features), classes)
+    return {
+        "val_kappa": kappa.cohen_kappa,
+        "val_last3": kappa.cohen_kappa,
+        "val_curve": [],
+        "train_acc": fit.accuracy,
+        "train_kappa": fit.cohen_kappa,
+        "seconds_per_step": time.perf_counter() - start,
+        "parameters": 0,
+        "encoder_overrides": {},
+        "patch_size": None,
+    }
+
+
+def run_cell(study: SleepStudy, out: Path, name: str, budget: int, seed: int, steps: int) -> dict:
+    """Train one cell (unless finished) and return its validation numbers."""
+    cell = out / name / f"b{budget}_s{seed}_n{steps}"
+    done = cell / "result.json"
+    if done.is_file():
+        return dict(json.loads(done.read_text()))
+    subjects = study.subjects(budget, seed)
+    val_subjects = study.validation_subjects(subjects, seed)
+    if name == "classical":
+        row = {"candidate": name, "budget": budget, "seed": seed, "steps": steps}
+        row.update(classical_cell(study, subjects, val_subjects, seed))
+        row["validation_subjects"] = val_subjects
+        atomic_write_json(row, done)
+        return row
+    config = candidate_config(study, name, seed, steps)
+    train, val = study.windows(subjects), study.windows(val_subjects)
+    start = time.perf_counter()
+    result = finetune(
+        None,
+        train,
+        num_classes=len(study.class_names),
+        val_dataset=val,
+        out_dir=cell / "run",
+        config=config,
+        class_names=study.class_names,
+        overwrite=True,
+    )
+    seconds = time.perf_counter() - start
+    val_kappas = [r["cohen_kappa"] for r in result.history if r.get("phase") == "val"]
+    fit = evaluate(result.model, train, class_names=study.class_names, device=config.device)
+    row = {
+        "candidate": name,
+        "budget": budget,
+        "seed": seed,
+        "steps": steps,
+        "val_kappa": float(result.best_metrics["cohen_kappa"]),
+        "val_last3": float(np.mean(val_kappas[-3:])),
+        "val_curve": [round(float(k), 4) for k in val_kappas],
+        "train_acc": float(fit.accuracy),
+        "train_kappa": float(fit.cohen_kappa),
+        "seconds_per_step": seconds / steps,
+        "parameters": sum(p.numel() for p in result.model.parameters()),
+        "encoder_overrides": config.encoder_overrides,
+        "patch_size": config.patch_size,
+        "validation_subjects": val_subjects,
+    }
+    atomic_write_json(row, done)
+    return row
+
+
+def _mean_std(values: list[float]) -> str:
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.3f} ± {spread:.3f}"
+
+
+def print_table(rows: list[dict]) -> None:
+    """Mean +- std over seeds per candidate, budget and step budget."""
+    groups: dict[tuple[str, int, int], list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["candidate"], row["budget"], row["steps"]), []).append(row)
+    header = (
+        f"| {'candidate':<13} | subjects | steps | seeds | {'val κ (selected)':<16} "
+        f"| {'val κ (last 3)':<14} | {'train acc':<13} | s/step | params M |"
+    )
+    print(header)
+    print("|" + "|".join("-" * (len(part) + 0) for part in header.split("|")[1:-1]) + "|")
+    for (name, budget, steps), group in sorted(groups.items(), key=lambda item: item[0][1:]):
+        print(
+            f"| {name:<13} | {budget:>8} | {steps:>5} | {len(group):>5} "
+            f"| {_mean_std([r['val_kappa'] for r in group]):<16} "
+            f"| {_mean_std([r['val_last3'] for r in group]):<14} "
+            f"| {_mean_std([r['train_acc'] for r in group]):<13} "
+            f"| {statistics.mean(r['seconds_per_step'] for r in group):6.3f} "
+            f"| {group[0]['parameters'] / 1e6:8.2f} |"
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse options, run the missing cells and print the validation table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="directory of the cells")
+    parser.add_argument(
+        "--study", type=Path, default=None, help="study directory (default OUT/study)"
+    )
+    parser.add_argument("--src", type=Path, default=None, help="cohort root (default: sample)")
+    parser.add_argument("--cohort-dir", type=Path, default=None, help="sample cohort cache")
+    parser.add_argument(
+        "--candidates",
+        nargs="+",
+        choices=sorted([*CANDIDATES, "classical"]),
+        default=["classical", *CANDIDATES],
+    )
+    parser.add_argument("--budgets", type=int, nargs="+", default=[2, 8])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--steps", type=int, nargs="+", default=[800], help="step budgets")
+    parser.add_argument("--device", default="cpu", help="auto, cpu or cuda")
+    parser.add_argument(
+        "--report-only", action="store_true", help="print the table of finished cells only"
+    )
+    args = parser.parse_args(argv)
+    study = SleepStudy(
+        StudyConfig(
+            out=args.study or args.out / "study",
+            src=args.src,
+            cohort_dir=args.cohort_dir,
+            scale="demo",
+            device=args.device,
+            progress=False,
+        )
+    )
+    cells = dict.fromkeys(  # the classical row has no step budget: one cell per seed
+        (name, budget, seed, 0 if name == "classical" else steps)
+        for budget, steps, name, seed in itertools.product(
+            args.budgets, args.steps, args.candidates, args.seeds
+        )
+    )
+    rows = []
+    for name, budget, seed, steps in cells:
+        done = args.out / name / f"b{budget}_s{seed}_n{steps}" / "result.json"
+        if args.report_only and not done.is_file():
+            continue
+        row = run_cell(study, args.out, name, budget, seed, steps)
+        print(
+            f"{name} b{budget} s{seed} n{steps}: val κ {row['val_kappa']:.3f} "
+            f"(last 3 {row['val_last3']:.3f}), train acc {row['train_acc']:.3f}",
+            flush=True,
+        )
+        rows.append(row)
+    print(
+        f"\nWindow arm, supervised, demo scale, validation subjects only (split seed "
+        f"{study.config.seed}, {study.scale['val_subjects']} validation subjects per cell)"
+    )
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()
