@@ -42,9 +42,9 @@ CHANNELS, SAMPLES, CLASSES = 6, 3000, 5
 
 def encoder_settings(name: str) -> tuple[int, dict[str, Any]]:
     """``(patch_size, encoder overrides)`` of candidate ``name`` on the demo's encoder."""
-    settings = dict(CANDIDATES[name])
-    patch_size = int(settings.pop("patch_size", 100))
-    return patch_size, {**DEMO_ENCODER_OVERRIDES, **settings}
+    settings = CANDIDATES[name]
+    patch_size = int(settings.get("patch_size", 100))
+    return patch_size, {**DEMO_ENCODER_OVERRIDES, **settings.get("encoder", {})}
 
 
 def steps_of(

@@ -46,26 +46,27 @@ from partnd.finetuning import evaluate, finetune
 from partnd.metrics import classification_metrics
 from partnd.recipes.sleep_study import SleepStudy, StudyConfig
 
-#: Candidate front-ends: name -> FinetuneConfig fields on top of the demo's window arm.
+_SPECTRAL = {"frontend": "spectral", "frontend_options": {"max_frequency": 0.3}}
+
+#: Candidates: name -> ``encoder`` (encoder overrides on top of the demo's 128-wide ViT) and
+#: other FinetuneConfig fields of the demo's window arm. The spectral front-ends keep 0-30 Hz
+#: (the store's band-pass: 31 bins of 1 s patches).
 CANDIDATES: dict[str, dict[str, Any]] = {
     "linear": {},
-    # the spectral front-ends keep 0-30 Hz (the store's band-pass): 31 bins of 1 s patches
-    "spectral": {"frontend": "spectral", "frontend_options": {"max_frequency": 0.3}},
-    "spectral_all": {"frontend": "spectral"},
+    "spectral": {"encoder": _SPECTRAL},
+    "spectral_all": {"encoder": {"frontend": "spectral"}},
     "spectral_raw": {
-        "frontend": "spectral",
-        "frontend_options": {"max_frequency": 0.3, "raw": True},
+        "encoder": {"frontend": "spectral", "frontend_options": {"max_frequency": 0.3, "raw": True}}
     },
     "spectral_mlp": {
-        "frontend": "spectral",
-        "frontend_options": {"max_frequency": 0.3, "hidden": 256},
+        "encoder": {
+            "frontend": "spectral",
+            "frontend_options": {"max_frequency": 0.3, "hidden": 256},
+        }
     },
-    "spectral_2s": {
-        "frontend": "spectral",
-        "frontend_options": {"max_frequency": 0.3},
-        "patch_size": 200,
-    },
-    "conv": {"frontend": "conv"},
+    "spectral_avg": {"encoder": _SPECTRAL, "global_pool": "avg"},
+    "spectral_2s": {"encoder": _SPECTRAL, "patch_size": 200},
+    "conv": {"encoder": {"frontend": "conv"}},
     "linear_2s": {"patch_size": 200},
 }
 
@@ -73,15 +74,11 @@ CANDIDATES: dict[str, dict[str, Any]] = {
 def candidate_config(study: SleepStudy, name: str, seed: int, steps: int) -> Any:
     """The study's window-arm configuration of the supervised row with candidate ``name``."""
     settings = dict(CANDIDATES[name])
-    patch_size = settings.pop("patch_size", None)
+    encoder = settings.pop("encoder", {})
     base = study.config.finetune_config("supervised", seed, "window")
-    overrides: dict[str, Any] = {
-        "encoder_overrides": {**base.encoder_overrides, **settings},
-        "min_steps": steps,
-    }
-    if patch_size is not None:
-        overrides["patch_size"] = patch_size
-    return base.replace(**overrides)
+    return base.replace(
+        encoder_overrides={**base.encoder_overrides, **encoder}, min_steps=steps, **settings
+    )
 
 
 def classical_cell(
