@@ -1,4 +1,4 @@
-"""Benchmark: window-ViT front-ends compared on validation subjects (the sleep study's window arm).
+"""Benchmark: window-ViT front-ends compared on validation subjects (the study's window arm).
 
 For every candidate front-end (how a 1 s patch becomes a token, :mod:`partnd.models.frontends`),
 labelled-subject budget, step budget and seed, this trains the supervised single-window
@@ -16,6 +16,9 @@ and scores it on the **validation subjects only**; the test subjects are never r
 The ``classical`` row is the reference the window arm should reach: YASA's single-window
 features and LightGBM (:mod:`partnd.classical`, the study's ``classical`` window row) trained on
 the same subjects and scored on the same validation subjects (``val_last3`` is its one score).
+``--arm sequence`` compares the front-ends inside the study's sequence classifier instead (21
+windows; the classical row then has YASA's context), as a check that the window arm's choice
+does not cost the sequence arm.
 
 The table gives mean +- std over seeds per candidate, budget and step budget. Cells are
 resumable (a finished cell's ``result.json`` is read back), so the same command prints the table
@@ -26,6 +29,8 @@ Usage::
     OMP_NUM_THREADS=1 python benchmarks/bench_window_frontend.py --out runs/frontend
     OMP_NUM_THREADS=1 python benchmarks/bench_window_frontend.py --out runs/frontend \\
         --candidates linear spectral --budgets 8 --steps 800 2400 --seeds 0 1
+    OMP_NUM_THREADS=1 python benchmarks/bench_window_frontend.py --out runs/frontend \
+        --arm sequence --candidates linear spectral --budgets 2 --seeds 0
     python benchmarks/bench_window_frontend.py --out runs/frontend --src /data/cohort  # another
 """
 
@@ -71,23 +76,26 @@ CANDIDATES: dict[str, dict[str, Any]] = {
 }
 
 
-def candidate_config(study: SleepStudy, name: str, seed: int, steps: int) -> Any:
-    """The study's window-arm configuration of the supervised row with candidate ``name``."""
+def candidate_config(study: SleepStudy, name: str, seed: int, steps: int, arm: str) -> Any:
+    """The study's configuration of the supervised row's ``arm`` with candidate ``name``."""
     settings = dict(CANDIDATES[name])
     encoder = settings.pop("encoder", {})
-    base = study.config.finetune_config("supervised", seed, "window")
+    base = study.config.finetune_config("supervised", seed, arm)
     return base.replace(
         encoder_overrides={**base.encoder_overrides, **encoder}, min_steps=steps, **settings
     )
 
 
 def classical_cell(
-    study: SleepStudy, subjects: tuple[str, ...], val_subjects: list[str], seed: int
+    study: SleepStudy, subjects: tuple[str, ...], val_subjects: list[str], seed: int, arm: str
 ) -> dict[str, Any]:
-    """The classical single-window row on the cell's subjects, scored on its validation ones."""
+    """The classical row of ``arm`` (``window``: single-window features, ``sequence``: with
+    YASA's context) on the cell's subjects, scored on its validation subjects."""
     from partnd.classical import fit_classical_stager, predict_stages
 
-    table = study.classical_features.single_window()
+    table = study.classical_features
+    if arm == "window":
+        table = table.single_window()
     train = table.select(study.split.records_of(subjects))
     val = table.select(study.split.records_of(val_subjects))
     start = time.perf_counter()
@@ -108,22 +116,34 @@ def classical_cell(
     }
 
 
-def run_cell(study: SleepStudy, out: Path, name: str, budget: int, seed: int, steps: int) -> dict:
+def cell_dir(out: Path, arm: str, name: str, budget: int, seed: int, steps: int) -> Path:
+    """Where one cell lives (the window arm's cells directly under the candidate)."""
+    prefix = "" if arm == "window" else f"{arm}_"
+    return out / name / f"{prefix}b{budget}_s{seed}_n{steps}"
+
+
+def run_cell(
+    study: SleepStudy, out: Path, arm: str, name: str, budget: int, seed: int, steps: int
+) -> dict:
     """Train one cell (unless finished) and return its validation numbers."""
-    cell = out / name / f"b{budget}_s{seed}_n{steps}"
+    cell = cell_dir(out, arm, name, budget, seed, steps)
     done = cell / "result.json"
     if done.is_file():
         return dict(json.loads(done.read_text()))
     subjects = study.subjects(budget, seed)
     val_subjects = study.validation_subjects(subjects, seed)
     if name == "classical":
-        row = {"candidate": name, "budget": budget, "seed": seed, "steps": steps}
-        row.update(classical_cell(study, subjects, val_subjects, seed))
+        row = {"candidate": name, "arm": arm, "budget": budget, "seed": seed, "steps": steps}
+        row.update(classical_cell(study, subjects, val_subjects, seed, arm))
         row["validation_subjects"] = val_subjects
         atomic_write_json(row, done)
         return row
-    config = candidate_config(study, name, seed, steps)
-    train, val = study.windows(subjects), study.windows(val_subjects)
+    config = candidate_config(study, name, seed, steps, arm)
+    if arm == "sequence":
+        train: Any = study.sequences(subjects, config.context)
+        val: Any = study.sequences(val_subjects, config.context)
+    else:
+        train, val = study.windows(subjects), study.windows(val_subjects)
     start = time.perf_counter()
     result = finetune(
         None,
@@ -140,6 +160,7 @@ def run_cell(study: SleepStudy, out: Path, name: str, budget: int, seed: int, st
     fit = evaluate(result.model, train, class_names=study.class_names, device=config.device)
     row = {
         "candidate": name,
+        "arm": arm,
         "budget": budget,
         "seed": seed,
         "steps": steps,
@@ -167,7 +188,8 @@ def print_table(rows: list[dict]) -> None:
     """Mean +- std over seeds per candidate, budget and step budget."""
     groups: dict[tuple[str, int, int], list[dict]] = {}
     for row in rows:
-        groups.setdefault((row["candidate"], row["budget"], row["steps"]), []).append(row)
+        label = row["candidate"] + ("+seq" if row.get("arm") == "sequence" else "")
+        groups.setdefault((label, row["budget"], row["steps"]), []).append(row)
     header = (
         f"| {'candidate':<13} | subjects | steps | seeds | {'val κ (selected)':<16} "
         f"| {'val κ (last 3)':<14} | {'train acc':<13} | s/step | params M |"
@@ -200,6 +222,12 @@ def main(argv: list[str] | None = None) -> None:
         choices=sorted([*CANDIDATES, "classical"]),
         default=["classical", *CANDIDATES],
     )
+    parser.add_argument(
+        "--arm",
+        choices=("window", "sequence"),
+        default="window",
+        help="the study's arm (sequence: the demo's 21-window sequence classifier)",
+    )
     parser.add_argument("--budgets", type=int, nargs="+", default=[2, 8])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--steps", type=int, nargs="+", default=[800], help="step budgets")
@@ -226,10 +254,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     rows = []
     for name, budget, seed, steps in cells:
-        done = args.out / name / f"b{budget}_s{seed}_n{steps}" / "result.json"
+        done = cell_dir(args.out, args.arm, name, budget, seed, steps) / "result.json"
         if args.report_only and not done.is_file():
             continue
-        row = run_cell(study, args.out, name, budget, seed, steps)
+        row = run_cell(study, args.out, args.arm, name, budget, seed, steps)
         print(
             f"{name} b{budget} s{seed} n{steps}: val κ {row['val_kappa']:.3f} "
             f"(last 3 {row['val_last3']:.3f}), train acc {row['train_acc']:.3f}",
@@ -237,8 +265,9 @@ def main(argv: list[str] | None = None) -> None:
         )
         rows.append(row)
     print(
-        f"\nWindow arm, supervised, demo scale, validation subjects only (split seed "
-        f"{study.config.seed}, {study.scale['val_subjects']} validation subjects per cell)"
+        f"\n{args.arm.capitalize()} arm, supervised, demo scale, validation subjects only "
+        f"(split seed {study.config.seed}, {study.scale['val_subjects']} validation subjects "
+        "per cell)"
     )
     print_table(rows)
 
