@@ -16,6 +16,17 @@ def _seed_everything() -> None:
     torch.manual_seed(0)
 
 
+@pytest.fixture
+def one_thread():
+    """One intra-op thread for tiny models: as fast, and far faster when another process keeps a
+    core busy (two spinning OpenMP threads then slow every step down many times). Use it with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 class HostSyncCounter:
     """Counts reads of tensor values back to Python (``bool``, ``int``, ``float``, ``item``,
     ``tolist``): on a GPU each one is a host synchronisation."""

@@ -30,6 +30,8 @@ from partnd.models.serialization import (
     save_encoder,
 )
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 PATCH = {1: 20, 2: 4, 3: 4}
 #: (front-end, ndim, options) cases: the spectral front-end reads 1-D patches only.
 CASES = [
@@ -42,14 +44,6 @@ CASES = [
     ("conv", 2, {"kernel": 3}),
     ("conv", 3, {"kernel": 3, "layers": 1}),
 ]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def encoder(frontend: str, ndim: int = 1, options: dict | None = None, **kwargs: object):

@@ -15,6 +15,8 @@ from partnd.objectives import PARTModel
 from partnd.sampling import GridSampler, OffGridSampler
 from partnd.targets import relative_targets
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 HEADS = ["cross_attention", "pairwise_mlp", "mlp"]
 
 
