@@ -214,7 +214,8 @@ class ViTEncoder(nn.Module):
         num_classes: Width of the linear classifier on [CLS]; 0 means ``head`` is the identity.
         frontend: How a patch becomes a token (``patch_embed``): ``"linear"``, ``"spectral"``
             (1-D only) or ``"conv"`` (see :func:`partnd.models.frontends.build_frontend`).
-        frontend_options: Options of the front-end (e.g. ``{"bins": 31}`` for ``"spectral"``).
+        frontend_options: Options of the front-end (e.g. ``{"max_frequency": 0.3}`` for
+            ``"spectral"``).
     """
 
     num_prefix_tokens = 1
