@@ -199,7 +199,7 @@ def test_same_seed_same_loss_other_seed_other_loss(method: str, frontend: str) -
 
 
 def compiled_and_eager_steps(
-    method: str, backend: str, monkeypatch: pytest.MonkeyPatch
+    method: str, backend: str, monkeypatch: pytest.MonkeyPatch, frontend: str = "linear"
 ) -> tuple[list[dict[str, torch.Tensor]], list[torch.Generator], int]:
     """Loss, diagnostics and gradients of one step of an eager objective and of two steps of its
     compiled copy (``torch.compile`` with ``backend``) on the same batch and seed, their
@@ -208,10 +208,11 @@ def compiled_and_eager_steps(
     monkeypatch.setattr(compilation, "BACKEND", backend)
     torch._dynamo.reset()
     torch.manual_seed(3)
-    eager = build(method, widest_shape(method))
+    shape = widest_shape(method, frontend)
+    eager = build(method, shape, frontend=frontend)
     compiled = copy.deepcopy(eager)
     compilation.compile_module(compiled, "default")
-    x = torch.randn(4, 2, *widest_shape(method))
+    x = torch.randn(4, 2, *shape)
     results, generators, graphs = [], [], 0
     for model, progress in ((eager, 0.5), (compiled, 0.25), (compiled, 0.5)):
         if hasattr(model, "set_training_progress"):
@@ -229,14 +230,22 @@ def compiled_and_eager_steps(
     return results, generators, graphs
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_compiled_step_equals_the_eager_step(method: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("method", "frontend"),
+    [(m, "linear") for m in METHODS] + [("part", f) for f in list_frontends() if f != "linear"],
+)
+def test_compiled_step_equals_the_eager_step(
+    method: str, frontend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``TrainConfig.compile``: the compiled forward (traced by ``torch.compile``, graph breaks
     at the generator's draws) draws the same boxes, masks and pairs, gives the same loss,
     diagnostics and gradients, and compiles nothing new on the next step (``aot_eager``: the
     engine's tracing and autograd without code generation; the generated kernels are pinned for
-    PART below)."""
-    results, generators, graphs = compiled_and_eager_steps(method, "aot_eager", monkeypatch)
+    PART below). Every objective with the linear front-end, and PART with each other one (the
+    front-end is the encoder's, the same under every objective)."""
+    results, generators, graphs = compiled_and_eager_steps(
+        method, "aot_eager", monkeypatch, frontend
+    )
     eager, compiled = results[0], results[2]
     assert graphs == 0
     assert torch.equal(generators[2].get_state(), generators[0].get_state())  # the same draws
