@@ -31,15 +31,23 @@ import functools
 import itertools
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from partnd.resampling import resampling_taps
 
-__all__ = ["CHUNK_ELEMENTS", "ExtentTable", "extent_table", "resize_integer_boxes"]
+__all__ = [
+    "CHUNK_ELEMENTS",
+    "ExtentTable",
+    "extent_table",
+    "resize_integer_boxes",
+    "taps_kernel_available",
+]
 
 CHUNK_ELEMENTS = 1 << 24
 """Target size (values) of the largest intermediate result of one chunk of images (larger chunks
@@ -256,6 +264,137 @@ def _layout(
     )
 
 
+@dataclass(frozen=True)
+class _TapTables:
+    """The non-zero filter taps of every dimension and extent, for the compiled kernel.
+
+    Every output sample of one extent gets the same number of taps, the most any of them has (the
+    others padded with zero weights, their first tap moved back where the window would end
+    first): the kernel then runs the same count of taps for every sample of a box.
+
+    Attributes:
+        offsets: ``[n, E]`` long, first sample of each extent's window relative to a box's start
+            (``E``: the most extents of any dimension; rows past a dimension's extents unused).
+        spans: ``[n, E]`` int64, samples of each extent's window.
+        first: ``[n, E, P]`` int64, first tap of each output sample in the window (``P``: the
+            largest patch size).
+        taps: ``[n, E]`` int64, taps of every output sample of an extent.
+        weights: ``[n, E, P, K]`` the taps' weights in the compute dtype (``K``: the most taps).
+        window: Values of the largest window of one channel (``prod_d max(spans[d])``).
+    """
+
+    offsets: Tensor
+    spans: np.ndarray
+    first: np.ndarray
+    taps: np.ndarray
+    weights: np.ndarray
+    window: int
+
+
+@functools.lru_cache(maxsize=64)
+def _tap_tables(
+    patch_shape: tuple[int, ...],
+    size_bounds: tuple[tuple[int, int], ...],
+    antialias: bool,
+    dtype: torch.dtype,
+) -> _TapTables:
+    """The non-zero entries of a call's :func:`extent_table` matrices (cached like `_layout`)."""
+    tables = [
+        extent_table(p, low, high, antialias)
+        for p, (low, high) in zip(patch_shape, size_bounds, strict=True)
+    ]
+    ndim, extents, patch = len(tables), max(len(t.offsets) for t in tables), max(patch_shape)
+    most = max(int((t.matrices != 0).sum(-1).max()) for t in tables)
+    offsets = torch.zeros(ndim, extents, dtype=torch.long)
+    spans = torch.ones(ndim, extents, dtype=torch.long)
+    first = torch.zeros(ndim, extents, patch, dtype=torch.long)
+    taps = torch.ones(ndim, extents, dtype=torch.long)
+    weights = torch.zeros(ndim, extents, patch, most, dtype=torch.float64)
+    for d, table in enumerate(tables):
+        count, size = len(table.offsets), int(table.matrices.shape[1])
+        columns = torch.arange(table.width).expand_as(table.matrices)
+        nonzero = table.matrices != 0
+        low = torch.where(nonzero, columns, table.width).amin(-1)  # [E_d, P_d]
+        high = torch.where(nonzero, columns, -1).amax(-1)
+        extent_taps = (high - low + 1).amax(-1)  # [E_d]
+        start = torch.minimum(low, (table.spans - extent_taps)[:, None])
+        k = torch.arange(most)
+        tap_columns = (start[..., None] + k).clamp_(max=table.width - 1)  # [E_d, P_d, K]
+        tap_weights = table.matrices.gather(-1, tap_columns)
+        weights[d, :count, :size] = tap_weights.where(k < extent_taps[:, None, None], 0.0)
+        offsets[d, :count], spans[d, :count], taps[d, :count] = (
+            table.offsets,
+            table.spans,
+            extent_taps,
+        )
+        first[d, :count, :size] = start
+    return _TapTables(
+        offsets=offsets,
+        spans=spans.numpy(),
+        first=first.numpy(),
+        taps=taps.numpy(),
+        weights=weights.to(dtype).numpy(),
+        window=math.prod(int(t.spans.max()) for t in tables),
+    )
+
+
+@functools.cache
+def _kernel() -> Callable[..., None] | None:
+    """:func:`partnd.box_taps_kernel.resample_boxes`, or ``None`` where numba is not installed
+    (imported on first use: numba takes a fraction of a second to import)."""
+    try:
+        from partnd.box_taps_kernel import resample_boxes
+    except ImportError:
+        return None
+    return resample_boxes
+
+
+def taps_kernel_available() -> bool:
+    """Whether the compiled kernel (``method="taps"``) can run: numba is installed."""
+    return _kernel() is not None
+
+
+def _resize_by_taps(
+    kernel: Callable[..., None],
+    x: Tensor,
+    starts: Tensor,
+    sizes: Tensor,
+    patch_shape: tuple[int, ...],
+    size_bounds: tuple[tuple[int, int], ...],
+    antialias: bool,
+    dtype: torch.dtype,
+) -> Tensor:
+    """:func:`resize_integer_boxes` by the compiled kernel: the non-zero taps alone, box by box.
+
+    Returns:
+        ``[B, N, C, *patch_shape]`` patches in the compute ``dtype``.
+    """
+    tables = _tap_tables(patch_shape, size_bounds, antialias, dtype)
+    ndim = len(patch_shape)
+    batch, channels, num_boxes = int(x.shape[0]), int(x.shape[1]), int(starts.shape[1])
+    count = batch * num_boxes
+    extents = sizes.reshape(count, ndim).long() - torch.tensor([low for low, _ in size_bounds])
+    positions = starts.reshape(count, ndim).long() + tables.offsets[torch.arange(ndim), extents]
+    out = torch.empty(count, channels * math.prod(patch_shape), dtype=dtype)
+    workspace = _workspace()
+    kernel(
+        x.detach().to(dtype).contiguous().view(-1).numpy(),
+        np.array(x.shape[2:], dtype=np.int64),
+        positions.numpy(),
+        extents.numpy(),
+        num_boxes,
+        tables.spans,
+        tables.first,
+        tables.taps,
+        tables.weights,
+        np.array(patch_shape, dtype=np.int64),
+        out.numpy(),
+        workspace.take("window", (channels * tables.window,), dtype).numpy(),
+        workspace.take("partial", (channels * tables.window,), dtype).numpy(),
+    )
+    return out.view(batch, num_boxes, channels, *patch_shape)
+
+
 def resize_integer_boxes(
     x: Tensor,
     starts: Tensor,
@@ -263,13 +402,13 @@ def resize_integer_boxes(
     patch_shape: Sequence[int],
     size_bounds: Sequence[tuple[int, int]],
     antialias: bool = True,
+    method: Literal["auto", "taps", "products"] = "auto",
 ) -> Tensor:
     """Cut whole-sample boxes out of ``x`` and resample each one to the patch size.
 
     Same contract and result as :func:`partnd.sampling.crop_and_resize` (up to float rounding)
     for boxes inside the input with whole-sample ``starts`` and ``sizes``; unvalidated and not
-    differentiable (a sampler's call). The images are processed in chunks whose intermediate
-    results stay near :data:`CHUNK_ELEMENTS` values (in cache, and reused by the allocator).
+    differentiable (a sampler's call: the patches never require grad).
 
     Args:
         x: ``[B, C, *spatial]`` floating point input on the CPU.
@@ -279,18 +418,33 @@ def resize_integer_boxes(
         size_bounds: ``(low, high)`` extents per dimension, the range ``sizes`` is drawn from (sizes
             the cached tables).
         antialias: Widen the filter when downsampling.
+        method: ``"taps"``: the compiled kernel (numba, CPU tensors); ``"products"``: the dense
+            matrix products grouped by extent, in chunks whose intermediate results stay near
+            :data:`CHUNK_ELEMENTS` values; ``"auto"``: ``"taps"`` where it can run, else
+            ``"products"``.
 
     Returns:
         ``[B, N, C, *patch_shape]`` patches with ``x``'s dtype.
+
+    Raises:
+        ValueError: ``method`` is none of the three, or ``"taps"`` for a tensor off the CPU.
+        ImportError: ``method="taps"`` without numba.
     """
+    if method not in ("auto", "taps", "products"):
+        raise ValueError(f"method must be 'auto', 'taps' or 'products', got {method!r}")
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    layout = _layout(
-        tuple(int(p) for p in patch_shape),
-        tuple((int(low), int(high)) for low, high in size_bounds),
-        bool(antialias),
-        dtype,
-        WIDTH_CLASSES,
-    )
+    shape = tuple(int(p) for p in patch_shape)
+    bounds = tuple((int(low), int(high)) for low, high in size_bounds)
+    kernel = None if method == "products" else _kernel()
+    if method == "taps":
+        if kernel is None:
+            raise ImportError("method='taps' needs numba: pip install 'partnd[vision]'")
+        if x.device.type != "cpu":
+            raise ValueError(f"method='taps' runs on CPU tensors, got x on {x.device}")
+    if kernel is not None and x.device.type == "cpu":
+        patches = _resize_by_taps(kernel, x, starts, sizes, shape, bounds, bool(antialias), dtype)
+        return patches.to(x.dtype)
+    layout = _layout(shape, bounds, bool(antialias), dtype, WIDTH_CLASSES)
     batch, channels, num_boxes = int(x.shape[0]), int(x.shape[1]), int(starts.shape[1])
     out = x.new_empty((batch, num_boxes, channels, *patch_shape), dtype=dtype)
     windows = math.prod(max(widths) for widths in layout.widths)

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 import partnd.integer_box_resize as integer_box_resize
-from partnd.integer_box_resize import _pad_channels_last, extent_table, resize_integer_boxes
+from partnd.integer_box_resize import (
+    _pad_channels_last,
+    extent_table,
+    resize_integer_boxes,
+    taps_kernel_available,
+)
 from partnd.sampling import OffGridSampler, crop_and_resize
+
+needs_numba = pytest.mark.skipif(not taps_kernel_available(), reason="numba is not installed")
+Method = Literal["taps", "products"]
+METHODS = [pytest.param("taps", marks=needs_numba), "products"]
 
 CASES = {  # ndim: (spatial, patch, size bounds)
     1: ((300,), (10,), [(3, 40)]),
@@ -34,30 +45,55 @@ def _integer_boxes(
     return starts, sizes
 
 
-@pytest.mark.parametrize("classes", [1, 3])
+@pytest.mark.parametrize(
+    ("method", "classes"),
+    [pytest.param("taps", 3, marks=needs_numba), ("products", 1), ("products", 3)],
+)
 @pytest.mark.parametrize("antialias", [True, False])
 @pytest.mark.parametrize("ndim", [1, 2, 3])
 def test_equals_crop_and_resize(
-    ndim: int, antialias: bool, classes: int, monkeypatch: pytest.MonkeyPatch
+    ndim: int, antialias: bool, method: Method, classes: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every box equals the general path, with one window for all extents of a later dimension
-    or one per width class (boxes of several combinations of classes in one call)."""
+    """Every box equals the general path: the compiled kernel, and the products with one window
+    for all extents of a later dimension or one per width class (boxes of several combinations
+    of classes in one call)."""
     monkeypatch.setattr(integer_box_resize, "WIDTH_CLASSES", classes)
     spatial, patch, bounds = CASES[ndim]
     x = torch.randn(3, 2, *spatial, dtype=torch.float64)
     starts, sizes = _integer_boxes(spatial, bounds, 3, 60, seed=ndim)
     expected = crop_and_resize(x, starts, sizes, patch, antialias=antialias)
-    patches = resize_integer_boxes(x, starts, sizes, patch, bounds, antialias)
+    patches = resize_integer_boxes(x, starts, sizes, patch, bounds, antialias, method=method)
     assert patches.shape == expected.shape and patches.dtype == torch.float64
     torch.testing.assert_close(patches, expected, rtol=0, atol=1e-12)
 
 
-def test_float32_is_closer_to_float64_than_the_gather_path() -> None:
+@needs_numba
+@pytest.mark.parametrize("batch", [1, 8, 32])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_kernel_equals_the_products(batch: int, dtype: torch.dtype) -> None:
+    """Both methods and the general path agree at the batches the benchmark times, with odd
+    patch sizes and extents (up- and downsampled, on every edge), three channels, both dtypes."""
+    spatial, patch, bounds = (23, 37), (5, 7), [(3, 11), (4, 17)]
+    x = torch.randn(batch, 3, *spatial, dtype=dtype)
+    starts, sizes = _integer_boxes(spatial, bounds, batch, 9, seed=batch)
+    expected = crop_and_resize(x.double(), starts, sizes, patch)
+    taps = resize_integer_boxes(x, starts, sizes, patch, bounds, method="taps")
+    products = resize_integer_boxes(x, starts, sizes, patch, bounds, method="products")
+    assert taps.dtype == products.dtype == dtype and taps.shape == expected.shape
+    tolerance = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(taps, products, rtol=0, atol=tolerance)
+    torch.testing.assert_close(taps.double(), expected, rtol=0, atol=tolerance)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_float32_is_closer_to_float64_than_the_gather_path(method: Method) -> None:
     """Taps relative to the start are exact at any start; the gather path rounds at large ones."""
     x = torch.randn(2, 3, 3000, dtype=torch.float64)
     starts, sizes = _integer_boxes((3000,), [(3, 40)], 2, 80, seed=5)
     exact = crop_and_resize(x, starts, sizes, 10)
-    ours = resize_integer_boxes(x.float(), starts.float(), sizes.float(), (10,), [(3, 40)])
+    ours = resize_integer_boxes(
+        x.float(), starts.float(), sizes.float(), (10,), [(3, 40)], method=method
+    )
     gather = crop_and_resize(x.float(), starts.float(), sizes.float(), 10)
     assert ours.dtype == torch.float32
     ours_error = float((ours.double() - exact).abs().max())
@@ -65,22 +101,66 @@ def test_float32_is_closer_to_float64_than_the_gather_path() -> None:
     assert ours_error <= float((gather.double() - exact).abs().max())
 
 
-def test_half_precision_input_keeps_its_dtype() -> None:
+@pytest.mark.parametrize("method", METHODS)
+def test_half_precision_input_keeps_its_dtype(method: Method) -> None:
     x = torch.randn(2, 3, 24, 20)
     starts, sizes = _integer_boxes((24, 20), [(2, 8), (2, 8)], 2, 16, seed=6)
     expected = crop_and_resize(x, starts.float(), sizes.float(), 4)
-    patches = resize_integer_boxes(x.bfloat16(), starts, sizes, (4, 4), [(2, 8), (2, 8)])
+    patches = resize_integer_boxes(
+        x.bfloat16(), starts, sizes, (4, 4), [(2, 8), (2, 8)], method=method
+    )
     assert patches.dtype == torch.bfloat16
     torch.testing.assert_close(patches.float(), expected, rtol=0, atol=0.05)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_patches_never_require_grad(method: Method) -> None:
+    """A sampler's call: the input may require grad, the patches are the same and detached."""
+    spatial, patch, bounds = CASES[2]
+    x = torch.randn(2, 2, *spatial)
+    starts, sizes = _integer_boxes(spatial, bounds, 2, 10, seed=8)
+    expected = resize_integer_boxes(x, starts, sizes, patch, bounds, method=method)
+    patches = resize_integer_boxes(x.requires_grad_(), starts, sizes, patch, bounds, method=method)
+    assert not patches.requires_grad and patches.grad_fn is None
+    assert torch.equal(patches, expected)
+
+
+def test_method_falls_back_to_the_products_without_numba(monkeypatch: pytest.MonkeyPatch) -> None:
+    spatial, patch, bounds = CASES[2]
+    x = torch.randn(2, 2, *spatial)
+    starts, sizes = _integer_boxes(spatial, bounds, 2, 10, seed=9)
+    products = resize_integer_boxes(x, starts, sizes, patch, bounds, method="products")
+    monkeypatch.setattr(integer_box_resize, "_kernel", lambda: None)  # as if numba were missing
+    assert torch.equal(resize_integer_boxes(x, starts, sizes, patch, bounds), products)
+    with pytest.raises(ImportError, match="needs numba"):
+        resize_integer_boxes(x, starts, sizes, patch, bounds, method="taps")
+
+
+def test_method_is_checked() -> None:
+    spatial, patch, bounds = CASES[1]
+    x = torch.randn(1, 1, *spatial)
+    starts, sizes = _integer_boxes(spatial, bounds, 1, 4, seed=10)
+    with pytest.raises(ValueError, match="'auto', 'taps' or 'products', got 'dense'"):
+        resize_integer_boxes(x, starts, sizes, patch, bounds, method="dense")  # type: ignore[arg-type]
+
+
+@needs_numba
+def test_kernel_runs_on_the_cpu_only() -> None:
+    spatial, patch, bounds = CASES[1]
+    x = torch.randn(1, 1, *spatial, device="meta")
+    starts, sizes = _integer_boxes(spatial, bounds, 1, 4, seed=10)
+    with pytest.raises(ValueError, match="runs on CPU tensors, got x on meta"):
+        resize_integer_boxes(x, starts, sizes, patch, bounds, method="taps")
 
 
 def test_chunks_give_the_same_patches(monkeypatch: pytest.MonkeyPatch) -> None:
     spatial, patch, bounds = CASES[2]
     x = torch.randn(7, 2, *spatial)
     starts, sizes = _integer_boxes(spatial, bounds, 7, 30, seed=7)
-    whole = resize_integer_boxes(x, starts, sizes, patch, bounds)
+    whole = resize_integer_boxes(x, starts, sizes, patch, bounds, method="products")
     monkeypatch.setattr(integer_box_resize, "CHUNK_ELEMENTS", 1)  # one image per chunk
-    assert torch.equal(resize_integer_boxes(x, starts, sizes, patch, bounds), whole)
+    chunked = resize_integer_boxes(x, starts, sizes, patch, bounds, method="products")
+    assert torch.equal(chunked, whole)
 
 
 def test_extent_table_known_values() -> None:
