@@ -3,8 +3,10 @@
 Side by side in one run, one thread (``torch.set_num_threads(1)``), median of interleaved repeats:
 
 * **sampler**: :class:`partnd.sampling.OffGridSampler` on a batch (integer boxes; fixed-size boxes
-  are exact slices, scaled boxes an anti-aliased separable resample by matrix products grouped by
-  extent, :mod:`partnd.integer_box_resize`) against the authors' style,
+  are exact slices, scaled boxes an anti-aliased separable resample by the compiled kernel that
+  applies each box's filter taps, :mod:`partnd.integer_box_resize`; with scaled boxes the same
+  sampler forced to the kernel's fallback, dense matrix products grouped by extent, is timed in
+  the same turns) against the authors' style,
   a Python loop over images and boxes that crops each box and resizes it with
   ``skimage.transform.resize(..., anti_aliasing=True)``, on the same number of boxes of the same
   sizes. Settings: CIFAR (64 boxes in 32 x 32, P = 4; fixed size, and sides in [2, 8]) and
@@ -21,6 +23,7 @@ Usage::
     python benchmarks/bench_sampler.py
     python benchmarks/bench_sampler.py --repeats 25 --vit-b-batch 8
     python benchmarks/bench_sampler.py --skip-vit-b        # ViT-B steps take seconds on a CPU
+    python benchmarks/bench_sampler.py --samplers-only     # the sampler rows alone
 """
 
 from __future__ import annotations
@@ -34,12 +37,15 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import torch
 
+from partnd import sampling
 from partnd.data import SignalSpec
 from partnd.engine.config import PretrainConfig
+from partnd.integer_box_resize import resize_integer_boxes
 from partnd.objectives import build_encoder, build_objective
 from partnd.sampling import OffGridSampler
 
@@ -122,9 +128,22 @@ def authors_sampler(images: np.ndarray, boxes: np.ndarray, patch: int) -> np.nda
     return out
 
 
+def with_products(call: Callable[[], Any]) -> Callable[[], None]:
+    """``call`` with the sampler's whole-sample boxes resampled by the dense matrix products (the
+    fallback where numba is missing) instead of the compiled kernel."""
+    products = partial(resize_integer_boxes, method="products")
+
+    def run() -> None:
+        with mock.patch.object(sampling, "resize_integer_boxes", products):
+            call()
+
+    return run
+
+
 def sampler_rows(repeats: int, clock: str) -> list[dict[str, Any]]:
-    """ms per image of both samplers in every setting, and the speed-up (median, and the lowest
-    and highest ratio of two calls timed in the same turn)."""
+    """ms per image of both samplers in every setting (and of the sampler on the matrix-product
+    path where boxes are scaled), and the speed-ups (median, and the lowest and highest ratio of
+    two calls timed in the same turn)."""
     rng = np.random.default_rng(0)
     rows = []
     for setting in SETTINGS:
@@ -135,29 +154,35 @@ def sampler_rows(repeats: int, clock: str) -> list[dict[str, Any]]:
             (setting.author_images, setting.size, setting.size, 3), dtype=np.float32
         )
         boxes = author_boxes(setting, setting.author_images, rng)
-        samples = interleaved_samples(
-            {
-                "ours": partial(sampler, x, generator, validate=False),
-                "theirs": partial(authors_sampler, images, boxes, setting.patch),
-            },
-            repeats,
-            1,
-            torch.device("cpu"),
-            clock,
+        ours = partial(sampler, x, generator, validate=False)
+        timed = {"ours": ours, "theirs": partial(authors_sampler, images, boxes, setting.patch)}
+        if setting.scale is not None:
+            timed["products"] = with_products(ours)
+        samples = interleaved_samples(timed, repeats, 1, torch.device("cpu"), clock)
+        per_image = {
+            name: [
+                1e3 * t / (setting.author_images if name == "theirs" else setting.batch)
+                for t in times
+            ]
+            for name, times in samples.items()
+        }
+        ours_ms, theirs_ms = (
+            statistics.median(per_image["ours"]),
+            statistics.median(per_image["theirs"]),
         )
-        ours = [1e3 * t / setting.batch for t in samples["ours"]]
-        theirs = [1e3 * t / setting.author_images for t in samples["theirs"]]
-        ours_ms, theirs_ms = statistics.median(ours), statistics.median(theirs)
-        rows.append(
-            {
-                "setting": setting.name,
-                "batch": setting.batch,
-                "partnd_ms_per_image": ours_ms,
-                "authors_ms_per_image": theirs_ms,
-                "speedup": theirs_ms / ours_ms,
-                "spread": ratio_spread(theirs, ours),
-            }
-        )
+        row: dict[str, Any] = {
+            "setting": setting.name,
+            "batch": setting.batch,
+            "partnd_ms_per_image": ours_ms,
+            "authors_ms_per_image": theirs_ms,
+            "speedup": theirs_ms / ours_ms,
+            "spread": ratio_spread(per_image["theirs"], per_image["ours"]),
+        }
+        if "products" in per_image:
+            products_ms = statistics.median(per_image["products"])
+            row["products_ms_per_image"] = products_ms
+            row["products_speedup"] = theirs_ms / products_ms
+        rows.append(row)
     return rows
 
 
@@ -225,6 +250,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--vit-s-batch", type=int, default=64, help="batch of the ViT-S steps")
     parser.add_argument("--skip-vit-b", action="store_true", help="no ViT-B step")
     parser.add_argument(
+        "--samplers-only", action="store_true", help="the sampler rows alone (no model steps)"
+    )
+    parser.add_argument(
         "--clock",
         choices=sorted(CLOCKS),
         default="cpu",
@@ -239,15 +267,23 @@ def main(argv: list[str] | None = None) -> None:
     )
     print("Off-grid sampler (partnd) vs per-box crop + skimage resize(anti_aliasing) (authors)")
     print(
-        f"{'setting':<42} {'batch':>5} {'partnd ms/img':>14} {'authors ms/img':>15} "
-        f"{'speed-up':>9} {'spread':>12}"
+        "(products: the same sampler on the dense matrix products, the path without numba)\n"
+        f"{'setting':<42} {'batch':>5} {'partnd ms/img':>14} {'products ms/img':>16} "
+        f"{'authors ms/img':>15} {'speed-up':>9} {'spread':>12} {'products':>9}"
     )
     for row in sampler_rows(args.repeats, args.clock):
+        products = (
+            (f"{row['products_ms_per_image']:>16.4f}", f"{row['products_speedup']:>8.1f}x")
+            if "products_ms_per_image" in row
+            else (f"{'-':>16}", f"{'-':>9}")
+        )
         print(
             f"{row['setting']:<42} {row['batch']:>5} {row['partnd_ms_per_image']:>14.4f} "
-            f"{row['authors_ms_per_image']:>15.3f} {row['speedup']:>8.1f}x "
-            f"{row['spread'][0]:5.1f}-{row['spread'][1]:<5.1f}"
+            f"{products[0]} {row['authors_ms_per_image']:>15.3f} {row['speedup']:>8.1f}x "
+            f"{row['spread'][0]:5.1f}-{row['spread'][1]:<5.1f} {products[1]}"
         )
+    if args.samplers_only:
+        return
     if not args.skip_vit_b:
         share = vit_b_share(args.vit_b_batch, max(2, args.repeats // 2), args.clock)
         print(
