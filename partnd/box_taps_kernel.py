@@ -32,36 +32,21 @@ def _compile(function: Callable[..., None]) -> Any:
 def _weigh_taps(
     values: np.ndarray, first: np.ndarray, weights: np.ndarray, count: int, result: np.ndarray
 ) -> None:
-    """``result[j] = sum_k weights[j, k] * values[first[j] + k]`` over ``count`` taps, with the
-    common counts written out (a loop over 2-4 taps costs more than the taps)."""
-    if count == 2:
-        for j in range(result.shape[0]):
-            b = first[j]
-            result[j] = weights[j, 0] * values[b] + weights[j, 1] * values[b + 1]
-    elif count == 3:
-        for j in range(result.shape[0]):
-            b = first[j]
-            result[j] = (
-                weights[j, 0] * values[b]
-                + weights[j, 1] * values[b + 1]
-                + weights[j, 2] * values[b + 2]
-            )
-    elif count == 4:
-        for j in range(result.shape[0]):
-            b = first[j]
-            result[j] = (
-                weights[j, 0] * values[b]
-                + weights[j, 1] * values[b + 1]
-                + weights[j, 2] * values[b + 2]
-                + weights[j, 3] * values[b + 3]
-            )
-    else:
-        for j in range(result.shape[0]):
-            b = first[j]
-            total = weights[j, 0] * values[b]
-            for k in range(1, count):
-                total += weights[j, k] * values[b + k]
-            result[j] = total
+    """``result[j] = sum_k weights[j, k] * values[first[j] + k]`` over ``count`` taps, the first
+    four written out (a loop over 2-4 taps costs more than the taps; the compiler makes one copy
+    of the loop per count)."""
+    for j in range(result.shape[0]):
+        b = first[j]
+        total = weights[j, 0] * values[b]
+        if count > 1:
+            total += weights[j, 1] * values[b + 1]
+        if count > 2:
+            total += weights[j, 2] * values[b + 2]
+        if count > 3:
+            total += weights[j, 3] * values[b + 3]
+        for k in range(4, count):
+            total += weights[j, k] * values[b + k]
+        result[j] = total
 
 
 @_compile
