@@ -14,6 +14,7 @@ from partnd._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from partnd.datasets.braindecode_interop import from_braindecode, to_braindecode
+    from partnd.datasets.nights import SleepNightDataset, time_of_night
     from partnd.datasets.sequences import Night, SleepSequenceDataset
     from partnd.datasets.sleep_windows import (
         NORMALIZE_EPS,
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     "Night": ".sequences",
     "SleepSequenceDataset": ".sequences",
+    "SleepNightDataset": ".nights",
+    "time_of_night": ".nights",
     "NORMALIZE_EPS": ".sleep_windows",
     "ChunkShuffleSampler": ".sleep_windows",
     "InMemoryWindows": ".sleep_windows",
@@ -57,6 +60,7 @@ __all__ = [
     "InMemoryWindows",
     "Night",
     "RecordInfo",
+    "SleepNightDataset",
     "SleepSequenceDataset",
     "SleepStore",
     "SleepWindowDataset",
@@ -66,6 +70,7 @@ __all__ = [
     "instance_normalize",
     "make_subject_split",
     "records_from_store",
+    "time_of_night",
     "to_braindecode",
     "write_record",
 ]

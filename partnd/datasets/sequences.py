@@ -129,7 +129,7 @@ class SleepSequenceDataset(Dataset[SequenceItem]):
         self._channel_index, self._ch_names = _resolve_channels(list(opened.channels), channels)
         self.records: tuple[str, ...] = tuple(_resolve_records(opened, records, subjects, split))
         self._stages = {r: opened.stages(r).astype(np.int64) for r in self.records}
-        self._runs = {r: opened.contiguous_runs(r) for r in self.records}
+        self._runs = {r: self._spans(opened, r) for r in self.records}
         self._index = self._build_index(labelled_only)
         self._memory: dict[str, Tensor] | None = None
         if in_memory:
@@ -137,6 +137,11 @@ class SleepSequenceDataset(Dataset[SequenceItem]):
                 record: self._read(record, 0, len(self._stages[record]))
                 for record in tqdm(self.records, desc="loading records", disable=not progress)
             }
+
+    def _spans(self, store: SleepStore, record: str) -> list[tuple[int, int]]:
+        """``(start, stop)`` window ranges of ``record`` that sequences stay inside: its runs of
+        consecutive windows."""
+        return store.contiguous_runs(record)
 
     def _build_index(self, labelled_only: bool) -> np.ndarray:
         """``[S, 3]`` rows ``(record position, first window, windows before padding)``."""

@@ -1,5 +1,5 @@
 """Neural network modules: the ViT encoder, relative heads, the classifiers and the models over
-sequences of windows (hierarchical encoder, sequence classifier).
+sequences of windows (hierarchical encoder, sequence classifier, night classifier).
 
 The pretraining objectives that combine them (PART, ...) live in :mod:`partnd.objectives`.
 """
@@ -13,6 +13,7 @@ from partnd.models.heads import (
     build_head,
     list_heads,
 )
+from partnd.models.night import NightClassifier
 from partnd.models.registry import create_encoder, list_encoders
 from partnd.models.sequence import (
     HierarchicalEncoder,
@@ -25,6 +26,7 @@ __all__ = [
     "CrossAttentionHead",
     "HierarchicalEncoder",
     "MLPHead",
+    "NightClassifier",
     "PairProjection",
     "PairwiseMLPHead",
     "PatchClassifier",

@@ -37,6 +37,7 @@ __all__ = [
     "HierarchicalEncoder",
     "SequenceClassifier",
     "create_temporal_encoder",
+    "hierarchical_from_window",
 ]
 
 #: Temporal encoder presets: a light transformer over window embeddings (SleepTransformer uses 4
@@ -82,6 +83,23 @@ def create_temporal_encoder(
         num_positions=num_positions,
         pos_mask_ratio=pos_mask_ratio,
     )
+
+
+def hierarchical_from_window(
+    window: ViTEncoder,
+    window_samples: int,
+    temporal: str = "temporal_small",
+    temporal_overrides: dict[str, Any] | None = None,
+) -> HierarchicalEncoder:
+    """A (pretrained or fresh) window encoder, copied and without classifier, under a fresh
+    temporal encoder (``temporal``: a :data:`TEMPORAL_PRESETS` name, ``temporal_overrides`` its
+    overrides); ``window_samples`` is the samples T of one window."""
+    window = copy.deepcopy(window)
+    window.reset_classifier(0)
+    temporal_encoder = create_temporal_encoder(
+        window.embed_dim, temporal, **(temporal_overrides or {})
+    )
+    return HierarchicalEncoder(window, temporal_encoder, window_samples)
 
 
 class HierarchicalEncoder(nn.Module):
@@ -322,12 +340,7 @@ class SequenceClassifier(nn.Module):
             temporal: Temporal preset (:data:`TEMPORAL_PRESETS`).
             temporal_overrides: Overrides of that preset.
         """
-        window = copy.deepcopy(window)
-        window.reset_classifier(0)
-        temporal_encoder = create_temporal_encoder(
-            window.embed_dim, temporal, **(temporal_overrides or {})
-        )
-        encoder = HierarchicalEncoder(window, temporal_encoder, window_samples)
+        encoder = hierarchical_from_window(window, window_samples, temporal, temporal_overrides)
         return cls(encoder, num_classes, context=context, copy_encoder=False)
 
     @property
