@@ -38,6 +38,7 @@ from partnd.engine.trainer import Trainer
 from partnd.inference import predict_logits
 from partnd.metrics import ClassificationReport, classification_metrics
 from partnd.models import PatchClassifier, ViTEncoder, create_encoder, list_encoders
+from partnd.models.night import ContextClassifier, NightClassifier
 from partnd.models.sequence import HierarchicalEncoder, SequenceClassifier
 from partnd.models.serialization import (
     CLASSIFIER_FILE,
@@ -90,7 +91,7 @@ class FinetuneResult:
         config: The resolved configuration.
     """
 
-    model: PatchClassifier | SequenceClassifier
+    model: PatchClassifier | SequenceClassifier | NightClassifier
     history: list[dict[str, Any]]
     best_metrics: dict[str, Any]
     run_dir: Path
@@ -299,8 +300,9 @@ def evaluate(
 
     Args:
         model: Maps ``x: [B, C, *spatial]`` to logits ``[B, K]`` (e.g. a :class:`PatchClassifier`),
-            or a :class:`~partnd.models.SequenceClassifier` (every window of every night of the
-            data predicted with its context, scored on the labelled windows).
+            or a :class:`~partnd.models.SequenceClassifier` or
+            :class:`~partnd.models.NightClassifier` (every window of every night of the data
+            predicted with its context, scored on the labelled windows).
         dataset: Items ``(x, label)``, an array ``[N, C, *spatial]`` together with ``labels``, or a
             sleep store path (its labelled windows); store-backed data for a sequence classifier.
         batch_size: Evaluation batch size.
@@ -311,9 +313,13 @@ def evaluate(
     Returns:
         A :class:`~partnd.metrics.ClassificationReport` (with ``loss``).
     """
-    if isinstance(model, SequenceClassifier):  # the data's form first: an array is no night
+    if isinstance(model, SequenceClassifier | NightClassifier):  # the data's form first
+        night = isinstance(model, NightClassifier)
+        context = None if isinstance(model, NightClassifier) else model.context
         sequences = fit_to_signal(
-            as_sequence_dataset(dataset, model.context, "dataset"), model.signal_info, "dataset"
+            as_sequence_dataset(dataset, context, "dataset", night=night),
+            model.signal_info,
+            "dataset",
         )
         check(labels is None, "labels", "None for a sequence classifier (store labels)", "labels")
         return evaluate_sequences(
@@ -500,12 +506,15 @@ def _sequence_setup(
     config: FinetuneConfig,
     device: str,
 ) -> _Setup:
-    """The sequence classifier: ``config.context`` consecutive windows of a store's records."""
+    """The sequence classifier: ``config.context`` consecutive windows of a store's records (or
+    the night classifier: crops of ``config.night_crop`` windows, whole records to validate)."""
     assert config.context is not None
+    night = config.context == "night"
+    context = config.night_crop if night else int(config.context)
     expected = None if backbone is None else backbone_signal(backbone)
     train_set = fit_to_signal(
         as_sequence_dataset(
-            train_dataset, config.context, "train_dataset", progress=config.progress
+            train_dataset, context, "train_dataset", progress=config.progress, night=night
         ),
         expected,
         "train_dataset",
@@ -515,7 +524,11 @@ def _sequence_setup(
     if val_dataset is not None:
         val_set = fit_to_signal(
             as_sequence_dataset(
-                val_dataset, config.context, "val_dataset", progress=config.progress
+                val_dataset,
+                None if night else context,
+                "val_dataset",
+                progress=config.progress,
+                night=night,
             ),
             signal,
             "val_dataset",
@@ -542,7 +555,7 @@ def _sequence_setup(
     def report(final: nn.Module) -> ClassificationReport:
         assert val_set is not None
         return evaluate_sequences(
-            cast(SequenceClassifier, final),
+            cast(ContextClassifier, final),
             val_set,
             class_names=class_names,
             batch_size=config.eval_batch_size,
@@ -585,18 +598,20 @@ def finetune(
     """Fine-tune ``encoder`` (or train from scratch) as an on-grid [CLS] classifier, or, with
     ``context=L`` (:attr:`FinetuneConfig.context`), as a sequence classifier: a temporal
     transformer over L consecutive windows classifies every one of them
-    (:class:`~partnd.models.SequenceClassifier`).
+    (:class:`~partnd.models.SequenceClassifier`); with ``context="night"`` as a night
+    classifier, whose temporal transformer reads the whole record with the time of night
+    (:class:`~partnd.models.NightClassifier`; trained on crops of ``night_crop`` windows).
 
     Args:
         encoder: A pretrained :class:`ViTEncoder` (copied, not modified), a pretrain run
             directory or ``encoder.pt``; ``None`` or an encoder preset name trains from scratch.
             A :class:`~partnd.models.HierarchicalEncoder` (or the run directory of PART across
-            windows) gives a sequence classifier both its levels, a single-window one its window
-            encoder.
+            windows) gives a sequence or night classifier both its levels, a single-window one its
+            window encoder.
         train_dataset: Items ``(x [C, *spatial], label)``, or an array with ``train_labels``.
-            A sequence classifier needs consecutive windows: a sleep store path, a
+            A sequence or night classifier needs consecutive windows: a sleep store path, a
             ``SleepWindowDataset`` or ``InMemoryWindows`` (their records), or a
-            ``SleepSequenceDataset``.
+            ``SleepSequenceDataset`` (``SleepNightDataset``).
         num_classes: Number of classes K.
         val_dataset: Optional validation set (same forms, ``val_labels`` for an array); the epoch
             with the best Cohen's kappa on it is selected.
@@ -698,7 +713,10 @@ def finetune(
             data=setup.fingerprints,
         )
         history = trainer.fit(resume_from=session.resume_from)
-        final = cast(PatchClassifier | SequenceClassifier, copy.deepcopy(trainer.eval_model))
+        final = cast(
+            PatchClassifier | SequenceClassifier | NightClassifier,
+            copy.deepcopy(trainer.eval_model),
+        )
         final.class_names = None if class_names is None else list(class_names)
         best_metrics: dict[str, Any]
         if setup.validate is not None:

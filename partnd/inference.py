@@ -35,16 +35,18 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from partnd._validation import check
+from partnd._validation import check, renamed_arguments
 from partnd.data import as_signal_dataset, source_positions
+from partnd.datasets.nights import SleepNightDataset, time_of_night
 from partnd.datasets.sequences import SleepSequenceDataset
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
 from partnd.datasets.stages import ANNOTATION_PREFIX, stage_description
 from partnd.datasets.store import SleepStore
 from partnd.engine.checkpoint import atomic_write_text
 from partnd.engine.distributed import resolve_device
+from partnd.models.night import NightClassifier
 from partnd.models.sequence import SequenceClassifier
-from partnd.sequence_training import predict_nights
+from partnd.sequence_training import EVALUATION_CROP, predict_nights
 
 __all__ = ["EDF_UNKNOWN_START", "Prediction", "predict", "predict_logits", "predict_records"]
 
@@ -264,13 +266,17 @@ def _window_probabilities(
     dataset: Dataset[Any],
     located: tuple[_StoreWindows, np.ndarray] | None,
     *,
+    onsets: np.ndarray | None,
+    epoch_seconds: float,
     batch_size: int,
     device: str,
 ) -> torch.Tensor:
     """[N, K] probabilities of every window of ``dataset``. A sequence classifier reads store
     windows (``located``) within their record, each run of consecutive windows whole, and other
-    windows as one night in their order."""
-    if not isinstance(model, SequenceClassifier):
+    windows as one night in their order; a night classifier reads store windows within their
+    whole record, and other windows as one night with their time of night (from ``onsets``, else
+    back to back every ``epoch_seconds``)."""
+    if not isinstance(model, SequenceClassifier | NightClassifier):
         logits = predict_logits(model, dataset, batch_size=batch_size, device=device)
         return torch.softmax(logits, dim=1)
     if located is None:
@@ -278,15 +284,22 @@ def _window_probabilities(
         target = resolve_device(device)
         original, was_training = model.head.weight.device, model.training
         try:
-            return model.to(target).eval().predict_night(windows, batch_size=batch_size)
+            model.to(target).eval()
+            if isinstance(model, SequenceClassifier):
+                return model.predict_night(windows, batch_size=batch_size)
+            starts = np.arange(len(windows)) * epoch_seconds if onsets is None else onsets
+            with renamed_arguments({"start_times": "onsets"}):
+                time = time_of_night(starts, epoch_seconds)
+            return model.predict_night(windows, time, batch_size=batch_size)
         finally:
             model.to(original).train(was_training)
     source, positions = located
     record = source.records[int(source.record_index[positions[0]])]
-    nights = SleepSequenceDataset(
+    kind = SleepSequenceDataset if isinstance(model, SequenceClassifier) else SleepNightDataset
+    nights = kind(
         source.store_path,
         records=[record],
-        context=model.context,
+        context=model.context if isinstance(model, SequenceClassifier) else EVALUATION_CROP,
         labelled_only=False,
         normalize=source.normalize,
         channels=list(model.signal_info.ch_names or source.ch_names),
@@ -371,15 +384,21 @@ def predict(
         )
         check(
             located is not None
-            or not isinstance(model, SequenceClassifier)
+            or not isinstance(model, SequenceClassifier | NightClassifier)
             or bool(np.all(np.diff(onsets) > 0)),
             "onsets",
-            "increasing window starts (a sequence classifier reads the windows as one night, "
-            "in their order)",
+            "increasing window starts (a sequence or night classifier reads the windows as one "
+            "night, in their order)",
             onsets,
         )
     probabilities = _window_probabilities(
-        model, dataset, located, batch_size=batch_size, device=device
+        model,
+        dataset,
+        located,
+        onsets=onsets,
+        epoch_seconds=float(epoch_seconds),
+        batch_size=batch_size,
+        device=device,
     )
     num_classes = int(probabilities.shape[1])
     names = class_names if class_names is not None else getattr(model, "class_names", None)

@@ -1,17 +1,22 @@
-"""Training and scoring a sequence classifier: the pieces ``finetune(..., context=L)`` uses.
+"""Training and scoring a classifier that reads context: the pieces ``finetune(...,
+context=L)`` and ``finetune(..., context="night")`` use.
 
 * :func:`as_sequence_dataset`: the sequences of ``L`` consecutive windows a store-backed dataset
-  holds (a store path, a ``SleepWindowDataset``, ``InMemoryWindows`` or ``SleepSequenceDataset``).
+  holds (a store path, a ``SleepWindowDataset``, ``InMemoryWindows`` or ``SleepSequenceDataset``),
+  or, with ``night=True``, the crops of whole records with their time of night
+  (:class:`~partnd.datasets.nights.SleepNightDataset`).
 * :class:`SequenceClassificationTask`: cross-entropy over every labelled window of a batch of
   sequences (padding and unscored windows carry label ``-1`` and no loss); EEG augmentations
   apply window by window.
-* :func:`build_sequence_classifier`: a :class:`~partnd.models.SequenceClassifier` from scratch,
-  on a pretrained window encoder (fresh temporal encoder), or on a pretrained hierarchical encoder
-  (window and temporal encoders, e.g. PART across windows).
+* :func:`build_sequence_classifier`: a :class:`~partnd.models.SequenceClassifier` (or, for
+  ``context="night"``, a :class:`~partnd.models.NightClassifier`) from scratch, on a pretrained
+  window encoder (fresh temporal encoder), or on a pretrained hierarchical encoder (window and
+  temporal encoders, e.g. PART across windows).
 * :func:`predict_nights`: every window of every night of a selection predicted with its context
   (each run of consecutive windows whole, see
-  :meth:`~partnd.models.SequenceClassifier.predict_night`), and :func:`evaluate_sequences`, its
-  report on the labelled windows.
+  :meth:`~partnd.models.SequenceClassifier.predict_night`; a night classifier reads each record
+  whole, :meth:`~partnd.models.NightClassifier.predict_night`), and :func:`evaluate_sequences`,
+  its report on the labelled windows.
 """
 
 from __future__ import annotations
@@ -29,17 +34,20 @@ from torch import Tensor, nn
 
 from partnd._validation import check, describe
 from partnd.augment import Augmentation
-from partnd.datasets.sequences import SleepSequenceDataset
+from partnd.datasets.nights import SleepNightDataset, time_of_night
+from partnd.datasets.sequences import Night, SleepSequenceDataset
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
 from partnd.engine.config import FinetuneConfig
 from partnd.engine.distributed import resolve_device
 from partnd.metrics import ClassificationReport, classification_metrics
 from partnd.models import create_encoder
-from partnd.models.sequence import HierarchicalEncoder, SequenceClassifier
+from partnd.models.night import ContextClassifier, NightClassifier
+from partnd.models.sequence import HierarchicalEncoder, SequenceClassifier, hierarchical_from_window
 from partnd.models.vit import ViTEncoder, check_tiles
 from partnd.signal_info import SignalInfo, match_signal
 
 __all__ = [
+    "EVALUATION_CROP",
     "NightPrediction",
     "SequenceClassificationTask",
     "as_sequence_dataset",
@@ -54,35 +62,51 @@ __all__ = [
 ]
 
 
+#: Windows per crop when a night classifier's data are adapted without a crop length (for
+#: prediction and evaluation, where every record is read whole and the crops are not used).
+EVALUATION_CROP = 1
+
+
 def as_sequence_dataset(
-    data: Any, context: int, argument: str = "dataset", *, progress: bool = False
+    data: Any,
+    context: int | None,
+    argument: str = "dataset",
+    *,
+    progress: bool = False,
+    night: bool = False,
 ) -> SleepSequenceDataset:
-    """The sequences of ``context`` consecutive windows held by a store-backed dataset.
+    """The sequences of ``context`` consecutive windows held by a store-backed dataset, or (with
+    ``night``) the crops of ``context`` windows of its whole records.
 
     Args:
-        data: A :class:`SleepSequenceDataset` (its context must be ``context``), a
-            :class:`SleepWindowDataset` or :class:`InMemoryWindows` (the same records, channels
-            and normalisation), or a sleep store path (all its records).
-        context: Windows per sequence L.
+        data: A :class:`SleepSequenceDataset` (a :class:`SleepNightDataset` with ``night``) whose
+            context is ``context``, another of them or a :class:`SleepWindowDataset` or
+            :class:`InMemoryWindows` (the same records, channels and normalisation), or a sleep
+            store path (all its records).
+        context: Windows per sequence or crop; ``None`` takes a given dataset of the right kind
+            as it is (else crops of :data:`EVALUATION_CROP`: for reading whole nights).
         argument: Name of the caller's argument for messages.
         progress: Show a progress bar while loading.
+        night: Crops of whole records with their time of night (a night classifier's data).
 
     Returns:
-        The sequence dataset (sequences with at least one labelled window).
+        The dataset (sequences with at least one labelled window).
     """
-    if isinstance(data, SleepSequenceDataset):
+    kind = SleepNightDataset if night else SleepSequenceDataset
+    if type(data) is kind:
         check(
-            data.context == context,
+            context is None or data.context == context,
             argument,
             f"sequences of {context} windows (the classifier's context)",
             f"sequences of {data.context}",
         )
         return data
-    if isinstance(data, SleepWindowDataset | InMemoryWindows):
-        return SleepSequenceDataset(
+    length = context if context is not None else EVALUATION_CROP
+    if isinstance(data, SleepWindowDataset | InMemoryWindows | SleepSequenceDataset):
+        return kind(
             data.store_path,
             records=data.records,
-            context=context,
+            context=length,
             normalize=data.normalize,
             channels=data.ch_names,
             progress=progress,
@@ -98,7 +122,7 @@ def as_sequence_dataset(
         if isinstance(data, np.ndarray | torch.Tensor)
         else type(data).__name__,
     )
-    return SleepSequenceDataset(Path(data), context=context, progress=progress)
+    return kind(Path(data), context=length, progress=progress)
 
 
 def sequence_signal_info(data: SleepSequenceDataset) -> SignalInfo:
@@ -131,7 +155,7 @@ def fit_to_signal(
     if picked is None:
         return data
     assert expected.ch_names is not None
-    return SleepSequenceDataset(
+    return type(data)(
         data.store_path,
         records=data.records,
         context=data.context,
@@ -166,7 +190,7 @@ def sequence_fingerprint(data: SleepSequenceDataset) -> dict[str, Any]:
 
 
 class SequenceClassificationTask:
-    """Cross-entropy over the labelled windows of a batch of sequences.
+    """Cross-entropy over the labelled windows of a batch of sequences (or night crops).
 
     Args:
         num_classes: Number of classes K.
@@ -189,14 +213,15 @@ class SequenceClassificationTask:
         self.augment = augment
 
     def compute_loss(
-        self, model: nn.Module, batch: tuple[Tensor, Tensor, Tensor], generator: torch.Generator
+        self, model: nn.Module, batch: tuple[Tensor, ...], generator: torch.Generator
     ) -> tuple[Tensor, dict[str, Tensor]]:
-        """Args: batch: (x [B, L, C, T], labels [B, L] with -1 for no label, valid [B, L]).
+        """Args: batch: (x [B, L, C, T], labels [B, L] with -1 for no label, valid [B, L], and
+        what else the model reads after ``valid``, e.g. a night crop's time [B, L, 2]).
         Returns: the mean cross-entropy over labelled windows and the training accuracy."""
-        x, labels, valid = batch
+        x, labels, valid, *extra = batch
         if self.augment is not None:
             x = self.augment(x.flatten(0, 1), generator).view_as(x)
-        logits = model(x, valid).float().flatten(0, 1)  # [B * L, K]
+        logits = model(x, valid, *extra).float().flatten(0, 1)  # [B * L, K]
         flat = labels.flatten()
         weight = None if self.class_weights is None else self.class_weights.to(logits.device)
         loss = F.cross_entropy(
@@ -220,8 +245,9 @@ def build_sequence_classifier(
     num_classes: int,
     in_chans: int,
     window_samples: int,
-) -> SequenceClassifier:
-    """The sequence classifier ``finetune`` trains (``config.context`` windows).
+) -> ContextClassifier:
+    """The classifier ``finetune`` trains with ``config.context``: a sequence classifier over
+    that many windows, or a night classifier for ``"night"``.
 
     Args:
         encoder: ``None`` (from scratch: ``config.encoder`` with ``config.encoder_overrides`` and
@@ -237,7 +263,7 @@ def build_sequence_classifier(
         The classifier (the encoder is copied).
     """
     context = config.context
-    check(context is not None, "FinetuneConfig.context", "a number of windows", "None")
+    check(context is not None, "FinetuneConfig.context", "a number of windows or 'night'", "None")
     assert context is not None
     if isinstance(encoder, HierarchicalEncoder):
         check(
@@ -246,6 +272,8 @@ def build_sequence_classifier(
             f"windows [{encoder.in_chans}, {encoder.window_samples}] (the encoder's input)",
             f"windows [{in_chans}, {window_samples}]",
         )
+        if context == "night":
+            return NightClassifier(encoder, num_classes)
         return SequenceClassifier(encoder, num_classes, context=context)
     window = encoder
     if window is None:
@@ -264,14 +292,12 @@ def build_sequence_classifier(
     )
     patch = "FinetuneConfig.patch_size" if encoder is None else "encoder"
     check_tiles((window_samples,), window.patch_size, patch)
-    return SequenceClassifier.from_window_encoder(
-        window,
-        num_classes,
-        context=context,
-        window_samples=window_samples,
-        temporal=config.temporal_encoder,
-        temporal_overrides=config.temporal_overrides,
+    hierarchical = hierarchical_from_window(
+        window, window_samples, config.temporal_encoder, config.temporal_overrides
     )
+    if context == "night":
+        return NightClassifier(hierarchical, num_classes, copy_encoder=False)
+    return SequenceClassifier(hierarchical, num_classes, context=context, copy_encoder=False)
 
 
 @dataclass(frozen=True)
@@ -293,9 +319,19 @@ class NightPrediction:
     start_times: np.ndarray
 
 
+def _night_probabilities(
+    model: ContextClassifier, night: Night, window_seconds: float, batch_size: int
+) -> np.ndarray:
+    """[N, K] probabilities of one night's windows (a night classifier reads their time too)."""
+    if isinstance(model, NightClassifier):
+        time = time_of_night(night.start_times, window_seconds)
+        return model.predict_night(night.windows, time, batch_size=batch_size).numpy()
+    return model.predict_night(night.windows, batch_size=batch_size).numpy()
+
+
 @torch.no_grad()
 def predict_nights(
-    model: SequenceClassifier,
+    model: ContextClassifier,
     data: SleepSequenceDataset,
     *,
     batch_size: int = 256,
@@ -306,14 +342,22 @@ def predict_nights(
     The model runs in eval mode on ``device`` and is put back on its device and mode afterwards.
 
     Args:
-        model: The sequence classifier.
-        data: The nights (its :meth:`~SleepSequenceDataset.nights`, one per run of a record).
+        model: The sequence classifier, or a night classifier.
+        data: The nights (its :meth:`~SleepSequenceDataset.nights`: one per run of a record; a
+            night classifier's data are a :class:`SleepNightDataset`, one night per record).
         batch_size: Windows (and sequences) per forward pass.
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:K"``.
 
     Returns:
-        One :class:`NightPrediction` per run, in the data's record order.
+        One :class:`NightPrediction` per run (per record for a night classifier), in the data's
+        record order.
     """
+    check(
+        not isinstance(model, NightClassifier) or isinstance(data, SleepNightDataset),
+        "data",
+        "a SleepNightDataset for a night classifier (it reads whole records with their time)",
+        type(data).__name__,
+    )
     target = resolve_device(device)
     original = model.head.weight.device
     was_training = model.training
@@ -323,7 +367,7 @@ def predict_nights(
             NightPrediction(
                 record=night.record,
                 first=night.first,
-                probabilities=model.predict_night(night.windows, batch_size=batch_size).numpy(),
+                probabilities=_night_probabilities(model, night, data.window_seconds, batch_size),
                 labels=night.labels.numpy(),
                 start_times=night.start_times,
             )
@@ -334,7 +378,7 @@ def predict_nights(
 
 
 def evaluate_sequences(
-    model: SequenceClassifier,
+    model: ContextClassifier,
     data: SleepSequenceDataset,
     *,
     class_names: Sequence[str] | None = None,

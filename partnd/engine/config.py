@@ -564,11 +564,17 @@ class FinetuneConfig(TrainConfig):
             (``"avg"``, MAE's fine-tuning default).
         context: Windows per sequence L of a *sequence classifier*: each window is embedded by
             the encoder and a temporal transformer over L consecutive windows classifies every
-            one of them (data: consecutive windows of a sleep store's records). ``None`` (the
-            paper): a single-window classifier.
-        temporal_encoder: Preset of the temporal transformer of a sequence classifier trained
-            without a pretrained one (see :data:`partnd.models.sequence.TEMPORAL_PRESETS`).
+            one of them (data: consecutive windows of a sleep store's records). ``"night"``: a
+            *night classifier* (:class:`partnd.models.NightClassifier`), whose temporal
+            transformer reads every window of the record with its time of night; it trains on
+            crops of ``night_crop`` windows, ``batch_size`` crops a step, and predicts whole
+            records. ``None`` (the paper): a single-window classifier.
+        temporal_encoder: Preset of the temporal transformer of a sequence or night classifier
+            trained without a pretrained one (see
+            :data:`partnd.models.sequence.TEMPORAL_PRESETS`).
         temporal_overrides: Keyword overrides of that preset.
+        night_crop: Night classifier: consecutive windows of a record per training crop (a
+            shorter record is one padded crop); prediction reads whole records whatever it is.
     """
 
     encoder: str = "vit_eeg_12m"
@@ -582,14 +588,16 @@ class FinetuneConfig(TrainConfig):
     eval_batch_size: int = 256
     augmentations: tuple[str, ...] | None = None
     global_pool: Literal["token", "avg"] = "token"
-    context: int | None = None
+    context: int | Literal["night"] | None = None
     temporal_encoder: str = "temporal_small"
     temporal_overrides: dict[str, Any] = field(default_factory=dict)
+    night_crop: int = 128
 
     def _validate(self) -> None:
         super()._validate()
         self._check_encoder_preset(self.encoder)
         self._positive("eval_batch_size")
+        self._positive("night_crop")
         check(
             0.0 <= self.label_smoothing < 1.0,
             self._arg("label_smoothing"),
@@ -608,7 +616,8 @@ class FinetuneConfig(TrainConfig):
             "a ratio in [0, 1) (0.0 when pos_embed is False)",
             repr(self.pos_mask_ratio),
         )
-        self._positive("context", allow_none=True)
+        if self.context != "night":
+            self._positive("context", allow_none=True)
         if self.context is not None:
             from partnd.models.sequence import TEMPORAL_PRESETS
 

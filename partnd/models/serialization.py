@@ -8,7 +8,9 @@ as ``model.signal_info``; files written before it was recorded load with what th
 tells: the channel count and, for a classifier, the item shape):
 
 * ``encoder.pt`` (``partnd-encoder-v2``), written by ``pretrain``; :func:`load_encoder`;
-* ``classifier.pt`` (``partnd-classifier-v1``), written by ``finetune``; :func:`load_classifier`;
+* ``classifier.pt`` (``partnd-classifier-v1``; ``partnd-sequence-classifier-v1`` and
+  ``partnd-night-classifier-v1`` for the classifiers that read context), written by ``finetune``;
+  :func:`load_classifier`;
 * ``temporal_encoder.pt`` (``partnd-encoder-v2`` plus ``window_samples``), written with the window
   encoder's ``encoder.pt`` by PART across windows; :func:`load_hierarchical_encoder`.
 
@@ -28,6 +30,7 @@ import torch
 from partnd._validation import InputError, check
 from partnd.engine.checkpoint import atomic_save, load_checkpoint
 from partnd.models.classifier import PatchClassifier
+from partnd.models.night import NightClassifier
 from partnd.models.sequence import HierarchicalEncoder, SequenceClassifier
 from partnd.models.vit import ViTEncoder
 from partnd.signal_info import SignalInfo
@@ -217,15 +220,16 @@ def save_classifier(
     atomic_save(payload, path)
 
 
-def load_classifier(path: str | Path) -> PatchClassifier | SequenceClassifier:
+def load_classifier(path: str | Path) -> PatchClassifier | SequenceClassifier | NightClassifier:
     """Rebuild a classifier saved by ``finetune`` (``classifier.pt`` or its run directory).
 
     Args:
         path: A ``classifier.pt`` or a fine-tuning run directory.
 
     Returns:
-        The :class:`PatchClassifier` (or :class:`SequenceClassifier`, for a run with ``context``)
-        on the CPU in eval mode; its class names (or ``None``) are
+        The :class:`PatchClassifier` (or :class:`SequenceClassifier`, for a run with ``context``;
+        :class:`NightClassifier` for ``context="night"``) on the CPU in eval mode; its class
+        names (or ``None``) are
         in ``model.class_names``, the signal it was trained on in ``model.signal_info`` (channel
         names and rate unknown for a file written before they were recorded).
     """
@@ -246,13 +250,13 @@ def load_classifier(path: str | Path) -> PatchClassifier | SequenceClassifier:
     )
     payload = load_checkpoint(resolved)
     check(
-        payload.get("format") in (_CLASSIFIER_FORMAT, _SEQUENCE_CLASSIFIER_FORMAT),
+        payload.get("format") in (_CLASSIFIER_FORMAT, *_CONTEXT_FORMATS),
         "path",
         f"a {CLASSIFIER_FILE} written by partnd.finetune",
         f"{resolved} (format {payload.get('format')!r})",
     )
-    if payload["format"] == _SEQUENCE_CLASSIFIER_FORMAT:
-        return _sequence_classifier(payload)
+    if payload["format"] in _CONTEXT_FORMATS:
+        return _context_classifier(payload)
     spec = payload["encoder"]
     model = PatchClassifier(
         encoder_from_spec(spec),
@@ -329,19 +333,25 @@ def load_hierarchical_encoder(path: str | Path) -> HierarchicalEncoder:
 
 
 _SEQUENCE_CLASSIFIER_FORMAT = "partnd-sequence-classifier-v1"
+_NIGHT_CLASSIFIER_FORMAT = "partnd-night-classifier-v1"
+_CONTEXT_FORMATS = (_SEQUENCE_CLASSIFIER_FORMAT, _NIGHT_CLASSIFIER_FORMAT)
 
 
 def save_sequence_classifier(
-    model: SequenceClassifier, path: str | Path, class_names: Sequence[str] | None = None
+    model: SequenceClassifier | NightClassifier,
+    path: str | Path,
+    class_names: Sequence[str] | None = None,
 ) -> None:
     """Save a fine-tuned sequence classifier (both encoders' architectures, the context, class
-    names and the signal it was trained on), atomically; :func:`load_classifier` reads it."""
+    names and the signal it was trained on), or a night classifier (the same without a context),
+    atomically; :func:`load_classifier` reads it."""
+    night = isinstance(model, NightClassifier)
     payload = {
-        "format": _SEQUENCE_CLASSIFIER_FORMAT,
+        "format": _NIGHT_CLASSIFIER_FORMAT if night else _SEQUENCE_CLASSIFIER_FORMAT,
         "window_encoder": encoder_spec(model.encoder.window),
         "temporal_encoder": encoder_spec(model.encoder.temporal),
         "window_samples": model.encoder.window_samples,
-        "context": model.context,
+        "context": "night" if isinstance(model, NightClassifier) else model.context,
         "num_classes": model.num_classes,
         "class_names": None if class_names is None else list(class_names),
         "signal": _signal_entry(model.signal_info),
@@ -351,25 +361,29 @@ def save_sequence_classifier(
 
 
 def save_model(
-    model: PatchClassifier | SequenceClassifier,
+    model: PatchClassifier | SequenceClassifier | NightClassifier,
     path: str | Path,
     class_names: Sequence[str] | None = None,
 ) -> None:
-    """Save either kind of fine-tuned classifier as ``classifier.pt`` (see
+    """Save any kind of fine-tuned classifier as ``classifier.pt`` (see
     :func:`save_classifier`, :func:`save_sequence_classifier`)."""
-    if isinstance(model, SequenceClassifier):
+    if isinstance(model, SequenceClassifier | NightClassifier):
         save_sequence_classifier(model, path, class_names)
     else:
         save_classifier(model, path, class_names)
 
 
-def _sequence_classifier(payload: dict[str, Any]) -> SequenceClassifier:
+def _context_classifier(payload: dict[str, Any]) -> SequenceClassifier | NightClassifier:
     window = encoder_from_spec(payload["window_encoder"])
     temporal = encoder_from_spec(payload["temporal_encoder"])
     encoder = HierarchicalEncoder(window, temporal, int(payload["window_samples"]))
-    model = SequenceClassifier(
-        encoder, payload["num_classes"], context=payload["context"], copy_encoder=False
-    )
+    model: SequenceClassifier | NightClassifier
+    if payload["format"] == _NIGHT_CLASSIFIER_FORMAT:
+        model = NightClassifier(encoder, payload["num_classes"], copy_encoder=False)
+    else:
+        model = SequenceClassifier(
+            encoder, payload["num_classes"], context=payload["context"], copy_encoder=False
+        )
     model.load_state_dict(payload["state_dict"])
     model.class_names = payload["class_names"]
     signal = read_signal_info(payload)

@@ -1,0 +1,166 @@
+"""Night classifier data and training: crops with time of night, finetune, evaluate, predict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from partnd._validation import InputError
+from partnd.datasets.nights import SleepNightDataset, time_of_night
+from partnd.datasets.sleep_windows import InMemoryWindows
+from partnd.datasets.store import STAGE_NAMES, create_store, write_record
+from partnd.engine.config import FinetuneConfig
+from partnd.models import NightClassifier
+from partnd.sequence_training import build_sequence_classifier, predict_nights
+
+NAMES = ["W", "N1", "N2", "N3", "R"]
+
+
+def _config(**overrides):
+    values = {
+        "patch_size": 10,
+        "context": "night",
+        "night_crop": 4,
+        "temporal_encoder": "temporal_test",
+    }
+    return FinetuneConfig.preset("test", **{**values, **overrides})
+
+
+def test_time_of_night_counts_from_the_first_window() -> None:
+    time = time_of_night(np.array([5.0, 35.0, 65.0, 185.0]), 30.0)
+    hours = np.array([0.0, 30.0, 60.0, 180.0]) / 3600.0
+    np.testing.assert_allclose(time[:, 0].numpy(), hours, rtol=1e-6)
+    np.testing.assert_allclose(time[:, 1].numpy(), np.array([0, 30, 60, 180]) / 210.0, rtol=1e-6)
+    with pytest.raises(InputError, match="increasing"):
+        time_of_night(np.array([5.0, 5.0]), 30.0)
+
+
+def test_crops_run_across_gaps_and_carry_their_time(gappy_store) -> None:
+    data = SleepNightDataset(gappy_store, context=4, normalize=False, progress=False)
+    crops = [data.locate(i) for i in range(len(data))]
+    # record b (6 windows, a gap after the 4th) is cropped as one run; c (2 windows) is padded
+    assert [crop for crop in crops if crop[0] == "b"] == [("b", 0, 4), ("b", 1, 4), ("b", 2, 4)]
+    assert [crop for crop in crops if crop[0] == "c"] == [("c", 0, 2)]
+    x, labels, valid, time = data[crops.index(("b", 2, 4))]
+    assert x[:, 0, 0].tolist() == [1002.0, 1003.0, 1004.0, 1005.0]  # record 1, windows 2-5
+    onsets = np.array([65.0, 95.0, 185.0, 215.0]) - 5.0  # across the gap
+    np.testing.assert_allclose(time[:, 0].numpy(), onsets / 3600.0, rtol=1e-6)
+    np.testing.assert_allclose(time[:, 1].numpy(), onsets / 240.0, rtol=1e-6)
+    assert valid.all() and labels.tolist() == [2, 3, 4, 0]
+    x, labels, valid, time = data[crops.index(("c", 0, 2))]
+    assert valid.tolist() == [True, True, False, False] and labels.tolist() == [0, 1, -1, -1]
+    assert time[2:].abs().sum() == 0
+    nights = list(data.nights())  # one per record, whole
+    assert [(n.record, n.first, len(n.windows)) for n in nights] == [
+        ("a", 0, 9), ("b", 0, 6), ("c", 0, 2),
+    ]  # fmt: skip
+
+
+def test_whole_nights_shorter_and_longer_than_the_crop_are_predicted_exactly(gappy_store) -> None:
+    torch.manual_seed(0)
+    model = build_sequence_classifier(
+        None, _config(), num_classes=5, in_chans=3, window_samples=50
+    ).eval()
+    assert isinstance(model, NightClassifier)
+    data = SleepNightDataset(gappy_store, context=4, progress=False)
+    nights = predict_nights(model, data, batch_size=3, device="cpu")
+    # every window of every record once, in order: a (9 > crop), b (6, a gap), c (2 < crop)
+    assert [(n.record, n.first, len(n.probabilities)) for n in nights] == [
+        ("a", 0, 9), ("b", 0, 6), ("c", 0, 2),
+    ]  # fmt: skip
+    assert nights[1].start_times.tolist() == [5.0, 35.0, 65.0, 95.0, 185.0, 215.0]
+    assert nights[0].labels.tolist() == [-1, -1, -1, 3, 4, 0, 1, 2, 3]
+    b = next(n for n in data.nights() if n.record == "b")
+    with torch.no_grad():
+        whole = model(b.windows[None], None, data.record_time("b")[None])[0].softmax(-1)
+    torch.testing.assert_close(torch.from_numpy(nights[1].probabilities), whole)
+    with pytest.raises(InputError, match="SleepNightDataset"):
+        from partnd.datasets.sequences import SleepSequenceDataset
+
+        predict_nights(model, SleepSequenceDataset(gappy_store, context=4, progress=False))
+
+
+def _staged_store(path: Path) -> Path:
+    """Four records of 48 windows (2 channels, 300 samples at 10 Hz) whose stage sets the
+    frequency of a noisy oscillation, in bouts of 4 to 8 windows as in a hypnogram."""
+    create_store(
+        path,
+        sfreq=10.0,
+        channels=["C3", "C4"],
+        window_seconds=30.0,
+        stage_names=STAGE_NAMES,
+        metadata={},
+    )
+    rng = np.random.default_rng(0)
+    for index in range(4):
+        stages = np.concatenate(
+            [np.full(rng.integers(4, 9), rng.integers(0, 5)) for _ in range(12)]
+        )[:48]
+        frequency = np.array([0.3, 0.8, 1.5, 2.5, 4.0])[stages][:, None, None]
+        phase = rng.uniform(0, 2 * np.pi, (48, 2, 1))
+        seconds = np.arange(300) / 10.0
+        signal = np.sin(2 * np.pi * frequency * seconds + phase)
+        signal += 0.3 * rng.standard_normal(signal.shape)
+        write_record(
+            path,
+            f"r{index}",
+            signal.astype(np.float32),
+            stages.astype(np.int8),
+            np.arange(48) * 30.0,
+            attrs={"subject_id": f"s{index}", "split": "training"},
+        )
+    return path
+
+
+def test_finetune_learns_saves_reloads_and_predicts(tmp_path: Path) -> None:
+    from partnd.finetuning import evaluate, finetune
+    from partnd.inference import predict, predict_records
+    from partnd.models.serialization import load_classifier
+
+    store = _staged_store(tmp_path / "store.zarr")
+    train = InMemoryWindows(store, records=["r0", "r1", "r2"], progress=False)
+    config = _config(
+        patch_size=30,
+        night_crop=16,
+        batch_size=4,
+        epochs=1,
+        min_steps=60,
+        lr=2e-3,
+        eval_every_steps=30,
+    )
+    untrained = build_sequence_classifier(
+        None, config, num_classes=5, in_chans=2, window_samples=300
+    )
+    held_out = SleepNightDataset(store, records=["r3"], context=1, progress=False)
+    result = finetune(
+        None,
+        train,
+        num_classes=5,
+        val_dataset=held_out,
+        out_dir=tmp_path / "run",
+        config=config,
+        class_names=NAMES,
+    )
+    model = result.model
+    assert isinstance(model, NightClassifier) and model.signal_info.ch_names == ("C3", "C4")
+    before = evaluate(untrained, held_out, device="cpu").cohen_kappa
+    after = evaluate(model, held_out, device="cpu")
+    assert after.cohen_kappa > 0.6 and after.cohen_kappa > before + 0.4, (before, after)
+    assert after.n == 48
+    reloaded = load_classifier(tmp_path / "run")
+    assert isinstance(reloaded, NightClassifier) and reloaded.class_names == NAMES
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(reloaded.state_dict()[name], value)
+    records = predict_records(reloaded, store, ["r3"], device="cpu")
+    night = next(held_out.nights())
+    direct = reloaded.predict_night(night.windows, held_out.record_time("r3"))
+    torch.testing.assert_close(torch.from_numpy(records["r3"].probabilities), direct)
+    assert records["r3"].onsets.tolist() == (np.arange(48) * 30.0).tolist()
+    # an array of the same windows with the same onsets is the same night
+    array = predict(reloaded, night.windows.numpy(), onsets=np.arange(48) * 30.0, device="cpu")
+    torch.testing.assert_close(torch.from_numpy(array.probabilities), direct)
+    with pytest.raises(InputError, match="onsets"):
+        predict(reloaded, night.windows.numpy()[:3], onsets=[0.0, 30.0, 30.0], device="cpu")
