@@ -92,7 +92,8 @@ def staging_table(
 ) -> list[dict[str, Any]]:
     """The sleep-staging table with uncertainty, one row per method and arm.
 
-    Columns: ``row`` (``method``, ``method+seq``, ``method probe``), ``method``, ``arm``,
+    Columns: ``row`` (``method``, ``method+seq``, ``method+night``, ``method probe``), ``method``,
+    ``arm``,
     ``labels`` (labelled subjects used), ``pt_steps``, the settings the row used (``ft_steps``,
     ``selected_step`` and its ``val_kappa``, ``augmentations``, ``context``), ``kappa`` with its
     95% interval from a bootstrap over test subjects (``kappa_low``, ``kappa_high``), the paired
@@ -225,13 +226,13 @@ def sample_efficiency_tables(
 
 
 #: Line style of each arm in the sample-efficiency figure (colour is the method).
-ARM_LINESTYLES: dict[str, str] = {"window": "-", "sequence": "--", "probe": ":"}
+ARM_LINESTYLES: dict[str, str] = {"window": "-", "sequence": "--", "night": "-.", "probe": ":"}
 
 
 def sample_efficiency_styles(cells: Sequence[_Cell]) -> dict[str, tuple[Any, str]]:
     """Colour and line style of each row of the figure: one colour per method (in order of first
     appearance, from a 20-colour palette so that no two methods share one) and one line style per
-    arm (window solid, sequence dashed, probe dotted).
+    arm (window solid, sequence dashed, night dash-dotted, probe dotted).
 
     Returns:
         ``{row label: (RGBA colour, line style)}``.

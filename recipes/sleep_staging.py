@@ -8,7 +8,8 @@ self-supervised method on the pool with the same budget; train every row on the 
 subjects with the same protocol (step budget, EEG augmentations, checkpoint chosen on validation
 subjects from the fine-tuning pool); test on the held-out subjects. A row is a method and an arm:
 ``window`` (a single-window classifier, the paper's), ``sequence`` (a sequence classifier over
-``context`` consecutive windows) or ``probe`` (logistic regression on frozen features); the
+``context`` consecutive windows), ``night`` (a night classifier: the whole record with the time
+of night) or ``probe`` (logistic regression on frozen features); the
 classical rows are YASA's features + LightGBM without (``classical``) and with context
 (``classical+seq``), and YASA's pretrained classifier (``yasa_pretrained+seq``, no labels).
 
@@ -256,8 +257,8 @@ def add_study_arguments(
         default=None,
         choices=ARMS,
         help="how labelled subjects are used: window (single-window classifier), sequence "
-        "(classifier over --context windows), probe (logistic regression on frozen features); "
-        "default all three",
+        "(classifier over --context windows), night (classifier reading the whole night with "
+        "its time), probe (logistic regression on frozen features); default all four",
     )
     parser.add_argument(
         "--rows",

@@ -22,14 +22,15 @@ A *row* of the results is a method and an *arm*, how its labelled subjects are u
 |---|---|---|
 | ``window`` | a single-window classifier (the paper's protocol) | each 30 s window alone |
 | ``sequence`` | a sequence classifier over ``context`` windows (``FinetuneConfig.context``) | each window with its neighbours |
+| ``night`` | a night classifier (``context="night"``: the whole record with the time of night), trained on crops | each window with its whole night |
 | ``probe`` | logistic regression on the frozen encoder's features (Banville et al. 2021) | each window alone |
 
 Methods:
 
 | name | pretraining | arms |
 |---|---|---|
-| ``part``, ``part_grid``, ``mae``, ``mp3``, ``droppos``, ``part_windows`` | ``pretrain(method=name)`` on the pool | window, sequence (``part_windows``: both its levels), probe |
-| ``supervised`` | none: from scratch, with position embedding | window, sequence, probe (a random encoder) |
+| ``part``, ``part_grid``, ``mae``, ``mp3``, ``droppos``, ``part_windows`` | ``pretrain(method=name)`` on the pool | window, sequence and night (``part_windows``: both its levels), probe |
+| ``supervised`` | none: from scratch, with position embedding | window, sequence, night, probe (a random encoder) |
 | ``supervised_no_pos`` | none: from scratch, without position embedding | window, probe |
 | ``classical`` | none: YASA's features + LightGBM (:mod:`partnd.classical`) | window (the epoch's features), sequence (with YASA's context) |
 | ``yasa_pretrained`` | YASA's shipped classifier, no labels | sequence |
@@ -37,7 +38,9 @@ Methods:
 Every neural cell uses the same protocol for every initialisation: a step budget, the EEG
 augmentations, class weights, label smoothing, and the checkpoint chosen by Cohen's kappa on
 validation subjects drawn from the fine-tuning pool (never a test subject); each cell records the
-settings it used.
+settings it used. The training budget may follow the label count: a scale's ``by_budget`` table
+gives, per arm and number of labelled subjects, what changes (steps, batch, crops, EMA;
+:func:`budget_settings`), and the cell records it.
 """  # noqa: E501
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ import torch
 from partnd._validation import InputError, check, renamed_arguments
 from partnd.cohort.pc18_cohort import ensure_sample_cohort
 from partnd.data import as_labelled_dataset
+from partnd.datasets.nights import SleepNightDataset
 from partnd.datasets.sequences import SleepSequenceDataset
 from partnd.datasets.sleep_windows import (
     InMemoryWindows,
@@ -70,14 +74,14 @@ from partnd.evaluation import linear_probe
 from partnd.finetuning import FinetuneResult, finetune
 from partnd.inference import predict_logits
 from partnd.metrics import ClassificationReport, classification_metrics
-from partnd.models import SequenceClassifier, ViTEncoder, create_encoder
+from partnd.models import NightClassifier, SequenceClassifier, ViTEncoder, create_encoder
 from partnd.models.serialization import ENCODER_FILE, load_encoder
 from partnd.objectives import list_objectives
 from partnd.preprocessing.physionet2018 import preprocess_physionet2018
 from partnd.preprocessing.pipeline import without_overwrite_remedy
 from partnd.pretraining import pretrain
 from partnd.recipes.study_directory import claim_study_directory
-from partnd.sequence_training import predict_nights
+from partnd.sequence_training import EVALUATION_CROP, predict_nights
 
 __all__ = [
     "ARMS",
@@ -89,11 +93,12 @@ __all__ = [
     "SleepStudy",
     "StudyConfig",
     "available_methods",
+    "budget_settings",
     "method_arms",
 ]
 
 #: How a method's labelled subjects are used (see the module docstring).
-ARMS = ("window", "sequence", "probe")
+ARMS = ("window", "sequence", "night", "probe")
 
 #: Methods trained from scratch (no pretraining): name -> whether they get a position embedding.
 SCRATCH_METHODS: dict[str, bool] = {"supervised": True, "supervised_no_pos": False}
@@ -113,12 +118,18 @@ _EEG_AUGMENTATIONS = ("time_shift", "amplitude_scale", "channel_dropout")
 #: fits 15 minutes on two cores of a CPU without bf16 kernels.
 DEMO_ENCODER_OVERRIDES: dict[str, Any] = {"embed_dim": 128, "depth": 4, "num_heads": 4}
 _DEMO_ENCODER = {"encoder_overrides": DEMO_ENCODER_OVERRIDES}
+#: Windows per training crop of the demo's night arm (an hour), and per pretraining segment of
+#: PART across windows, so that its temporal level is pretrained on the span the night
+#: classifier trains on.
+_DEMO_NIGHT_CROP = 120
 
 #: Per-scale settings. ``demo`` fits a 2-core CPU and the 24-record sample cohort (a narrow ViT,
 #: budgets of 2/4/8 subjects); ``paper`` is the paper's protocol (12.9 M ViT, 1000 pretraining
 #: and 100 fine-tuning epochs, 200 test subjects, budgets 10/50/100/657, 5 seeds). ``finetune``
-#: is the single-window protocol of every method, ``sequence`` what the sequence arm changes,
-#: ``pretrain`` every method's pretraining and ``pretrain_methods`` per-method additions.
+#: is the single-window protocol of every method, ``sequence`` and ``night`` what those arms
+#: change, ``by_budget`` what an arm changes per number of labelled subjects
+#: (:func:`budget_settings`), ``pretrain`` every method's pretraining and ``pretrain_methods``
+#: per-method additions.
 SCALES: dict[str, dict[str, Any]] = {
     "demo": {
         # chosen on validation subjects: record normalisation gave validation kappa 0.706 / 0.696
@@ -145,6 +156,7 @@ SCALES: dict[str, dict[str, Any]] = {
         # store, the study runs 1000 (--pretrain-steps 1000: nmse 0.59, about 7 minutes)
         "pretrain_methods": {
             "part_windows": {
+                "segment_windows": _DEMO_NIGHT_CROP,
                 "batch_size": 8,
                 "num_pairs": 256,
                 "epochs": 1,
@@ -189,6 +201,22 @@ SCALES: dict[str, dict[str, Any]] = {
             "warmup_steps": 20,
             "eval_every_steps": 50,
         },
+        # the night arm: crops of an hour of a 2-h record, 2 a step
+        "night": {
+            "context": "night",
+            "night_crop": _DEMO_NIGHT_CROP,
+            "batch_size": 2,
+            "min_steps": 800,
+            "warmup_steps": 20,
+            "eval_every_steps": 50,
+        },
+        "by_budget": {
+            "night": {
+                2: {},
+                4: {"min_steps": 1200, "ema_decay": 0.995},
+                8: {"min_steps": 1600, "ema_decay": 0.995},
+            },
+        },
     },
     "paper": {
         "normalize": "window",
@@ -204,8 +232,35 @@ SCALES: dict[str, dict[str, Any]] = {
             "eval_every_steps": 200,
         },
         "sequence": {"context": 21, "batch_size": 32, "lr_reference_batch": None, "lr": 5e-4},
+        # real nights are ~1,000 windows: crops of 2 hours, 8 a step
+        "night": {
+            "context": "night",
+            "night_crop": 240,
+            "batch_size": 8,
+            "lr_reference_batch": None,
+            "lr": 5e-4,
+        },
+        "by_budget": {},
     },
 }
+
+
+def budget_settings(scale: dict[str, Any], arm: str, budget: int | None) -> dict[str, Any]:
+    """What ``arm`` changes when trained on ``budget`` labelled subjects: the entry of the
+    scale's ``by_budget[arm]`` table at the largest budget not above ``budget`` (none below the
+    table's smallest, or without a budget).
+
+    Args:
+        scale: A scale's settings (:data:`SCALES`).
+        arm: The arm.
+        budget: Number of labelled subjects, or ``None``.
+
+    Returns:
+        :class:`FinetuneConfig` field values.
+    """
+    table: dict[int, dict[str, Any]] = scale.get("by_budget", {}).get(arm, {})
+    reached = [key for key in table if budget is not None and key <= budget]
+    return dict(table[max(reached)]) if reached else {}
 
 
 def available_methods() -> list[str]:
@@ -359,16 +414,20 @@ class StudyConfig:
             **values,
         )
 
-    def finetune_config(self, method: str, seed: int, arm: str = "window") -> FinetuneConfig:
-        """The fine-tuning configuration of ``method``'s ``arm``: the ``eeg_sleep`` preset and the
-        scale's protocol for everyone (the sequence arm's changes on top), then the study's
-        overrides (every arm's, then the sequence arm's); from-scratch baselines get no
-        layer-wise decay and their own position-embedding choice."""
+    def finetune_config(
+        self, method: str, seed: int, arm: str = "window", budget: int | None = None
+    ) -> FinetuneConfig:
+        """The fine-tuning configuration of ``method``'s ``arm`` on ``budget`` labelled subjects:
+        the ``eeg_sleep`` preset and the scale's protocol for everyone (the sequence or night
+        arm's changes on top, then what the arm changes at this budget, :func:`budget_settings`),
+        then the study's overrides (every arm's, then the sequence arm's); from-scratch baselines
+        get no layer-wise decay and their own position-embedding choice."""
         scale = SCALES[self.scale]
         sequence = arm == "sequence"
         values = {
             **scale["finetune"],
-            **(scale["sequence"] if sequence else {}),
+            **scale.get(arm, {}),
+            **budget_settings(scale, arm, budget),
             **self.finetune_overrides,
             **(self.sequence_overrides if sequence else {}),
         }
@@ -409,10 +468,14 @@ class CellResult:
 
     @property
     def label(self) -> str:
-        """``method`` for the window arm, ``method+seq`` / ``method probe`` for the others."""
-        return {"window": self.method, "sequence": f"{self.method}+seq"}.get(
-            self.arm, f"{self.method} {self.arm}"
-        )
+        """``method`` for the window arm, ``method+seq`` / ``method+night`` / ``method probe`` for
+        the others."""
+        labels = {
+            "window": self.method,
+            "sequence": f"{self.method}+seq",
+            "night": f"{self.method}+night",
+        }
+        return labels.get(self.arm, f"{self.method} {self.arm}")
 
 
 def _selected(result: FinetuneResult) -> dict[str, Any]:
@@ -511,9 +574,14 @@ class SleepStudy:
             progress=self.config.progress,
         )
 
-    def sequences(self, subjects: Sequence[str], context: int) -> SleepSequenceDataset:
-        """Sequences of ``context`` consecutive windows of ``subjects``' records (in memory)."""
-        return SleepSequenceDataset(
+    def sequences(
+        self, subjects: Sequence[str], context: int, *, night: bool = False
+    ) -> SleepSequenceDataset:
+        """Sequences of ``context`` consecutive windows of ``subjects``' records (in memory), or
+        with ``night`` crops of ``context`` windows of their whole records
+        (:class:`~partnd.datasets.SleepNightDataset`)."""
+        kind = SleepNightDataset if night else SleepSequenceDataset
+        return kind(
             self.store,
             records=self.split.records_of(subjects),
             context=context,
@@ -683,7 +751,9 @@ class SleepStudy:
             predictions, settings = self._probe(method, subjects, seed)
             used = subjects
         else:
-            predictions, settings = self._finetune(method, arm, subjects, seed, cell / "run")
+            predictions, settings = self._finetune(
+                method, arm, subjects, seed, cell / "run", budget
+            )
             used = subjects
         labels = self.test_set.labels.astype(np.int64)
         report = classification_metrics(
@@ -785,17 +855,29 @@ class SleepStudy:
         }
 
     def _finetune(
-        self, method: str, arm: str, subjects: Sequence[str], seed: int, run_dir: Path
+        self,
+        method: str,
+        arm: str,
+        subjects: Sequence[str],
+        seed: int,
+        run_dir: Path,
+        budget: int,
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Fine-tune the window or sequence classifier of ``method`` and predict the test set."""
-        config = self.config.finetune_config(method, seed, arm)
+        """Fine-tune the window, sequence or night classifier of ``method`` and predict the test
+        set."""
+        config = self.config.finetune_config(method, seed, arm, budget)
         resume = (run_dir / "checkpoints" / "last.pt").is_file()
         encoder: Any = None if method in SCRATCH_METHODS else self.pretrain_dir(method)
         val_subjects = self.validation_subjects(subjects, seed)
-        if arm == "sequence":
-            assert config.context is not None
-            train: Any = self.sequences(subjects, config.context)
-            val: Any = self.sequences(val_subjects, config.context) if val_subjects else None
+        night = config.context == "night"
+        if config.context is not None:
+            length = config.night_crop if night else int(config.context)
+            train: Any = self.sequences(subjects, length, night=night)
+            val: Any = None
+            if val_subjects:
+                val = self.sequences(
+                    val_subjects, EVALUATION_CROP if night else length, night=night
+                )
         else:
             train = self.windows(subjects)
             val = self.windows(val_subjects) if val_subjects else None
@@ -812,10 +894,11 @@ class SleepStudy:
             **({"max_steps": None} if resume else {}),
         )
         model = result.model
-        if isinstance(model, SequenceClassifier):
+        if isinstance(model, SequenceClassifier | NightClassifier):
+            length = EVALUATION_CROP if night else int(config.context or 1)
             nights = predict_nights(
                 model,
-                self.sequences(self.split.test, model.context),
+                self.sequences(self.split.test, length, night=night),
                 device=self.config.device,
             )
             labels = np.concatenate([night.labels for night in nights])
@@ -838,6 +921,10 @@ class SleepStudy:
             "label_smoothing": config.label_smoothing,
             "augmentations": list(config.augmentations or ()),
             "context": config.context,
+            "ema_decay": config.ema_decay,
+            "budget_settings": budget_settings(self.scale, arm, budget),
             "validation_subjects": val_subjects,
         }
+        if night:
+            settings["night_crop"] = config.night_crop
         return predictions, settings

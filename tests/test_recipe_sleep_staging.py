@@ -88,7 +88,7 @@ def test_sleep_staging_table_figures_and_a_resume_that_recomputes_nothing(
     assert (out / "pretrain" / "part" / "checkpoints" / "last.pt").is_file()
     monkeypatch.setattr("partnd.recipes.sleep_study.pretrain", real_pretrain)
     methods = ["part", "supervised", "classical", "yasa_pretrained"]
-    rows = sleep_staging.rows_of(methods, ["window", "sequence", "probe"])
+    rows = sleep_staging.rows_of(methods, ["window", "sequence", "night", "probe"])
     sleep_staging.run(study, "all", rows)
     history = [json.loads(line) for line in (out / "pretrain/part/metrics.jsonl").open()]
     steps = [r["step"] for r in history if r["phase"] == "train"]
@@ -98,8 +98,8 @@ def test_sleep_staging_table_figures_and_a_resume_that_recomputes_nothing(
     with open(out / "results.csv") as handle:
         table = list(csv.DictReader(handle))
     assert [row["row"] for row in table] == [
-        "part", "part+seq", "part probe",
-        "supervised", "supervised+seq", "supervised probe",
+        "part", "part+seq", "part+night", "part probe",
+        "supervised", "supervised+seq", "supervised+night", "supervised probe",
         "classical", "classical+seq", "yasa_pretrained+seq",
     ]  # fmt: skip
     by_row = {row["row"]: row for row in table}
@@ -112,6 +112,7 @@ def test_sleep_staging_table_figures_and_a_resume_that_recomputes_nothing(
     assert by_row["supervised"]["pt_steps"] == "0"
     assert by_row["part"]["ft_steps"] == "3"  # 3 epochs of one step (one subject, batch 32)
     assert by_row["part+seq"]["context"] == "5" and by_row["part"]["context"] == ""
+    assert by_row["supervised+night"]["context"] == "night"
     assert by_row["yasa_pretrained+seq"]["labels"] == "0"
     assert by_row["classical+seq"]["delta_kappa"] == ""  # the reference row
     supervised = by_row["supervised"]
@@ -121,6 +122,8 @@ def test_sleep_staging_table_figures_and_a_resume_that_recomputes_nothing(
     assert cell.settings["selected_step"] is not None and cell.settings["context"] == 5
     assert cell.settings["augmentations"] == ["time_shift", "amplitude_scale", "channel_dropout"]
     assert study.load_cell("part", "probe", 1, 0).settings["C"] > 0
+    night = study.load_cell("supervised", "night", 1, 0).settings
+    assert night["night_crop"] == 120 and night["budget_settings"] == {}  # below the table
     for figure in ("pretext.png", "finetune_validation.png", "confusion_matrices.png"):
         assert (out / figure).stat().st_size > 1000
     assert list(out.glob("hypnogram_*.png"))
@@ -209,6 +212,37 @@ def test_sample_efficiency_cells_resume_and_aggregate(
     ]
     with pytest.raises(InputError, match="--rows"):
         sleep_staging.selected_rows(parser.parse_args(["--rows", "yasa_pretrained:window"]))
+
+
+def test_the_night_arm_and_its_settings_per_labelled_subject_budget(tmp_path: Path) -> None:
+    from partnd.recipes.sleep_study import SCALES, budget_settings
+
+    scale = {"by_budget": {"night": {2: {"min_steps": 5}, 8: {"min_steps": 9, "batch_size": 3}}}}
+    assert budget_settings(scale, "night", 1) == {}  # below the table: the arm's own settings
+    assert (
+        budget_settings(scale, "night", 2) == budget_settings(scale, "night", 7) == {"min_steps": 5}
+    )  # the largest budget of the table not above it
+    assert budget_settings(scale, "night", 100) == {"min_steps": 9, "batch_size": 3}
+    assert budget_settings(scale, "sequence", 8) == budget_settings(scale, "night", None) == {}
+    config = StudyConfig(out=tmp_path / "s", progress=False)
+    night = config.finetune_config("part_windows", 0, arm="night", budget=2)
+    arm = SCALES["demo"]["night"]
+    assert (night.context, night.night_crop, night.batch_size) == (
+        "night",
+        arm["night_crop"],
+        arm["batch_size"],
+    )
+    table = SCALES["demo"]["by_budget"]["night"]
+    for budget, changes in table.items():
+        chosen = config.finetune_config("supervised", 0, arm="night", budget=budget)
+        assert {name: getattr(chosen, name) for name in changes} == changes
+    # the study's overrides come after the budget's
+    overridden = StudyConfig(
+        out=tmp_path / "t", progress=False, finetune_overrides={"min_steps": 7}
+    )
+    assert overridden.finetune_config("supervised", 0, arm="night", budget=8).min_steps == 7
+    # PART across windows pretrains its temporal level on segments as long as the night crop
+    assert config.pretrain_config("part_windows").segment_windows == arm["night_crop"]
 
 
 def test_a_step_budget_override_reaches_every_arm_and_the_sequence_override_comes_last(
