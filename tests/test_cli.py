@@ -666,12 +666,17 @@ def test_a_message_embedding_a_library_report_stays_one_line(
     assert not (tmp_path / "p").exists()
 
 
+@pytest.mark.parametrize(
+    "context", [["--context", "5"], ["--context", "night", "--night-crop", "8"]]
+)
 def test_a_sequence_classifier_from_the_command_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture
+    tmp_path: Path, context: list[str], capsys: pytest.CaptureFixture
 ) -> None:
-    """finetune --context trains a sequence classifier (record normalisation), evaluate and
-    predict read whole nights of the store as the model was trained."""
-    from partnd.models import SequenceClassifier
+    """finetune --context trains a sequence classifier (--context night a night classifier;
+    record normalisation), evaluate and predict read whole nights of the store as the model was
+    trained; an array is predicted as one night in its order (said), and evaluated or trained on
+    not at all."""
+    from partnd.models import NightClassifier, SequenceClassifier
     from partnd.models.serialization import load_classifier
 
     store = tmp_path / "sleep.zarr"
@@ -679,10 +684,13 @@ def test_a_sequence_classifier_from_the_command_line(
     ft = ["finetune", "--data", str(store), "--subjects", "s1", "--val-data", str(store)]
     ft += ["--val-subjects", "s2", "--out", str(tmp_path / "seq"), "--preset", "test"]
     ft += ["--patch-size", "30", "--epochs", "2", "--batch-size", "4", "--normalize", "record"]
-    ft += ["--context", "5", "--temporal-encoder", "temporal_test"]
+    ft += [*context, "--temporal-encoder", "temporal_test"]
     assert cli.main(ft) == 0
     model = load_classifier(tmp_path / "seq")
-    assert isinstance(model, SequenceClassifier) and model.context == 5
+    if context[1] == "night":
+        assert isinstance(model, NightClassifier)
+    else:
+        assert isinstance(model, SequenceClassifier) and model.context == 5
     assert model.signal_info.normalization == "record"
     report = tmp_path / "report.json"
     argv = ["evaluate", "--model", str(tmp_path / "seq"), "--data", str(store)]
@@ -693,6 +701,11 @@ def test_a_sequence_classifier_from_the_command_line(
     assert cli.main(argv) == 0
     rows = (out / "tr02.csv").read_text().splitlines()
     assert len(rows) == 1 + 20 and rows[0].startswith("onset,duration,description")
+    from partnd.inference import predict_records
+
+    written = np.loadtxt(out / "tr02.csv", delimiter=",", skiprows=1, usecols=range(5, 10))
+    expected = predict_records(model, store, ["tr02"], device="cpu")["tr02"].probabilities
+    np.testing.assert_allclose(written, expected, atol=1e-6)  # the CSV keeps 6 decimals
     capsys.readouterr()
     windows, labels = tmp_path / "x.npy", tmp_path / "y.npy"
     np.save(windows, np.random.default_rng(0).standard_normal((6, 2, 300)).astype(np.float32))
@@ -701,7 +714,7 @@ def test_a_sequence_classifier_from_the_command_line(
     assert cli.main(argv) == 0  # an array is read as one night in its order: said, not silent
     assert "reads the 6 windows of " in capsys.readouterr().out
     npy = ["--data", str(windows), "--labels", str(labels)]
-    sequence = ["--num-classes", "5", "--preset", "test", "--patch-size", "30", "--context", "5"]
+    sequence = ["--num-classes", "5", "--preset", "test", "--patch-size", "30", *context]
     for command in (
         ["evaluate", "--model", str(tmp_path / "seq"), *npy],
         ["finetune", *npy, *sequence, "--out", str(tmp_path / "new")],

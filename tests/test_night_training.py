@@ -164,3 +164,37 @@ def test_finetune_learns_saves_reloads_and_predicts(tmp_path: Path) -> None:
     torch.testing.assert_close(torch.from_numpy(array.probabilities), direct)
     with pytest.raises(InputError, match="onsets"):
         predict(reloaded, night.windows.numpy()[:3], onsets=[0.0, 30.0, 30.0], device="cpu")
+
+
+def test_part_across_windows_initialises_both_levels_from_its_run_directory(
+    gappy_store, tmp_path: Path
+) -> None:
+    from partnd.finetuning import finetune
+    from partnd.models import HierarchicalEncoder, create_encoder, create_temporal_encoder
+    from partnd.models.serialization import save_hierarchical_encoder
+
+    window = create_encoder("vit_test", in_chans=3, patch_size=10, ndim=1)
+    temporal = create_temporal_encoder(
+        window.embed_dim, "temporal_test", num_positions=4, pos_mask_ratio=0.5
+    )
+    pretrained = HierarchicalEncoder(window, temporal, 50)
+    save_hierarchical_encoder(pretrained, tmp_path / "pretrain")  # as part_windows writes it
+    config = _config(lr=1e-12, min_lr=0.0, max_steps=1, epochs=1)
+    model = finetune(
+        tmp_path / "pretrain",
+        str(gappy_store),
+        num_classes=5,
+        out_dir=tmp_path / "ft",
+        config=config,
+    ).model
+    assert isinstance(model, NightClassifier)
+    with torch.no_grad():  # one step at a learning rate of 1e-12: the initial weights
+        for name, value in window.state_dict().items():
+            torch.testing.assert_close(model.encoder.window.state_dict()[name], value)
+        night = model.encoder.temporal.state_dict()
+        assert "pos_embed" not in night and "pos_mask_token" not in night
+        for name, value in temporal.state_dict().items():
+            if name == "patch_embed.bias":  # windows enter as hidden ones
+                value = value + temporal.pos_mask_token
+            if name not in ("pos_embed", "pos_mask_token"):
+                torch.testing.assert_close(night[name], value)
