@@ -523,6 +523,7 @@ def _predict_main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     from partnd.inference import Prediction, predict, predict_records
+    from partnd.models.night import NightClassifier
     from partnd.models.sequence import SequenceClassifier
     from partnd.models.serialization import load_classifier
 
@@ -547,9 +548,10 @@ def _predict_main(argv: list[str]) -> int:
     else:
         _check_new(args.out, ["predictions"], args.edf, args.overwrite)
         data = _open(args.data, "--data", False, {})
-        if isinstance(model, SequenceClassifier):
+        if isinstance(model, SequenceClassifier | NightClassifier):
+            kind = "sequence" if isinstance(model, SequenceClassifier) else "night"
             print(
-                f"partnd predict: the sequence classifier reads the {len(data)} windows of "
+                f"partnd predict: the {kind} classifier reads the {len(data)} windows of "
                 f"{args.data} as one night's consecutive windows, in array order (a sleep store "
                 "gives each record's runs of windows with their onsets)"
             )
