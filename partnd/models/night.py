@@ -35,7 +35,6 @@ and the time embedding (which starts at zero) place it.
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import Any
 
@@ -45,11 +44,11 @@ from torch import Tensor, nn
 from partnd._validation import check
 from partnd.models.sequence import (
     HierarchicalEncoder,
+    RecordClassifier,
     SequenceClassifier,
     hierarchical_from_window,
 )
 from partnd.models.vit import ViTEncoder
-from partnd.signal_info import SignalInfo
 
 __all__ = ["HALF_LIFE_HOURS", "TIME_FEATURES", "ContextClassifier", "NightClassifier"]
 
@@ -69,7 +68,7 @@ def _initial_half_lives(num_heads: int) -> Tensor:
     return torch.logspace(math.log10(low), math.log10(high), num_heads)
 
 
-class NightClassifier(nn.Module):
+class NightClassifier(RecordClassifier):
     """Classify every window of a night from the whole night (see the module docstring).
 
     ``x: [B, L, C, T]`` with ``time: [B, L, 2]`` -> ``[B, L, K]``: ``L`` is any length (a whole
@@ -86,15 +85,7 @@ class NightClassifier(nn.Module):
     def __init__(
         self, encoder: HierarchicalEncoder, num_classes: int, *, copy_encoder: bool = True
     ) -> None:
-        super().__init__()
-        check(num_classes >= 2, "num_classes", "an int >= 2", repr(num_classes))
-        check(
-            isinstance(encoder, HierarchicalEncoder),
-            "encoder",
-            "a HierarchicalEncoder (window encoder + temporal encoder)",
-            type(encoder).__name__,
-        )
-        self.encoder = copy.deepcopy(encoder) if copy_encoder else encoder
+        super().__init__(encoder, num_classes, copy_encoder=copy_encoder)
         temporal = self.encoder.temporal
         if temporal.pos_mask_token is not None:
             with torch.no_grad():
@@ -103,7 +94,6 @@ class NightClassifier(nn.Module):
             temporal.remove_position_embedding()
         width = temporal.embed_dim
         heads = int(temporal.architecture["num_heads"])
-        self.num_classes = int(num_classes)
         time_out = nn.Linear(width, width)
         nn.init.zeros_(time_out.weight)
         nn.init.zeros_(time_out.bias)
@@ -112,13 +102,6 @@ class NightClassifier(nn.Module):
         self.log_half_life = nn.Parameter(
             _initial_half_lives(heads).log().repeat(len(temporal.blocks), 1)
         )
-        self.head = nn.Linear(width, num_classes)
-        nn.init.trunc_normal_(self.head.weight, std=0.02)
-        nn.init.zeros_(self.head.bias)
-        #: Class names of the labels, recorded by ``finetune`` (``None`` if not given).
-        self.class_names: list[str] | None = None
-        #: The signal of one window it was trained on (``finetune`` records names and rate).
-        self.signal_info = SignalInfo(self.encoder.in_chans, (self.encoder.window_samples,))
 
     @classmethod
     def from_window_encoder(
@@ -140,11 +123,6 @@ class NightClassifier(nn.Module):
     def no_weight_decay() -> set[str]:
         """The half-lives are not weights to shrink (timm's convention)."""
         return {"log_half_life"}
-
-    @property
-    def spatial_shape(self) -> tuple[int]:
-        """``(T,)``: samples of one window."""
-        return (self.encoder.window_samples,)
 
     def attention_bias(self, hours: Tensor, valid: Tensor | None) -> Tensor:
         """The additive attention bias of every block.
@@ -208,24 +186,7 @@ class NightClassifier(nn.Module):
         Returns:
             [B, L, K] logits.
         """
-        check(
-            x.dim() == 4
-            and x.shape[2] == self.encoder.in_chans
-            and x.shape[3] == self.encoder.window_samples,
-            "x",
-            f"nights [B, L, {self.encoder.in_chans}, {self.encoder.window_samples}]",
-            x,
-        )
-        if valid is not None:
-            check(
-                valid.shape == x.shape[:2] and valid.dtype == torch.bool,
-                "valid",
-                f"a bool tensor [B, L] = {tuple(x.shape[:2])}",
-                valid,
-            )
-        batch, length = int(x.shape[0]), int(x.shape[1])
-        embeddings = self.encoder.embed_windows(x.flatten(0, 1)).view(batch, length, -1)
-        return self.classify_embeddings(embeddings, time, valid)
+        return self.classify_embeddings(self.encoder.embed_sequences(x, valid), time, valid)
 
     @torch.no_grad()
     def predict_night(self, windows: Tensor, time: Tensor, *, batch_size: int = 256) -> Tensor:
@@ -240,23 +201,14 @@ class NightClassifier(nn.Module):
         Returns:
             [N, K] float32 probabilities on the CPU.
         """
-        check(
-            windows.dim() == 3 and len(windows) >= 1,
-            "windows",
-            f"a night of windows [N, {self.encoder.in_chans}, {self.encoder.window_samples}]",
-            windows,
-        )
+        embeddings = self.encoder.embed_night(windows, batch_size)  # checks the windows
         check(
             time.shape == (len(windows), TIME_FEATURES),
             "time",
             f"a tensor [N, {TIME_FEATURES}] = [{len(windows)}, {TIME_FEATURES}]",
             time,
         )
-        device = self.head.weight.device
-        embeddings = torch.cat(
-            [self.encoder.embed_windows(chunk.to(device)) for chunk in windows.split(batch_size)]
-        )
-        logits = self.classify_embeddings(embeddings[None], time.to(device)[None])[0]
+        logits = self.classify_embeddings(embeddings[None], time.to(embeddings.device)[None])[0]
         return logits.float().softmax(-1).cpu()
 
 

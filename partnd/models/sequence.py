@@ -35,6 +35,7 @@ from partnd.signal_info import SignalInfo
 __all__ = [
     "TEMPORAL_PRESETS",
     "HierarchicalEncoder",
+    "RecordClassifier",
     "SequenceClassifier",
     "create_temporal_encoder",
     "hierarchical_from_window",
@@ -202,6 +203,54 @@ class HierarchicalEncoder(nn.Module):
         tokens = self.window.forward_features(tiles.patches, tiles.grid_index)
         return self.window.forward_head(tokens, pre_logits=True)
 
+    def embed_sequences(self, x: Tensor, valid: Tensor | None) -> Tensor:
+        """One embedding per window of a batch of sequences, after checking their shapes.
+
+        Args:
+            x: [B, L, C, T] sequences of consecutive windows.
+            valid: [B, L] bool, False for padding, or ``None``.
+
+        Returns:
+            [B, L, D_w] window embeddings.
+        """
+        check(
+            x.dim() == 4 and x.shape[2] == self.in_chans and x.shape[3] == self.window_samples,
+            "x",
+            f"sequences [B, L, {self.in_chans}, {self.window_samples}]",
+            x,
+        )
+        if valid is not None:
+            check(
+                valid.shape == x.shape[:2] and valid.dtype == torch.bool,
+                "valid",
+                f"a bool tensor [B, L] = {tuple(x.shape[:2])}",
+                valid,
+            )
+        batch, length = int(x.shape[0]), int(x.shape[1])
+        return self.embed_windows(x.flatten(0, 1)).view(batch, length, -1)
+
+    def embed_night(self, windows: Tensor, batch_size: int) -> Tensor:
+        """One embedding per window of a night, ``batch_size`` windows at a time, on the
+        encoder's device.
+
+        Args:
+            windows: [N, C, T] the night's windows (any device).
+            batch_size: Windows per pass of the window encoder.
+
+        Returns:
+            [N, D_w] window embeddings.
+        """
+        check(
+            windows.dim() == 3 and len(windows) >= 1,
+            "windows",
+            f"a night of windows [N, {self.in_chans}, {self.window_samples}]",
+            windows,
+        )
+        device = self.window.cls_token.device
+        return torch.cat(
+            [self.embed_windows(chunk.to(device)) for chunk in windows.split(batch_size)]
+        )
+
     def encode_embeddings(
         self,
         embeddings: Tensor,
@@ -274,7 +323,45 @@ def _fit_positions(temporal: ViTEncoder, context: int) -> None:
             temporal.pos_embed.copy_(learned[:context])
 
 
-class SequenceClassifier(nn.Module):
+class RecordClassifier(nn.Module):
+    """What the classifiers that read a window with other windows of its record share: a
+    hierarchical encoder, a linear layer classifying every temporal token, the class names and
+    the signal of one window.
+
+    Args:
+        encoder: The hierarchical encoder (copied unless ``copy_encoder=False``).
+        num_classes: Number of classes K.
+        copy_encoder: Deep-copy ``encoder`` (default) instead of modifying it in place.
+    """
+
+    def __init__(
+        self, encoder: HierarchicalEncoder, num_classes: int, *, copy_encoder: bool = True
+    ) -> None:
+        super().__init__()
+        check(num_classes >= 2, "num_classes", "an int >= 2", repr(num_classes))
+        check(
+            isinstance(encoder, HierarchicalEncoder),
+            "encoder",
+            "a HierarchicalEncoder (window encoder + temporal encoder)",
+            type(encoder).__name__,
+        )
+        self.encoder = copy.deepcopy(encoder) if copy_encoder else encoder
+        self.num_classes = int(num_classes)
+        self.head = nn.Linear(self.encoder.embed_dim, num_classes)
+        nn.init.trunc_normal_(self.head.weight, std=0.02)
+        nn.init.zeros_(self.head.bias)
+        #: Class names of the labels, recorded by ``finetune`` (``None`` if not given).
+        self.class_names: list[str] | None = None
+        #: The signal of one window it was trained on (``finetune`` records names and rate).
+        self.signal_info = SignalInfo(self.encoder.in_chans, (self.encoder.window_samples,))
+
+    @property
+    def spatial_shape(self) -> tuple[int]:
+        """``(T,)``: samples of one window."""
+        return (self.encoder.window_samples,)
+
+
+class SequenceClassifier(RecordClassifier):
     """Classify every window of ``L`` consecutive windows with a hierarchical encoder.
 
     ``x: [B, L, C, T] -> [B, L, K]``: each window is embedded by the window encoder, the temporal
@@ -303,20 +390,10 @@ class SequenceClassifier(nn.Module):
         context: int,
         copy_encoder: bool = True,
     ) -> None:
-        super().__init__()
-        check(num_classes >= 2, "num_classes", "an int >= 2", repr(num_classes))
         check(context >= 1, "context", "a positive number of windows", repr(context))
-        self.encoder = copy.deepcopy(encoder) if copy_encoder else encoder
+        super().__init__(encoder, num_classes, copy_encoder=copy_encoder)
         _fit_positions(self.encoder.temporal, context)
         self.context = int(context)
-        self.num_classes = int(num_classes)
-        self.head = nn.Linear(self.encoder.embed_dim, num_classes)
-        nn.init.trunc_normal_(self.head.weight, std=0.02)
-        nn.init.zeros_(self.head.bias)
-        #: Class names of the labels, recorded by ``finetune`` (``None`` if not given).
-        self.class_names: list[str] | None = None
-        #: The signal of one window it was trained on (``finetune`` records names and rate).
-        self.signal_info = SignalInfo(self.encoder.in_chans, (self.encoder.window_samples,))
 
     @classmethod
     def from_window_encoder(
@@ -342,11 +419,6 @@ class SequenceClassifier(nn.Module):
         """
         encoder = hierarchical_from_window(window, window_samples, temporal, temporal_overrides)
         return cls(encoder, num_classes, context=context, copy_encoder=False)
-
-    @property
-    def spatial_shape(self) -> tuple[int]:
-        """``(T,)``: samples of one window."""
-        return (self.encoder.window_samples,)
 
     def classify_embeddings(self, embeddings: Tensor, valid: Tensor | None = None) -> Tensor:
         """Classify sequences of window embeddings.
@@ -380,24 +452,7 @@ class SequenceClassifier(nn.Module):
         Returns:
             [B, L, K] logits.
         """
-        check(
-            x.dim() == 4
-            and x.shape[2] == self.encoder.in_chans
-            and x.shape[3] == self.encoder.window_samples,
-            "x",
-            f"sequences [B, L, {self.encoder.in_chans}, {self.encoder.window_samples}]",
-            x,
-        )
-        if valid is not None:
-            check(
-                valid.shape == x.shape[:2] and valid.dtype == torch.bool,
-                "valid",
-                f"a bool tensor [B, L] = {tuple(x.shape[:2])}",
-                valid,
-            )
-        batch, length = int(x.shape[0]), int(x.shape[1])
-        embeddings = self.encoder.embed_windows(x.flatten(0, 1)).view(batch, length, -1)
-        return self.classify_embeddings(embeddings, valid)
+        return self.classify_embeddings(self.encoder.embed_sequences(x, valid), valid)
 
     @torch.no_grad()
     def predict_night(self, windows: Tensor, *, batch_size: int = 256) -> Tensor:
@@ -414,16 +469,8 @@ class SequenceClassifier(nn.Module):
         Returns:
             [N, K] float32 probabilities on the CPU.
         """
-        check(
-            windows.dim() == 3 and len(windows) >= 1,
-            "windows",
-            f"a night of windows [N, {self.encoder.in_chans}, {self.encoder.window_samples}]",
-            windows,
-        )
         device = self.head.weight.device
-        embeddings = torch.cat(
-            [self.encoder.embed_windows(chunk.to(device)) for chunk in windows.split(batch_size)]
-        )
+        embeddings = self.encoder.embed_night(windows, batch_size)
         count = len(embeddings)
         length = min(self.context, count)
         starts = torch.arange(count - length + 1, device=device)
