@@ -299,6 +299,8 @@ class StudyConfig:
             and arm.
         sequence_overrides: :class:`FinetuneConfig` fields of the sequence arm (e.g.
             ``{"context": 41}``), applied last.
+        night_overrides: :class:`FinetuneConfig` fields of the night arm (e.g.
+            ``{"night_crop": 240}``), applied last.
         normalize: How windows are normalised for every method (``"window"``, ``"record"``,
             see :class:`~partnd.datasets.SleepWindowDataset`); ``None``: the scale's.
         budgets: Fine-tuning subject counts replacing the scale's (nested, increasing).
@@ -317,6 +319,7 @@ class StudyConfig:
     pretrain_overrides: dict[str, Any] = field(default_factory=dict)
     finetune_overrides: dict[str, Any] = field(default_factory=dict)
     sequence_overrides: dict[str, Any] = field(default_factory=dict)
+    night_overrides: dict[str, Any] = field(default_factory=dict)
     normalize: str | None = None
     budgets: tuple[int, ...] | None = None
     seeds: tuple[int, ...] | None = None
@@ -347,6 +350,7 @@ class StudyConfig:
         PretrainConfig.check_field_names(self.pretrain_overrides, "pretrain_overrides")
         FinetuneConfig.check_field_names(self.finetune_overrides, "finetune_overrides")
         FinetuneConfig.check_field_names(self.sequence_overrides, "sequence_overrides")
+        FinetuneConfig.check_field_names(self.night_overrides, "night_overrides")
 
     def check_settings(self, methods: Sequence[str] = ()) -> None:
         """Build the configurations the study trains with (every arm's fine-tuning, for every
@@ -377,7 +381,9 @@ class StudyConfig:
 
     @property
     def settings(self) -> dict[str, Any]:
-        """What must agree between commands run on the same study directory."""
+        """What must agree between commands run on the same study directory (settings added
+        after studies were made, ``night_overrides``, only when set: those studies stay
+        valid)."""
         keep = (
             "src",
             "store",
@@ -388,6 +394,7 @@ class StudyConfig:
             "sequence_overrides",
             "normalize",
             "budgets",
+            *(["night_overrides"] if self.night_overrides else []),
         )
         values = asdict(self)
         chosen = {k: str(values[k]) if isinstance(values[k], Path) else values[k] for k in keep}
@@ -420,16 +427,16 @@ class StudyConfig:
         """The fine-tuning configuration of ``method``'s ``arm`` on ``budget`` labelled subjects:
         the ``eeg_sleep`` preset and the scale's protocol for everyone (the sequence or night
         arm's changes on top, then what the arm changes at this budget, :func:`budget_settings`),
-        then the study's overrides (every arm's, then the sequence arm's); from-scratch baselines
-        get no layer-wise decay and their own position-embedding choice."""
+        then the study's overrides (every arm's, then the sequence or night arm's); from-scratch
+        baselines get no layer-wise decay and their own position-embedding choice."""
         scale = SCALES[self.scale]
-        sequence = arm == "sequence"
+        arm_overrides = {"sequence": self.sequence_overrides, "night": self.night_overrides}
         values = {
             **scale["finetune"],
             **scale.get(arm, {}),
             **budget_settings(scale, arm, budget),
             **self.finetune_overrides,
-            **(self.sequence_overrides if sequence else {}),
+            **arm_overrides.get(arm, {}),
         }
         if method in SCRATCH_METHODS:
             values["layer_decay"] = None

@@ -44,6 +44,7 @@ TINY_SEQUENCE = {
     "min_steps": 12,
     "eval_every_steps": 4,
 }
+TINY_NIGHT = {**TINY_SEQUENCE, "context": "night", "night_crop": 20}
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +63,7 @@ def tiny_study(out: Path, cohort: Path, **overrides: object) -> SleepStudy:
         pretrain_overrides=TINY_PRETRAIN,
         finetune_overrides=TINY_FINETUNE,
         sequence_overrides=TINY_SEQUENCE,
+        night_overrides=TINY_NIGHT,
         budgets=(1, 2),
         seeds=(0, 1),
         **overrides,  # type: ignore[arg-type]
@@ -123,7 +125,7 @@ def test_sleep_staging_table_figures_and_a_resume_that_recomputes_nothing(
     assert cell.settings["augmentations"] == ["time_shift", "amplitude_scale", "channel_dropout"]
     assert study.load_cell("part", "probe", 1, 0).settings["C"] > 0
     night = study.load_cell("supervised", "night", 1, 0).settings
-    assert night["night_crop"] == 120 and night["budget_settings"] == {}  # below the table
+    assert night["night_crop"] == 20 and night["budget_settings"] == {}  # below the table
     for figure in ("pretext.png", "finetune_validation.png", "confusion_matrices.png"):
         assert (out / figure).stat().st_size > 1000
     assert list(out.glob("hypnogram_*.png"))
@@ -236,11 +238,18 @@ def test_the_night_arm_and_its_settings_per_labelled_subject_budget(tmp_path: Pa
     for budget, changes in table.items():
         chosen = config.finetune_config("supervised", 0, arm="night", budget=budget)
         assert {name: getattr(chosen, name) for name in changes} == changes
-    # the study's overrides come after the budget's
+    # the study's overrides come after the budget's, the night arm's last
     overridden = StudyConfig(
-        out=tmp_path / "t", progress=False, finetune_overrides={"min_steps": 7}
+        out=tmp_path / "t",
+        progress=False,
+        finetune_overrides={"min_steps": 7, "batch_size": 5},
+        night_overrides={"batch_size": 3},
     )
-    assert overridden.finetune_config("supervised", 0, arm="night", budget=8).min_steps == 7
+    chosen = overridden.finetune_config("supervised", 0, arm="night", budget=8)
+    assert (chosen.min_steps, chosen.batch_size) == (7, 3)
+    assert overridden.finetune_config("supervised", 0, arm="sequence").batch_size == 5
+    assert "night_overrides" in overridden.settings  # recorded when set, and only then:
+    assert "night_overrides" not in config.settings  # studies made before it stay valid
     # PART across windows pretrains its temporal level on segments as long as the night crop
     assert config.pretrain_config("part_windows").segment_windows == arm["night_crop"]
 
