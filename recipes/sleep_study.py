@@ -354,8 +354,9 @@ class StudyConfig:
 
     def check_settings(self, methods: Sequence[str] = ()) -> None:
         """Build the configurations the study trains with (every arm's fine-tuning, for every
-        seed; the pretraining of ``methods``), so that a bad setting (``context=0``, a step
-        budget of 0...) is refused before anything is written, not when its row trains.
+        seed and budget; the pretraining of ``methods``), so that a bad setting (``context=0``,
+        ``night_crop=0``, a step budget of 0...) is refused before anything is written, not when
+        its row trains.
 
         Raises:
             InputError: Naming the configuration field (``FinetuneConfig.context``...).
@@ -363,11 +364,13 @@ class StudyConfig:
         for method in dict.fromkeys(["part", *methods]):
             if method in list_objectives():
                 self.pretrain_config(method)
+        budgets = self.budgets or SCALES[self.scale]["budgets"]
         for seed in sorted({self.seed, *(self.seeds or SCALES[self.scale]["seeds"])}):
             for method in ("part", *SCRATCH_METHODS):
-                for arm in ("window", "sequence"):
+                for arm in ("window", "sequence", "night"):
                     if arm in method_arms(method):
-                        self.finetune_config(method, seed, arm)
+                        for budget in budgets:
+                            self.finetune_config(method, seed, arm, budget)
 
     @property
     def normalization(self) -> str:

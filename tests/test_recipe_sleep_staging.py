@@ -252,6 +252,12 @@ def test_the_night_arm_and_its_settings_per_labelled_subject_budget(tmp_path: Pa
     assert "night_overrides" not in config.settings  # studies made before it stay valid
     # PART across windows pretrains its temporal level on segments as long as the night crop
     assert config.pretrain_config("part_windows").segment_windows == arm["night_crop"]
+    config.check_settings()
+    # the night arm's settings are checked with the others', before a study writes anything
+    bad = StudyConfig(out=tmp_path / "u", progress=False, night_overrides={"night_crop": 0})
+    with pytest.raises(InputError, match=r"^FinetuneConfig\.night_crop: expected .*got 0"):
+        bad.check_settings()
+    assert not (tmp_path / "u").exists()
 
 
 def test_a_step_budget_override_reaches_every_arm_and_the_sequence_override_comes_last(
