@@ -9,6 +9,7 @@ from partnd._validation import InputError
 from partnd.models import (
     HierarchicalEncoder,
     NightClassifier,
+    ViTEncoder,
     create_encoder,
     create_temporal_encoder,
 )
@@ -161,3 +162,16 @@ def test_a_pretrained_temporal_level_initialises_the_night_level() -> None:
     assert temporal.num_positions == 12  # the given encoder is copied, not changed
     with pytest.raises(InputError, match="num_classes"):
         NightClassifier(encoder, 1)
+    conv = ViTEncoder(
+        in_chans=1,
+        patch_size=window.embed_dim,
+        ndim=1,
+        embed_dim=16,
+        depth=1,
+        num_heads=2,
+        num_positions=12,
+        pos_mask_ratio=0.5,
+        frontend="conv",
+    )  # a mask embedding cannot be folded into a convolutional stem
+    with pytest.raises(InputError, match=r"^encoder: expected a temporal level with the linear"):
+        NightClassifier(HierarchicalEncoder(window, conv, WINDOW), 5)

@@ -36,7 +36,7 @@ and the time embedding (which starts at zero) place it.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -88,8 +88,16 @@ class NightClassifier(RecordClassifier):
         super().__init__(encoder, num_classes, copy_encoder=copy_encoder)
         temporal = self.encoder.temporal
         if temporal.pos_mask_token is not None:
+            projection = temporal.patch_embed
+            check(
+                isinstance(projection, nn.Linear),
+                "encoder",
+                "a temporal level with the linear front-end (its mask embedding is folded into "
+                "the token projection's bias)",
+                type(projection).__name__,
+            )
             with torch.no_grad():
-                temporal.patch_embed.bias.add_(temporal.pos_mask_token)
+                cast(nn.Linear, projection).bias.add_(temporal.pos_mask_token)
         if temporal.pos_embed is not None:
             temporal.remove_position_embedding()
         width = temporal.embed_dim
