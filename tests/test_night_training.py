@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from torch.utils.data import Subset
 
 from partnd._validation import InputError
 from partnd.datasets.nights import SleepNightDataset, time_of_night
-from partnd.datasets.sleep_windows import InMemoryWindows
+from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
 from partnd.datasets.store import STAGE_NAMES, create_store, write_record
 from partnd.engine.config import FinetuneConfig
 from partnd.models import NightClassifier
@@ -142,6 +143,11 @@ def test_save_load_and_predict_give_the_same_nights(gappy_store, tmp_path: Path)
     torch.testing.assert_close(torch.from_numpy(array.probabilities), direct)
     back_to_back = predict(reloaded, night.windows.numpy(), device="cpu").probabilities
     assert np.abs(back_to_back - direct.numpy()).max() > 1e-4
+    # store windows under a Subset (of every record's windows) are read within their whole night
+    every = SleepWindowDataset(gappy_store)  # a: 9 windows, b, c
+    of_b = predict(reloaded, Subset(every, [13, 9]), device="cpu")  # b's windows 4 and 0
+    torch.testing.assert_close(torch.from_numpy(of_b.probabilities), direct[[4, 0]])
+    assert of_b.window_onsets().tolist() == [185.0, 5.0]
     with pytest.raises(InputError, match="onsets"):
         predict(reloaded, night.windows.numpy()[:3], onsets=[0.0, 30.0, 30.0], device="cpu")
 
