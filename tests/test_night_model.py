@@ -15,6 +15,8 @@ from partnd.models import (
 )
 from partnd.models.night import HALF_LIFE_HOURS
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 CHANNELS, TILE, WINDOW = 2, 10, 60  # 6 tiles per window
 
 

@@ -17,6 +17,8 @@ from partnd.engine.config import FinetuneConfig
 from partnd.models import NightClassifier
 from partnd.sequence_training import build_sequence_classifier, predict_nights
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 NAMES = ["W", "N1", "N2", "N3", "R"]
 
 
@@ -152,7 +154,6 @@ def test_save_load_and_predict_give_the_same_nights(gappy_store, tmp_path: Path)
         predict(reloaded, night.windows.numpy()[:3], onsets=[0.0, 30.0, 30.0], device="cpu")
 
 
-@pytest.mark.slow
 def test_finetune_learns_a_planted_task_and_evaluates_whole_nights(tmp_path: Path) -> None:
     from partnd.finetuning import evaluate, finetune
 
