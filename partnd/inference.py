@@ -338,7 +338,9 @@ def predict(
             :class:`~partnd.models.SequenceClassifier` reads store windows within their night
             (each run of consecutive windows whole, so a Subset's windows get the
             probabilities they have in the whole night), and other data as one night's
-            consecutive windows in the order given.
+            consecutive windows in the order given; a :class:`~partnd.models.NightClassifier`
+            reads store windows within their whole record, and other data as one night with
+            its time from ``onsets`` (increasing; default back to back).
         class_names: K names; default the classifier's recorded ``class_names``, else ``"0"``...
         epoch_seconds: Window duration; default the store's, else the model's recorded window
             length, else 30 s.
