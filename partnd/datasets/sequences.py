@@ -19,7 +19,7 @@ prediction and evaluation).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,11 +32,13 @@ from tqdm.auto import tqdm
 
 from partnd._validation import InputError, check
 from partnd.datasets.sleep_windows import (
+    _check_labelled_records,
     _resolve_channels,
     _resolve_records,
     _store_path,
     instance_normalize,
     item_position,
+    keep_labels,
     record_normalize,
     resolve_normalization,
 )
@@ -85,10 +87,15 @@ class SleepSequenceDataset(Dataset[SequenceItem]):
         in_memory: Load the selected records once (fast; ``N * C * T * 4`` bytes) instead of
             reading every item from the store.
         progress: Show a progress bar while loading.
+        labelled_windows: ``{record: window indices}`` that keep their stage; every other window
+            is unlabelled (``-1``) and stays in its sequences as context (for a budget of labelled
+            windows, :mod:`partnd.datasets.label_budget`: with ``labelled_only`` only sequences
+            holding a kept window remain). ``None`` keeps every stored stage.
 
     Raises:
         InputError: Unknown records, subjects, channels or split; an empty selection; a bad
-            ``context`` or ``stride``.
+            ``context`` or ``stride``; a ``labelled_windows`` entry outside the selection or
+            unlabelled.
     """
 
     def __init__(
@@ -106,6 +113,7 @@ class SleepSequenceDataset(Dataset[SequenceItem]):
         dtype: torch.dtype = torch.float32,
         in_memory: bool = True,
         progress: bool = True,
+        labelled_windows: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
         check(isinstance(context, int) and context >= 1, "context", "an int >= 1 windows", context)
         check(isinstance(stride, int) and stride >= 1, "stride", "an int >= 1 windows", stride)
@@ -128,7 +136,11 @@ class SleepSequenceDataset(Dataset[SequenceItem]):
         self.stage_names: tuple[str, ...] = tuple(opened.stage_names)
         self._channel_index, self._ch_names = _resolve_channels(list(opened.channels), channels)
         self.records: tuple[str, ...] = tuple(_resolve_records(opened, records, subjects, split))
-        self._stages = {r: opened.stages(r).astype(np.int64) for r in self.records}
+        _check_labelled_records(labelled_windows, self.records)
+        self._stages = {
+            r: keep_labels(opened.stages(r), r, labelled_windows).astype(np.int64)
+            for r in self.records
+        }
         self._runs = {r: self._spans(opened, r) for r in self.records}
         self._index = self._build_index(labelled_only)
         self._memory: dict[str, Tensor] | None = None

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import os
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -37,7 +37,7 @@ from torch.utils.data import Dataset, Sampler
 from tqdm.auto import tqdm
 
 from partnd._validation import InputError, check
-from partnd.datasets.store import SleepStore
+from partnd.datasets.store import UNLABELLED, SleepStore
 
 __all__ = [
     "NORMALIZATIONS",
@@ -47,6 +47,7 @@ __all__ = [
     "SleepWindowDataset",
     "instance_normalize",
     "item_position",
+    "keep_labels",
     "record_normalize",
     "resolve_normalization",
 ]
@@ -143,6 +144,52 @@ def _store_path(store: str | Path | SleepStore, argument: str) -> Path:
     return Path(store)
 
 
+def keep_labels(
+    stages: np.ndarray, record: str, labelled_windows: Mapping[str, Sequence[int]] | None
+) -> np.ndarray:
+    """The stages of ``record`` with every window outside ``labelled_windows[record]`` unlabelled.
+
+    Args:
+        stages: ``[W]`` stage codes of the record's windows (``-1`` unlabelled).
+        record: The record's id.
+        labelled_windows: ``{record: window indices}`` that keep their stage (a record absent
+            keeps none); ``None`` keeps every stage.
+
+    Returns:
+        ``[W]`` int8 stage codes, ``-1`` outside the kept windows.
+
+    Raises:
+        InputError: A kept window is outside the record or unlabelled.
+    """
+    if labelled_windows is None:
+        return stages
+    kept = np.asarray(labelled_windows.get(record, ()), dtype=np.int64)
+    check(
+        bool(((kept >= 0) & (kept < len(stages))).all()),
+        "labelled_windows",
+        f"window indices in [0, {len(stages)}) for record {record!r}",
+        kept[(kept < 0) | (kept >= len(stages))].tolist(),
+    )
+    check(
+        bool((stages[kept] >= 0).all()),
+        "labelled_windows",
+        f"labelled windows of record {record!r}",
+        f"unlabelled windows {kept[stages[kept] < 0].tolist()}",
+    )
+    masked = np.full(len(stages), UNLABELLED, dtype=np.int8)
+    masked[kept] = stages[kept]
+    return masked
+
+
+def _check_labelled_records(
+    labelled_windows: Mapping[str, Sequence[int]] | None, records: Sequence[str]
+) -> None:
+    """Every record of ``labelled_windows`` must be a selected record."""
+    if labelled_windows is not None:
+        unknown = sorted(set(labelled_windows) - set(records))
+        check(not unknown, "labelled_windows", "records of the selection", unknown)
+
+
 class _SelectedWindows:
     """Selection of windows of a sleep store: which records, which windows, their labels.
 
@@ -163,6 +210,7 @@ class _SelectedWindows:
         channels: Sequence[str] | None,
         dtype: torch.dtype,
         return_index: bool,
+        labelled_windows: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
         self.store_path = _store_path(store, "store")
         opened = store if isinstance(store, SleepStore) else SleepStore(self.store_path)
@@ -193,15 +241,20 @@ class _SelectedWindows:
             if self._channel_index is not None:
                 scales = scales[:, self._channel_index]
             self._scales = torch.from_numpy(scales.astype(np.float32))
-        self._build_index(opened)
+        _check_labelled_records(labelled_windows, self.records)
+        self._build_index(opened, labelled_windows)
 
-    def _build_index(self, store: SleepStore) -> None:
+    def _build_index(
+        self, store: SleepStore, labelled_windows: Mapping[str, Sequence[int]] | None
+    ) -> None:
         record_parts, window_parts, label_parts, chunk_parts = [], [], [], []
         chunk_offset = 0
         self.record_n_windows = np.zeros(len(self.records), dtype=np.int64)
         self.record_chunk_windows = np.zeros(len(self.records), dtype=np.int64)
         for position, record_id in enumerate(self.records):
-            stages = np.asarray(store.stages(record_id), dtype=np.int8)
+            stages = keep_labels(
+                np.asarray(store.stages(record_id), dtype=np.int8), record_id, labelled_windows
+            )
             chunk_windows = int(store.chunk_windows(record_id))
             self.record_n_windows[position] = len(stages)
             self.record_chunk_windows[position] = chunk_windows
@@ -390,9 +443,14 @@ class SleepWindowDataset(_SelectedWindows, Dataset[Sample]):
         return_index: Also return the dataset index of each window.
         cache_bytes: Bound of the decoded-chunk LRU cache per process (``0`` disables it). Keep it
             above ``shuffle_buffer_chunks`` chunks (one float32 chunk of 64 × 6 × 3000 is 4.6 MB).
+        labelled_windows: ``{record: window indices}`` that keep their stage; every other
+            window of the selection is unlabelled (``-1``; dropped with ``labelled_only``). For
+            a budget of labelled windows (:mod:`partnd.datasets.label_budget`); ``None`` keeps
+            every stored stage.
 
     Raises:
-        InputError: Unknown records, subjects, channels or split, or an empty selection.
+        InputError: Unknown records, subjects, channels or split, an empty selection, or a
+            ``labelled_windows`` entry outside the selection or unlabelled.
     """
 
     def __init__(
@@ -408,6 +466,7 @@ class SleepWindowDataset(_SelectedWindows, Dataset[Sample]):
         dtype: torch.dtype = torch.float32,
         return_index: bool = False,
         cache_bytes: int = 64 * 2**20,
+        labelled_windows: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
         super().__init__(
             store,
@@ -419,6 +478,7 @@ class SleepWindowDataset(_SelectedWindows, Dataset[Sample]):
             channels=channels,
             dtype=dtype,
             return_index=return_index,
+            labelled_windows=labelled_windows,
         )
         check(cache_bytes >= 0, "cache_bytes", "an int >= 0", cache_bytes)
         self.cache_bytes = int(cache_bytes)
@@ -567,7 +627,8 @@ class InMemoryWindows(_SelectedWindows, Dataset[Sample]):
 
     Meant for small subsets (e.g. the 10-subject fine-tuning set: about 10 000 windows, 0.7 GB as
     float32). Windows are normalised once at load time. Arguments are those of
-    :class:`SleepWindowDataset` (without ``cache_bytes``) plus ``progress``.
+    :class:`SleepWindowDataset` (without ``cache_bytes``) plus ``progress``; with
+    ``labelled_windows`` and ``labelled_only`` only the kept windows are read.
 
     Attributes:
         windows: ``[N, C, T]`` tensor of ``dtype`` (normalised if ``normalize``).
@@ -586,6 +647,7 @@ class InMemoryWindows(_SelectedWindows, Dataset[Sample]):
         dtype: torch.dtype = torch.float32,
         return_index: bool = False,
         progress: bool = True,
+        labelled_windows: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
         super().__init__(
             store,
@@ -597,6 +659,7 @@ class InMemoryWindows(_SelectedWindows, Dataset[Sample]):
             channels=channels,
             dtype=dtype,
             return_index=return_index,
+            labelled_windows=labelled_windows,
         )
         self.windows = torch.empty((len(self), self.n_chans, self.n_times), dtype=dtype)
         store_handle = self._open_store()
