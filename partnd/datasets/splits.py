@@ -118,10 +118,20 @@ class SubjectSplit:
             the previous one. A size above ``len(finetune_pool)`` gets the whole pool (warned about
             when the split was made).
         """
+        order = self.finetune_order(seed)
+        return {size: tuple(sorted(order[:size])) for size in self.finetune_sizes}
+
+    def finetune_order(self, seed: int) -> tuple[str, ...]:
+        """The fine-tuning pool in the seed's order: the first ``n`` subjects are the ``n``-subject
+        set of the seed's nested chain, for any ``n`` (:meth:`finetune_subsets` for the split's
+        sizes).
+
+        Args:
+            seed: Chain seed.
+        """
         check(isinstance(seed, int | np.integer), "seed", "an int", seed)
         rng = np.random.default_rng([int(seed), _FINETUNE_STREAM])
-        order = [self.finetune_pool[i] for i in rng.permutation(len(self.finetune_pool))]
-        return {size: tuple(sorted(order[:size])) for size in self.finetune_sizes}
+        return tuple(self.finetune_pool[i] for i in rng.permutation(len(self.finetune_pool)))
 
     def records_of(self, subjects: Iterable[str], *, labelled_only: bool = True) -> list[str]:
         """Return the sorted records of ``subjects`` (only labelled ones by default).

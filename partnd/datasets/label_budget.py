@@ -1,0 +1,342 @@
+"""How many labels a sample-efficiency cell gets, and which: whole nights, or windows per stage.
+
+A :class:`LabelBudget` is either a number of labelled *subjects* (every labelled window of their
+nights) or a number of labelled *windows per stage* drawn from the fine-tuning subjects' windows
+(Banville et al. 2021 count labels per class). Written ``"2"`` and ``"w20"`` on command lines and
+in result files.
+
+:func:`draw_labels` makes one *draw* of a budget for one seed, from a fixed
+:class:`~partnd.datasets.splits.SubjectSplit` (the test subjects never change):
+
+* **subjects**: the first ``n`` subjects of the seed's permutation of the fine-tuning pool
+  (:meth:`SubjectSplit.finetune_order`: nested, ``1 ⊂ 2 ⊂ 4 ⊂ 8`` within a seed); the validation
+  subjects are drawn (seeded) from the rest of the pool;
+* **windows per stage**: the validation subjects are drawn (seeded) from the whole pool first;
+  the labelled windows are then drawn from the other pool subjects' labelled windows by
+  :func:`sample_windows_per_stage`. Every other window of those nights stays available as
+  unlabelled context (label ``-1``).
+
+Labelled and validation subjects are therefore never shared, and neither is ever a test subject.
+
+:func:`sample_windows_per_stage` draws ``k`` windows of every stage uniformly without replacement
+from the labelled windows of the given records. A stage with fewer than ``k`` windows there gives
+all of its windows (and a warning naming the stage and the count); the drawn and available counts
+per stage are kept in the result. Randomness comes from :func:`numpy.random.default_rng` seeded
+with ``[seed, stream]`` over sorted record ids, so a draw depends only on the records, their
+labels and the seed.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from partnd._validation import check
+from partnd.datasets.splits import SubjectSplit
+from partnd.datasets.store import SleepStore
+
+__all__ = [
+    "LabelBudget",
+    "LabelDraw",
+    "StageSample",
+    "draw_labels",
+    "sample_windows_per_stage",
+]
+
+_WINDOW_STREAM = 2  # splits.py draws the test subjects with stream 0, the chains with 1
+_WINDOW_BUDGET = re.compile(r"w([0-9]+)")
+
+
+@dataclass(frozen=True)
+class LabelBudget:
+    """A labelled budget: the nights of ``subjects`` subjects, or ``windows_per_stage`` windows of
+    every stage. Exactly one is set.
+
+    Attributes:
+        subjects: Number of labelled subjects (all their labelled windows).
+        windows_per_stage: Number of labelled windows drawn per stage.
+    """
+
+    subjects: int | None = None
+    windows_per_stage: int | None = None
+
+    def __post_init__(self) -> None:
+        values = [v for v in (self.subjects, self.windows_per_stage) if v is not None]
+        check(
+            len(values) == 1
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values),
+            "budget",
+            "exactly one of subjects and windows_per_stage, a positive int",
+            f"subjects={self.subjects!r}, windows_per_stage={self.windows_per_stage!r}",
+        )
+
+    @classmethod
+    def parse(cls, value: int | str | LabelBudget, argument: str = "budget") -> LabelBudget:
+        """A budget from its written form: ``2`` or ``"2"`` (subjects), ``"w20"`` (windows per
+        stage).
+
+        Raises:
+            InputError: Anything else, naming ``argument``.
+        """
+        if isinstance(value, LabelBudget):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return cls(subjects=value)
+        text = str(value).strip()
+        windows = _WINDOW_BUDGET.fullmatch(text)
+        check(
+            (text.isdigit() and int(text) >= 1) or (windows is not None and int(text[1:]) >= 1),
+            argument,
+            "a number of labelled subjects (e.g. 2) or of labelled windows per stage (e.g. w20)",
+            repr(value),
+        )
+        if windows is not None:
+            return cls(windows_per_stage=int(windows.group(1)))
+        return cls(subjects=int(text))
+
+    def __str__(self) -> str:
+        return str(self.subjects) if self.subjects is not None else f"w{self.windows_per_stage}"
+
+    def to_json(self) -> int | str:
+        """The written form in JSON: an int for subjects, ``"w20"`` for windows per stage."""
+        return self.subjects if self.subjects is not None else str(self)
+
+    @property
+    def sort_key(self) -> tuple[int, int]:
+        """Scarcest first: every window budget (by size) before every subject budget."""
+        if self.windows_per_stage is not None:
+            return (0, self.windows_per_stage)
+        assert self.subjects is not None
+        return (1, self.subjects)
+
+
+@dataclass(frozen=True)
+class StageSample:
+    """Windows drawn per stage from some records (see :func:`sample_windows_per_stage`).
+
+    Attributes:
+        per_stage: Windows asked for per stage.
+        seed: Seed of the draw.
+        stage_names: Stage names by code.
+        windows: ``{record: [n] int64 sorted window indices}`` of the drawn windows, records
+            holding none left out.
+        counts: Drawn windows per stage code (``per_stage`` unless the stage had fewer).
+        available: Labelled windows per stage code in the records drawn from.
+    """
+
+    per_stage: int
+    seed: int
+    stage_names: tuple[str, ...]
+    windows: Mapping[str, np.ndarray]
+    counts: tuple[int, ...]
+    available: tuple[int, ...]
+
+    @property
+    def records(self) -> tuple[str, ...]:
+        """Records holding at least one drawn window, sorted."""
+        return tuple(sorted(self.windows))
+
+    @property
+    def total(self) -> int:
+        """Number of drawn windows."""
+        return int(sum(self.counts))
+
+    @property
+    def short_stages(self) -> tuple[str, ...]:
+        """Stages that had fewer labelled windows than asked (all of theirs were drawn)."""
+        return tuple(
+            name
+            for name, count in zip(self.stage_names, self.counts, strict=True)
+            if count < self.per_stage
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the drawn windows per record, the counts per stage name)."""
+        return {
+            "per_stage": self.per_stage,
+            "seed": self.seed,
+            "counts": dict(zip(self.stage_names, self.counts, strict=True)),
+            "available": dict(zip(self.stage_names, self.available, strict=True)),
+            "windows": {record: self.windows[record].tolist() for record in self.records},
+        }
+
+
+def _open(store: str | Path | SleepStore) -> SleepStore:
+    return store if isinstance(store, SleepStore) else SleepStore(store)
+
+
+def sample_windows_per_stage(
+    store: str | Path | SleepStore,
+    records: Sequence[str],
+    per_stage: int,
+    *,
+    seed: int,
+) -> StageSample:
+    """Draw ``per_stage`` labelled windows of every stage from ``records`` (without replacement).
+
+    Args:
+        store: The sleep store (its stage labels are read; no signal is).
+        records: Records to draw from (distinct; their order does not matter).
+        per_stage: Windows per stage, at least 1.
+        seed: Seed of the draw: the same records, labels and seed give the same windows.
+
+    Returns:
+        The :class:`StageSample`. A stage with fewer than ``per_stage`` labelled windows in
+        ``records`` contributes all of them (warned about; ``counts`` < ``per_stage``).
+
+    Raises:
+        InputError: Unknown or repeated records, a bad ``per_stage``, or no labelled window.
+    """
+    opened = _open(store)
+    check(
+        isinstance(per_stage, int) and not isinstance(per_stage, bool) and per_stage >= 1,
+        "per_stage",
+        "an int >= 1 (labelled windows per stage)",
+        repr(per_stage),
+    )
+    check(not isinstance(records, str), "records", "a sequence of record ids", records)
+    ordered = sorted(records)
+    check(len(set(ordered)) == len(ordered), "records", "distinct record ids", list(records))
+    known = set(opened.record_ids())
+    unknown = [r for r in ordered if r not in known]
+    check(not unknown, "records", "record ids present in the store", unknown)
+    stage_names = tuple(opened.stage_names)
+    stages = [opened.stages(r).astype(np.int64) for r in ordered]
+    record_of = np.concatenate([np.full(len(s), p) for p, s in enumerate(stages)]).astype(np.int64)
+    window_of = np.concatenate([np.arange(len(s)) for s in stages]).astype(np.int64)
+    labels = np.concatenate(stages)
+    check(
+        bool((labels >= 0).any()),
+        "records",
+        "records holding at least one labelled window",
+        f"{len(ordered)} record(s) without one",
+    )
+    rng = np.random.default_rng([int(seed), _WINDOW_STREAM])
+    chosen, counts, available = [], [], []
+    for code in range(len(stage_names)):
+        candidates = np.flatnonzero(labels == code)
+        take = min(per_stage, len(candidates))
+        chosen.append(candidates[rng.choice(len(candidates), size=take, replace=False)])
+        counts.append(take)
+        available.append(len(candidates))
+    short = [
+        f"{name} ({count})"
+        for name, count in zip(stage_names, counts, strict=True)
+        if count < per_stage
+    ]
+    if short:
+        warnings.warn(
+            f"fewer than {per_stage} labelled windows of stage(s) {', '.join(short)} in the "
+            f"{len(ordered)} record(s) drawn from: all of them are used",
+            UserWarning,
+            stacklevel=2,
+        )
+    picked = np.sort(np.concatenate(chosen))
+    windows = {
+        ordered[position]: np.sort(window_of[picked[record_of[picked] == position]])
+        for position in np.unique(record_of[picked]).tolist()
+    }
+    return StageSample(
+        per_stage=per_stage,
+        seed=int(seed),
+        stage_names=stage_names,
+        windows=windows,
+        counts=tuple(counts),
+        available=tuple(available),
+    )
+
+
+@dataclass(frozen=True)
+class LabelDraw:
+    """One draw of a budget for one seed (see :func:`draw_labels`).
+
+    Attributes:
+        budget: The budget drawn.
+        seed: The draw's seed.
+        subjects: Labelled subjects: those whose windows carry the labels, sorted.
+        validation: Validation subjects (checkpoint selection), sorted; never in ``subjects``.
+        sample: For a window budget, the labelled windows; ``None`` for a subject budget (every
+            labelled window of ``subjects``).
+    """
+
+    budget: LabelBudget
+    seed: int
+    subjects: tuple[str, ...]
+    validation: tuple[str, ...]
+    sample: StageSample | None = field(default=None)
+
+    @property
+    def labelled_windows(self) -> Mapping[str, np.ndarray] | None:
+        """``{record: window indices}`` that keep their labels (``None``: every labelled window
+        of ``subjects``), as the datasets' ``labelled_windows`` argument takes it."""
+        return None if self.sample is None else self.sample.windows
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form: the budget, seed, subjects, validation subjects and drawn windows."""
+        return {
+            "budget": self.budget.to_json(),
+            "seed": self.seed,
+            "subjects": list(self.subjects),
+            "validation": list(self.validation),
+            **({} if self.sample is None else {"windows": self.sample.to_dict()}),
+        }
+
+
+def draw_labels(
+    split: SubjectSplit,
+    store: str | Path | SleepStore,
+    budget: LabelBudget | int | str,
+    seed: int,
+    *,
+    n_validation: int,
+) -> LabelDraw:
+    """Draw the labelled and validation subjects (and windows) of ``budget`` for ``seed``.
+
+    Args:
+        split: The subject split (test subjects and fine-tuning pool).
+        store: The sleep store the split was made from (labels of a window budget's draw).
+        budget: A :class:`LabelBudget` or its written form (``2``, ``"w20"``).
+        seed: Seed of the draw; every row of a study with the same budget and seed gets the same
+            draw, so differences between rows are paired.
+        n_validation: Validation subjects to draw (fewer when the pool has no more).
+
+    Returns:
+        The :class:`LabelDraw`.
+    """
+    budget = LabelBudget.parse(budget)
+    check(isinstance(seed, int | np.integer), "seed", "an int", seed)
+    check(n_validation >= 0, "n_validation", "an int >= 0", n_validation)
+    if budget.subjects is not None:
+        training = tuple(sorted(split.finetune_order(int(seed))[: budget.subjects]))
+        validation = _validation(split, training, int(seed), n_validation)
+        return LabelDraw(budget, int(seed), training, validation)
+    assert budget.windows_per_stage is not None
+    validation = _validation(split, (), int(seed), n_validation)
+    source = sorted(set(split.finetune_pool) - set(validation))
+    check(
+        bool(source),
+        "budget",
+        f"fine-tuning subjects left after the {len(validation)} validation subjects",
+        f"a pool of {len(split.finetune_pool)}",
+    )
+    sample = sample_windows_per_stage(
+        store, split.records_of(source), budget.windows_per_stage, seed=int(seed)
+    )
+    subject_of = {r: info.subject_id for r, info in split.records.items()}
+    subjects = tuple(sorted({subject_of[r] for r in sample.records}))
+    return LabelDraw(budget, int(seed), subjects, validation, sample)
+
+
+def _validation(
+    split: SubjectSplit, training: Sequence[str], seed: int, n_validation: int
+) -> tuple[str, ...]:
+    """``n_validation`` pool subjects outside ``training``, drawn with ``[split.seed, seed]``."""
+    rest = sorted(set(split.finetune_pool) - set(training))
+    order = np.random.default_rng([split.seed, seed]).permutation(len(rest))
+    return tuple(sorted(rest[i] for i in order[:n_validation]))
