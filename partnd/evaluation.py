@@ -16,6 +16,8 @@ beat):
   monitor).
 * :class:`KNNMonitor`: the kNN accuracy of a small labelled subset logged after every epoch of
   ``pretrain`` (``monitor=KNNMonitor(train, test)``).
+* :class:`PretextMonitor`: the pretext error on held-out data, logged after pretraining epochs
+  and used to choose the pretraining budget (``select_metric="heldout_error"``).
 
 Each returns a :class:`~partnd.metrics.ClassificationReport` (accuracy, Cohen's kappa, F1).
 """
@@ -32,13 +34,15 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from partnd._validation import check
-from partnd.data import as_labelled_dataset
+from partnd.data import as_labelled_dataset, as_signal_dataset
 from partnd.engine.distributed import resolve_device
 from partnd.metrics import ClassificationReport, classification_metrics
 from partnd.models.vit import ViTEncoder
+from partnd.objectives.diagnostics import pretext_error
 
 __all__ = [
     "KNNMonitor",
+    "PretextMonitor",
     "ProbeResult",
     "extract_features",
     "knn_eval",
@@ -376,3 +380,73 @@ class KNNMonitor:
             return {}
         report = knn_eval(model, self.train, self.test, k=self.k, batch_size=self.batch_size)
         return {"knn_accuracy": report.accuracy, "knn_kappa": report.cohen_kappa}
+
+
+class PretextMonitor:
+    """The pretext error of a pretraining objective on held-out data, after pretraining epochs.
+
+    Pass it as ``pretrain(..., monitor=PretextMonitor(held_out), select_metric="heldout_error")``
+    to choose the pretraining budget on held-out nights. At every evaluation (after the epochs
+    that ``eval_every_steps`` lets through) the objective (EMA weights when on) runs in eval mode
+    without gradient on the same held-out items with the same sampling generator, so it draws the
+    same patches, windows, pairs and masks every time and successive values differ only by the
+    weights. Logged as ``phase="val"``: the objective's loss and diagnostics averaged over the
+    items, prefixed ``heldout_``, and ``heldout_error``, its error over the content-free floor
+    (:func:`~partnd.objectives.diagnostics.pretext_error`; 1.0: nothing learned from content).
+
+    Args:
+        data: Held-out items in the form the objective trains on: segments ``[C, S*T]`` for PART
+            across windows (e.g. a :class:`~partnd.datasets.segments.SleepSegmentDataset` of
+            held-out nights), single items ``[C, *spatial]`` otherwise; a dataset (items or
+            tuples starting with one) or an array ``[N, C, *spatial]``.
+        max_items: Evaluate a fixed seeded subset of at most this many items; ``None``: all.
+        batch_size: Items per forward pass.
+        seed: Seed of the subset and of the sampling generator.
+    """
+
+    def __init__(
+        self,
+        data: DataLike,
+        *,
+        max_items: int | None = 256,
+        batch_size: int = 16,
+        seed: int = 0,
+    ) -> None:
+        check(batch_size >= 1, "batch_size", "an int >= 1", repr(batch_size))
+        check(max_items is None or max_items >= 1, "max_items", "None or an int >= 1", max_items)
+        self.data, _ = as_signal_dataset(data, "data", same_shape=False)
+        count = len(self.data)
+        rng = np.random.default_rng(seed)
+        chosen = np.arange(count) if max_items is None or max_items >= count else None
+        if chosen is None:
+            assert max_items is not None
+            chosen = np.sort(rng.choice(count, size=max_items, replace=False))
+        self.indices: list[int] = chosen.tolist()
+        self.batch_size = batch_size
+        self.seed = seed
+
+    @torch.no_grad()
+    def __call__(self, model: nn.Module, epoch: int) -> dict[str, float]:
+        """Args: model: the objective; epoch: 0-based (unused). Returns: the logged values."""
+        device = next(model.parameters()).device
+        was_training = model.training
+        model.eval()
+        generator = torch.Generator(device=device).manual_seed(self.seed)
+        sums: dict[str, float] = {}
+        try:
+            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                for start in range(0, len(self.indices), self.batch_size):
+                    chunk = self.indices[start : start + self.batch_size]
+                    batch = torch.stack(self.data.__getitems__(chunk)).to(device)
+                    output = model(batch, generator=generator)
+                    values = {"loss": output.loss, **output.metrics}
+                    for name, value in values.items():
+                        sums[name] = sums.get(name, 0.0) + float(value) * len(chunk)
+        finally:
+            model.train(was_training)
+        means = {name: total / len(self.indices) for name, total in sums.items()}
+        error = pretext_error(means)
+        return {
+            **{f"heldout_{name}": value for name, value in means.items()},
+            **({} if error is None else {"heldout_error": error}),
+        }

@@ -35,6 +35,7 @@ from torch.utils.data import Dataset
 
 from partnd._validation import InputError
 from partnd.data import as_signal_dataset, data_fingerprint
+from partnd.engine.checkpoint import load_checkpoint
 from partnd.engine.config import PretrainConfig
 from partnd.engine.session import open_session
 from partnd.engine.trainer import EpochEvaluator, Trainer
@@ -74,6 +75,9 @@ class PretrainResult:
         config: The resolved configuration.
         temporal_encoder: PART across windows: the temporal encoder over window embeddings (CPU,
             eval mode, EMA weights when EMA is on); ``None`` for the other methods.
+        selected: With ``select_metric``: the evaluation whose weights were kept (``step``,
+            ``epoch``, the metric's ``value``), the steps trained (``steps``) and whether the
+            run stopped early (``stopped_early``); ``None`` without a selection.
     """
 
     encoder: ViTEncoder
@@ -82,6 +86,7 @@ class PretrainResult:
     run_dir: Path
     config: PretrainConfig
     temporal_encoder: ViTEncoder | None = None
+    selected: dict[str, Any] | None = None
 
 
 class ObjectiveTask:
@@ -114,6 +119,8 @@ def pretrain(
     overwrite: bool = False,
     init_weights: str | Path | None = None,
     monitor: EpochEvaluator | None = None,
+    select_metric: str | None = None,
+    select_mode: str = "min",
     **overrides: Any,
 ) -> PretrainResult:
     """Pretrain a ViT encoder with PART (or another objective, ``method=...``) on ``dataset``.
@@ -137,7 +144,12 @@ def pretrain(
         init_weights: Start the encoder from these weights: an ``encoder.pt``, a run directory, a
             training checkpoint or an encoder state dict.
         monitor: Called after every epoch with the objective (EMA weights when on) and the epoch;
-            its metrics are logged as ``phase="val"`` (e.g. :class:`partnd.evaluation.KNNMonitor`).
+            its metrics are logged as ``phase="val"`` (e.g. :class:`partnd.evaluation.KNNMonitor`,
+            :class:`partnd.evaluation.PretextMonitor`).
+        select_metric: A metric of ``monitor`` to choose the pretraining budget on: the weights
+            of its best evaluation are returned and saved, and ``patience`` (a config field)
+            stops the run once it stops improving (the configured steps are then a cap).
+        select_mode: ``"min"`` (an error, e.g. ``"heldout_error"``) or ``"max"``.
         **overrides: :class:`PretrainConfig` field values (e.g. ``epochs=10``, ``method="part"``).
 
     Returns:
@@ -183,6 +195,8 @@ def pretrain(
             context=session.context,
             run_dir=session.run_dir,
             evaluate=monitor,
+            select_metric=select_metric,
+            select_mode=select_mode,
             checkpoint_extra={
                 "data": data_shape,
                 "encoder": encoder_spec(encoder),
@@ -196,6 +210,7 @@ def pretrain(
         )
         history = trainer.fit(resume_from=session.resume_from)
         final_model = cast(Objective, copy.deepcopy(trainer.eval_model)).cpu().eval()
+        selected = _selected(trainer, final_model, select_metric)
         final_encoder, temporal = final_model.encoder, None
         if isinstance(final_model, CrossWindowPART):
             final_encoder = final_model.hierarchical.window
@@ -213,4 +228,25 @@ def pretrain(
         run_dir=session.run_dir.root,
         config=config,
         temporal_encoder=temporal,
+        selected=selected,
     )
+
+
+def _selected(
+    trainer: Trainer, final_model: Objective, select_metric: str | None
+) -> dict[str, Any] | None:
+    """Load the best evaluation's weights into ``final_model`` and describe the selection."""
+    state = trainer.state
+    if select_metric is None or state.best_step is None:
+        return None
+    if trainer.checkpoints is not None:
+        best = load_checkpoint(trainer.checkpoints.best_path)["model"]
+        final_model.load_state_dict(best)
+    return {
+        "metric": select_metric,
+        "value": state.best_value,
+        "step": state.best_step,
+        "epoch": state.best_epoch,
+        "steps": state.step,
+        "stopped_early": state.stopped_early,
+    }

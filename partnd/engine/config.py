@@ -160,6 +160,10 @@ class TrainConfig:
             the last epoch; ``None`` evaluates after every epoch. With a small labelled set an
             epoch is a few steps: this bounds the cost and the number of candidate checkpoints
             the selection chooses among.
+        patience: Stop early once the metric the run selects its checkpoint on (validation
+            kappa, a held-out pretext error) has not improved for this many evaluations in a
+            row; the run then counts as finished and the best evaluation's weights are its
+            result. ``None``: train the whole budget (the budget is then a cap).
     """
 
     epochs: int = 100
@@ -187,6 +191,7 @@ class TrainConfig:
     max_steps: int | None = None
     min_steps: int | None = None
     eval_every_steps: int | None = None
+    patience: int | None = None
 
     #: Fields that may differ between an interrupted run and its resumption.
     RESUMABLE_CHANGES: ClassVar[frozenset[str]] = frozenset(
@@ -245,6 +250,7 @@ class TrainConfig:
             "max_steps",
             "min_steps",
             "eval_every_steps",
+            "patience",
         ):
             self._positive(name, allow_none=True)
         self._positive("grad_clip", allow_none=True)

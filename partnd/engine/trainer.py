@@ -217,6 +217,10 @@ class TrainState:
         best_epoch: Epoch of ``best_value``.
         best_metrics: All evaluation metrics of the best epoch.
         evaluated_step: Step of the last evaluation (``None`` before the first).
+        best_step: Optimiser step of ``best_value``.
+        evaluations_since_best: Evaluations in a row without a better value (early stopping).
+        stopped_early: The run stopped after ``patience`` evaluations without improvement; it
+            counts as finished.
     """
 
     epoch: int = 0
@@ -228,6 +232,9 @@ class TrainState:
     best_epoch: int | None = None
     best_metrics: dict[str, float] = field(default_factory=dict)
     evaluated_step: int | None = None
+    best_step: int | None = None
+    evaluations_since_best: int = 0
+    stopped_early: bool = False
 
 
 def _rng_state(generator: torch.Generator) -> dict[str, Any]:
@@ -261,8 +268,11 @@ class Trainer:
         run_dir: Run directory for logs and checkpoints (``None`` writes nothing).
         layer_decay: Layer-wise learning-rate decay of the parameter groups (``None`` for none).
         evaluate: Optional per-epoch evaluation (:data:`EpochEvaluator`).
-        select_metric: Metric of ``evaluate`` to maximise; its best epoch's weights go to
-            ``checkpoints/best.pt``.
+        select_metric: Metric of ``evaluate`` to select on; its best epoch's weights go to
+            ``checkpoints/best.pt``, and ``TrainConfig.patience`` stops the run once it stops
+            improving.
+        select_mode: ``"max"`` (a score, e.g. validation kappa) or ``"min"`` (an error, e.g. a
+            held-out pretext error): which direction of ``select_metric`` is better.
         checkpoint_extra: Additional entries stored in every checkpoint (e.g. the data shape).
         collate_fn: Batch collation function.
     """
@@ -279,9 +289,18 @@ class Trainer:
         layer_decay: float | None = None,
         evaluate: EpochEvaluator | None = None,
         select_metric: str | None = None,
+        select_mode: str = "max",
         checkpoint_extra: dict[str, Any] | None = None,
         collate_fn: Callable[[list[Any]], Any] | None = None,
     ) -> None:
+        check(select_mode in ("max", "min"), "select_mode", "'max' or 'min'", repr(select_mode))
+        check(
+            config.patience is None or (evaluate is not None and select_metric is not None),
+            "patience",
+            "None unless the run evaluates and selects on a metric (a validation set or a "
+            "monitor with a selection metric)",
+            repr(config.patience),
+        )
         self.config = config
         self.context = context
         self.device = context.device
@@ -289,6 +308,7 @@ class Trainer:
         self.run_dir = run_dir
         self.evaluate = evaluate
         self.select_metric = select_metric
+        self.select_mode = select_mode
         self.checkpoint_extra = checkpoint_extra or {}
         self.precision = resolve_precision(config.precision, self.device)
         check(
@@ -576,19 +596,43 @@ class Trainer:
             metrics = self.evaluate(self.eval_model, epoch)
             logger.log({"phase": "val", "epoch": epoch, "step": self.state.step, **metrics})
             value = metrics.get(self.select_metric) if self.select_metric else None
-            if value is not None and (
-                self.state.best_value is None or value > self.state.best_value
-            ):
-                self.state.best_value = float(value)
-                self.state.best_epoch = epoch
-                self.state.best_metrics = dict(metrics)
-                if self.checkpoints is not None and self.context.is_main:
-                    self.checkpoints.save_best(
-                        {"model": self.eval_model.state_dict(), "epoch": epoch, "metrics": metrics}
-                    )
+            if value is not None:
+                self._select(float(value), metrics, epoch, logger)
         every = self.config.checkpoint_every_epochs
-        if (epoch + 1) % every == 0 or epoch + 1 == self.num_epochs:
+        if (epoch + 1) % every == 0 or epoch + 1 == self.num_epochs or self.state.stopped_early:
             self._save(epoch_end=True)
+
+    def _select(
+        self, value: float, metrics: dict[str, float], epoch: int, logger: MetricLogger
+    ) -> None:
+        """Keep the best evaluation's weights; stop early after ``patience`` without one."""
+        best = self.state.best_value
+        better = best is None or (value > best if self.select_mode == "max" else value < best)
+        if better:
+            self.state.best_value = value
+            self.state.best_epoch = epoch
+            self.state.best_step = self.state.step
+            self.state.best_metrics = dict(metrics)
+            self.state.evaluations_since_best = 0
+            if self.checkpoints is not None and self.context.is_main:
+                self.checkpoints.save_best(
+                    {"model": self.eval_model.state_dict(), "epoch": epoch, "metrics": metrics}
+                )
+            return
+        self.state.evaluations_since_best += 1
+        patience = self.config.patience
+        if patience is not None and self.state.evaluations_since_best >= patience:
+            self.state.stopped_early = True
+            logger.log(
+                {
+                    "phase": "early_stop",
+                    "epoch": epoch,
+                    "step": self.state.step,
+                    "best_epoch": self.state.best_epoch,
+                    "best_step": self.state.best_step,
+                    self.select_metric or "value": self.state.best_value,
+                }
+            )
 
     def _evaluation_due(self, epoch: int) -> bool:
         """Whether the evaluation runs after ``epoch`` (see ``TrainConfig.eval_every_steps``)."""
@@ -598,7 +642,7 @@ class Trainer:
         return self.state.step - last >= every
 
     def fit(self, resume_from: str | Path | None = None) -> list[dict[str, Any]]:
-        """Train until ``epochs`` (or ``max_steps``) and return the logged history.
+        """Train until ``epochs`` (or ``max_steps``, or an early stop) and return the history.
 
         Args:
             resume_from: Checkpoint to continue from (normally ``checkpoints/last.pt``).
@@ -618,12 +662,13 @@ class Trainer:
         show = config.progress and self.context.is_main
         try:
             with self._stop_on_signals():
-                while self.state.epoch < self.num_epochs:
+                while self.state.epoch < self.num_epochs and not self.state.stopped_early:
                     if config.max_steps is not None and self.state.step >= config.max_steps:
                         break
                     if not self._run_epoch(logger, show):
                         break
-                if self.state.epoch < self.num_epochs and self._saved_step != self.state.step:
+                stopped = self.state.epoch < self.num_epochs and not self.state.stopped_early
+                if stopped and self._saved_step != self.state.step:
                     self._save(epoch_end=False)  # stopped by max_steps: keep a resumable state
         finally:
             logger.close()

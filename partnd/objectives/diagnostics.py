@@ -17,17 +17,42 @@ All functions run without gradient and return detached scalar tensors on the inp
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import Tensor
 
 __all__ = [
     "classification_diagnostics",
+    "pretext_error",
     "reconstruction_diagnostics",
     "regression_diagnostics",
     "target_names",
 ]
 
 _AXIS_NAMES = {1: ("t",), 2: ("y", "x"), 3: ("z", "y", "x")}
+
+
+def pretext_error(metrics: Mapping[str, float]) -> float | None:
+    """An objective's error over its content-free floor, from its logged diagnostics (1.0: no
+    better than ignoring the content).
+
+    ``nmse`` for PART (and PART across windows), ``recon_nmse`` for MAE, and
+    ``(1 - accuracy) / (1 - accuracy_chance)`` for the position classifiers (MP3, DropPos).
+
+    Args:
+        metrics: One logged record (or averaged diagnostics) of an objective.
+
+    Returns:
+        The ratio, or ``None`` when the record has none of these diagnostics.
+    """
+    if "nmse" in metrics:
+        return float(metrics["nmse"])
+    if "recon_nmse" in metrics:
+        return float(metrics["recon_nmse"])
+    if "accuracy" in metrics and "accuracy_chance" in metrics:
+        return (1.0 - float(metrics["accuracy"])) / (1.0 - float(metrics["accuracy_chance"]))
+    return None
 
 
 def target_names(ndim: int, scale: bool = False) -> list[str]:
