@@ -190,6 +190,26 @@ class FeatureTable:
             columns=self.columns,
         )
 
+    def keep_windows(self, windows: Mapping[str, Sequence[int]]) -> FeatureTable:
+        """The rows of the given windows only (e.g. a budget of labelled windows per stage); the
+        context columns keep what the whole night gave them.
+
+        Args:
+            windows: ``{record: window indices}`` to keep; other records' rows are dropped.
+        """
+        kept = {(str(r), int(w)) for r, indices in windows.items() for w in indices}
+        rows = np.array(
+            [(str(r), int(w)) in kept for r, w in zip(self.records, self.windows, strict=True)],
+            dtype=bool,
+        )
+        return FeatureTable(
+            features=self.features[rows],
+            labels=self.labels[rows],
+            records=self.records[rows],
+            windows=self.windows[rows],
+            columns=self.columns,
+        )
+
 
 @dataclass(frozen=True)
 class StagePredictions:

@@ -16,6 +16,7 @@ from partnd._validation import InputError
 from partnd.classical import (
     YASA_CLASS_WEIGHT,
     YASA_LGBM_PARAMS,
+    FeatureTable,
     classical_staging,
     fit_classical_stager,
     predict_stage_proba,
@@ -445,3 +446,17 @@ def test_yasa_pretrained_needs_a_central_channel_or_a_named_one(
     both = yasa_pretrained_stages(c3, ["r1"])
     named = yasa_pretrained_stages(c3, ["r1"], eeg_channel="C3-M2")
     np.testing.assert_array_equal(both.probabilities, named.probabilities)
+
+
+def test_keep_windows_selects_the_labelled_windows_of_a_budget() -> None:
+    table = FeatureTable(
+        features=np.arange(12, dtype=np.float32).reshape(6, 2),
+        labels=np.array([0, 1, 2, 0, 1, 2]),
+        records=np.array(["a", "a", "a", "b", "b", "b"]),
+        windows=np.array([3, 4, 5, 0, 1, 2]),
+        columns=("x", "y"),
+    )
+    kept = table.keep_windows({"a": [4], "b": np.array([0, 2]), "c": [1]})
+    assert kept.records.tolist() == ["a", "b", "b"] and kept.windows.tolist() == [4, 0, 2]
+    assert kept.features[:, 0].tolist() == [2.0, 6.0, 10.0] and kept.labels.tolist() == [1, 0, 2]
+    assert kept.columns == table.columns and len(table.keep_windows({})) == 0
