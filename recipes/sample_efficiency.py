@@ -1,11 +1,21 @@
-"""Sample-efficiency study: kappa by number of fine-tuning subjects x seeds x methods.
+"""Sample-efficiency study: kappa by label budget x pretraining pool x seeds x methods.
 
 The paper's appendix: fine-tune on 10 / 50 / 100 / 657 subjects (nested subsets, one chain per
 seed from the saved split), 5 seeds, every method and arm (``window``, ``sequence``, ``probe``,
-beside the classical rows); test on the same held-out subjects. Each (method, arm, budget, seed)
-*cell* is its own resumable run under ``OUT/finetune/<method>/<arm>/b<B>_s<S>`` and is never
-recomputed once finished; the pretrained encoders (``OUT/pretrain/<method>``) are shared by all
-cells of a method (and with ``partnd.recipes.sleep_staging`` on the same ``--out``).
+beside the classical rows); test on the same held-out subjects. Two axes extend it:
+
+* **labels** (``--budgets 1 2 4 8 w20``): budgets of labelled subjects and of labelled windows
+  per stage (``w20``: 20 windows of each stage from the fine-tuning subjects, their unlabelled
+  neighbours kept as context). Each seed is a *draw*: its labelled and validation subjects come
+  from the fine-tuning pool (the test subjects never change), the same draw for every row.
+* **unlabelled nights** (``--pools 24 80 240``, hours; ``--pool-src`` the nights): each
+  pretrained method is pretrained once per pool, to a budget chosen on held-out nights
+  (:mod:`partnd.recipes.study_pools`), and its cells run once per pool.
+
+Each (method, arm, budget, seed[, pool]) *cell* is its own resumable run under
+``OUT/finetune/<method>/<arm>/b<B>_s<S>[_p<pool>]`` and is never recomputed once finished; the
+pretrained encoders (``OUT/pretrain/<method>``, ``OUT/pretrain_pools/<pool>/<method>``) are shared
+by the cells of a method (and with ``partnd.recipes.sleep_staging`` on the same ``--out``).
 
 Commands (each skips what is finished)::
 
@@ -17,15 +27,16 @@ Commands (each skips what is finished)::
     python -m partnd.recipes.sample_efficiency run       --out runs/se --jobs 2  # pretrain, cells
     python -m partnd.recipes.sample_efficiency aggregate --out runs/se
 
-``cells`` prints one cell per line (``method:arm:budget:seed``), in a fixed order, so a cluster job
-array can run cell ``--cell-index i`` per task after one ``pretrain`` job; ``run-cell`` runs only
-cells of that list (the study's rows, budgets and seeds: others would never be aggregated).
-``run --jobs N`` runs cells in N parallel processes with joblib. ``aggregate`` refuses a study
-with unfinished cells, naming them (``--allow-partial`` writes the tables from the finished cells,
-with a ``missing`` column); it writes ``kappa_by_budget.{csv,md,json}``
-(mean ± std over seeds, the appendix layout with the paper's values), ``difference_to_reference.*``
-(the per-seed paired difference to the reference row, the classical row with context when run)
-and ``sample_efficiency.png``.
+``cells`` prints one cell per line (``method:arm:budget:seed``, ``:pool`` added for a pool's
+encoder), in a fixed order, so a cluster job array can run cell ``--cell-index i`` per task after
+one ``pretrain`` job; ``run-cell`` runs only cells of that list (the study's rows, budgets, seeds
+and pools: others would never be aggregated). ``run --jobs N`` runs cells in N parallel processes
+with joblib. ``aggregate`` refuses a study with unfinished cells, naming them
+(``--allow-partial`` writes the tables from the finished cells, with a ``missing`` column); it
+writes ``kappa_by_budget.{csv,md,json}`` (mean ± std over draws, the appendix layout with the
+paper's values), ``difference_to_reference.*`` (the per-draw paired difference to the reference
+row, the classical row with context when run), ``sample_efficiency.png`` and, for the new axes,
+the tables and figures of :mod:`partnd.recipes.sample_efficiency_report`.
 """
 
 from __future__ import annotations
@@ -37,8 +48,12 @@ from pathlib import Path
 from typing import Any
 
 from partnd._validation import check
+from partnd.datasets.label_budget import LabelBudget
+from partnd.datasets.store import SIGNAL_DTYPES
 from partnd.objectives import list_objectives
+from partnd.recipes.sample_efficiency_report import write_axes_report
 from partnd.recipes.sleep_report import (
+    budget_order,
     plot_sample_efficiency,
     sample_efficiency_tables,
     write_table,
@@ -53,39 +68,62 @@ from partnd.recipes.sleep_staging import (
 from partnd.recipes.sleep_study import CellResult, SleepStudy
 from partnd.recipes.study_directory import released_on_failure, run_recipe
 
-__all__ = ["COMMANDS", "aggregate", "cell_list", "main", "parse_cell", "run_cells"]
+__all__ = [
+    "COMMANDS",
+    "add_pool_arguments",
+    "aggregate",
+    "cell_list",
+    "format_cell",
+    "main",
+    "parse_cell",
+    "pool_settings",
+    "run_cells",
+]
 
 COMMANDS = ("pretrain", "cells", "run-cell", "run", "aggregate")
 
 
-Cell = tuple[str, str, int, int]
+#: A cell: method, arm, budget as written (``2``, ``"w20"``), seed, and the pretraining pool of a
+#: pretrained method's encoder (``None``: the split's pretraining records, or no pretraining).
+Cell = tuple[str, str, int | str, int, str | None]
 
 
 def cell_list(study: SleepStudy, rows: Sequence[tuple[str, str]]) -> list[Cell]:
-    """Every (method, arm, budget, seed) of ``rows``, in a fixed order."""
+    """Every (method, arm, budget, seed, pool) of ``rows`` in a fixed order: budgets scarcest
+    first; a pretrained method gets one cell per pool of the study."""
     return [
-        (method, arm, int(budget), int(seed))
+        (method, arm, budget.to_json(), int(seed), pool)
         for method, arm in rows
-        for budget in study.scale["budgets"]
+        for budget in study.budgets
         for seed in study.scale["seeds"]
+        for pool in (study.pool_names if method in list_objectives() else ()) or (None,)
     ]
 
 
+def format_cell(cell: Cell) -> str:
+    """``("part", "sequence", "w20", 3, "24h")`` -> ``"part:sequence:w20:3:24h"`` (no pool part
+    without a pool)."""
+    return ":".join(str(part) for part in cell if part is not None)
+
+
 def parse_cell(text: str) -> Cell:
-    """``"part:sequence:10:3"`` -> ``("part", "sequence", 10, 3)``."""
+    """``"part:sequence:10:3"`` -> ``("part", "sequence", 10, 3, None)``;
+    ``"part:probe:w20:0:24h"`` -> ``("part", "probe", "w20", 0, "24h")``."""
     parts = text.split(":")
     check(
-        len(parts) == 4 and parts[2].isdigit() and parts[3].isdigit(),
+        len(parts) in (4, 5) and parts[3].isdigit() and all(parts),
         "--cell",
-        "METHOD:ARM:BUDGET:SEED, e.g. part:sequence:10:3",
+        "METHOD:ARM:BUDGET:SEED[:POOL], e.g. part:sequence:10:3 or part:probe:w20:0:24h",
         repr(text),
     )
-    return parts[0], parts[1], int(parts[2]), int(parts[3])
+    budget = LabelBudget.parse(parts[2], "--cell").to_json()
+    return parts[0], parts[1], budget, int(parts[3]), parts[4] if len(parts) == 5 else None
 
 
 def _run_one(args: argparse.Namespace, cell: Cell) -> None:
     """One cell in its own process (joblib worker): reopen the study, run, discard the result."""
-    study = study_from_args(argparse.Namespace(**{**vars(args), "overwrite": False}))
+    reopened = argparse.Namespace(**{**vars(args), "overwrite": False})
+    study = study_from_args(reopened, **pool_settings(reopened))
     study.run_cell(*cell)
 
 
@@ -93,9 +131,9 @@ def run_cells(
     study: SleepStudy, cells: Sequence[Cell], jobs: int, args: argparse.Namespace
 ) -> None:
     """Pretrain what the cells need, then run the unfinished cells (``jobs`` in parallel)."""
-    for method in dict.fromkeys(method for method, _, _, _ in cells):
+    for method, pool in dict.fromkeys((cell[0], cell[4]) for cell in cells):
         if method in list_objectives():
-            study.run_pretraining(method)
+            study.run_pretraining(method, pool)
     todo = [cell for cell in cells if not study.cell_done(*cell)]
     print(f"{len(cells) - len(todo)} of {len(cells)} cells already finished")
     if jobs == 1:
@@ -124,7 +162,7 @@ def aggregate(
     """
     every = cell_list(study, rows)
     missing = [cell for cell in every if not study.cell_done(*cell)]
-    named = ", ".join(":".join(map(str, cell)) for cell in missing[:10])
+    named = ", ".join(format_cell(cell) for cell in missing[:10])
     named += ", ..." if len(missing) > 10 else ""
     check(
         allow_partial or not missing,
@@ -141,27 +179,30 @@ def aggregate(
     note = ""
     if missing:
         note = f"partial: {len(missing)} of {len(every)} cells missing"
-        kappa_rows = _with_missing(kappa_rows, study.scale["budgets"], missing)
-        difference_rows = _with_missing(difference_rows, study.scale["budgets"], missing)
+        budgets = [budget.to_json() for budget in study.budgets]
+        kappa_rows = _with_missing(kappa_rows, budgets, missing)
+        difference_rows = _with_missing(difference_rows, budgets, missing)
     write_table(kappa_rows, study.out, "kappa_by_budget")
     write_table(difference_rows, study.out, "difference_to_reference")
     plot_sample_efficiency(cells, study.out / "sample_efficiency.png", note=note)
-    print((study.out / "kappa_by_budget.md").read_text())
-    print((study.out / "difference_to_reference.md").read_text())
+    write_axes_report(study, cells)
+    for name in ("kappa_by_budget", "difference_to_reference", "difference_to_scratch"):
+        if (study.out / f"{name}.md").is_file():
+            print((study.out / f"{name}.md").read_text())
     if note:
         print(f"{note} (column 'missing' of kappa_by_budget): {named}")
 
 
 def _with_missing(
-    table: list[dict[str, Any]], budgets: Sequence[int], missing: Sequence[Cell]
+    table: list[dict[str, Any]], budgets: Sequence[int | str], missing: Sequence[Cell]
 ) -> list[dict[str, Any]]:
-    """``table`` (one row per budget) with a row for every budget and a ``missing`` column
-    listing the unfinished cells of each."""
-    by_budget = {row["subjects"]: row for row in table}
+    """``table`` (one row per budget, scarcest first) with a row for every budget and a
+    ``missing`` column listing the unfinished cells of each."""
+    by_budget = {row["budget"]: row for row in table}
     for budget in budgets:
-        row = by_budget.setdefault(budget, {**dict.fromkeys(table[0], ""), "subjects": budget})
-        row["missing"] = " ".join(":".join(map(str, c)) for c in missing if c[2] == budget)
-    return [by_budget[budget] for budget in sorted(by_budget)]
+        row = by_budget.setdefault(budget, {**dict.fromkeys(table[0], ""), "budget": budget})
+        row["missing"] = " ".join(format_cell(c) for c in missing if c[2] == budget)
+    return [by_budget[budget] for budget in budget_order(by_budget)]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -173,7 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("stage", choices=COMMANDS, help="what to do")
     add_study_arguments(parser, Path("runs/sample_efficiency"), DEFAULT_METHODS)
-    parser.add_argument("--cell", help="run-cell: METHOD:ARM:BUDGET:SEED")
+    add_pool_arguments(parser)
+    parser.add_argument("--cell", help="run-cell: METHOD:ARM:BUDGET:SEED[:POOL]")
     parser.add_argument("--cell-index", type=int, help="run-cell: index into the `cells` list")
     parser.add_argument("--jobs", type=int, default=1, help="run: cells in parallel processes")
     parser.add_argument(
@@ -218,19 +260,88 @@ def _check_stage_options(args: argparse.Namespace) -> None:
     check(args.jobs != 0, "--jobs", "a number of processes (>= 1; -1: every core)", "0")
 
 
+def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the unlabelled axis: pretraining pools and their nights."""
+    parser.add_argument(
+        "--pools",
+        type=float,
+        nargs="+",
+        metavar="HOURS",
+        help="pretraining pool sizes in hours (nested pools of unlabelled nights, each "
+        "pretrained to a budget chosen on held-out nights); default: one pretraining on the "
+        "split's pretraining records",
+    )
+    parser.add_argument(
+        "--pool-src",
+        type=Path,
+        default=None,
+        help="PC18-format root of the unlabelled nights of the pools (e.g. a cohort written by "
+        "partnd cohort --hours 8); default: the study's own unlabelled nights",
+    )
+    parser.add_argument(
+        "--pool-store", type=Path, default=None, help="store of --pool-src (default: in --out)"
+    )
+    parser.add_argument(
+        "--held-out-subjects",
+        type=int,
+        default=None,
+        help="subjects held out of every pool to choose its pretraining budget on (default: "
+        "the scale's)",
+    )
+    parser.add_argument(
+        "--pool-patience",
+        type=int,
+        default=None,
+        help="stop a pool's pretraining after this many held-out evaluations without a lower "
+        "pretext error (default: the scale's)",
+    )
+    parser.add_argument(
+        "--pool-eval-steps",
+        type=int,
+        default=None,
+        help="steps between held-out evaluations of a pool's pretraining (default: the scale's)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=SIGNAL_DTYPES,
+        default="float32",
+        help="on-disk signal dtype of the stores the study creates (float16: half the disk)",
+    )
+
+
+def pool_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`StudyConfig` fields of :func:`add_pool_arguments`' options."""
+    overrides = {
+        field: value
+        for field, value in (
+            ("patience", args.pool_patience),
+            ("eval_every_steps", args.pool_eval_steps),
+        )
+        if value is not None
+    }
+    return {
+        "pools": None if args.pools is None else tuple(args.pools),
+        "pool_src": args.pool_src,
+        "pool_store": args.pool_store,
+        "held_out_subjects": args.held_out_subjects,
+        "pool_overrides": overrides,
+        "signal_dtype": args.dtype,
+    }
+
+
 def _run_stage(args: argparse.Namespace, rows: list[tuple[str, str]]) -> None:
     """The stage ``args.stage`` of the study ``args`` describe, for ``rows``."""
-    study = study_from_args(args, rows)
+    study = study_from_args(args, rows, **pool_settings(args))
     args.overwrite = False  # parallel workers reopen the study as it now is
     cells = cell_list(study, rows)
     if args.stage == "pretrain":
-        for method in dict.fromkeys(method for method, _ in rows):
+        for method, pool in dict.fromkeys((cell[0], cell[4]) for cell in cells):
             if method in list_objectives():
-                study.run_pretraining(method)
+                study.run_pretraining(method, pool)
     elif args.stage == "cells":
         for cell in cells:
             done = " (done)" if study.cell_done(*cell) else ""
-            print(f"{':'.join(map(str, cell))}{done}")
+            print(f"{format_cell(cell)}{done}")
     elif args.stage == "run-cell":
         check(
             (args.cell is None) != (args.cell_index is None),
@@ -244,7 +355,8 @@ def _run_stage(args: argparse.Namespace, rows: list[tuple[str, str]]) -> None:
                 cell in cells,
                 "--cell",
                 "a cell of this study (one line of the cells command: its rows, budgets "
-                f"{list(study.scale['budgets'])} and seeds {list(study.scale['seeds'])}; a cell "
+                f"{[b.to_json() for b in study.budgets]}, seeds {list(study.scale['seeds'])} "
+                f"and pools {list(study.pool_names)}; a cell "
                 "outside them would never be aggregated)",
                 repr(args.cell),
             )
@@ -257,7 +369,7 @@ def _run_stage(args: argparse.Namespace, rows: list[tuple[str, str]]) -> None:
             )
             cell = cells[args.cell_index]
         result = study.run_cell(*cell)
-        print(f"{':'.join(map(str, cell))}: kappa {result.report.cohen_kappa:.3f}")
+        print(f"{format_cell(cell)}: kappa {result.report.cohen_kappa:.3f}")
     elif args.stage == "run":
         run_cells(study, cells, args.jobs, args)
         aggregate(study, rows, args.allow_partial)

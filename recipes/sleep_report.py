@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -15,14 +15,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from partnd.datasets.label_budget import LabelBudget
 from partnd.engine.checkpoint import atomic_save, atomic_write_text
 from partnd.metrics import ClassificationReport
+from partnd.objectives.diagnostics import pretext_error
 from partnd.stats import bootstrap_metric, kappa_metric, paired_bootstrap_difference
 
 __all__ = [
     "ARM_LINESTYLES",
     "PAPER_KAPPA_10_SUBJECTS",
     "PAPER_SAMPLE_EFFICIENCY",
+    "REFERENCE_METHODS",
+    "budget_order",
     "default_reference",
     "plot_confusion_matrices",
     "plot_finetune_validation",
@@ -31,7 +35,9 @@ __all__ = [
     "plot_sample_efficiency",
     "sample_efficiency_styles",
     "sample_efficiency_tables",
+    "save_figure",
     "staging_table",
+    "summary",
     "write_table",
 ]
 
@@ -58,15 +64,31 @@ PAPER_SAMPLE_EFFICIENCY: dict[str, dict[int, float]] = {
 class _Cell(Protocol):
     method: str
     arm: str
-    budget: int
+    budget: int | str
     seed: int
     report: ClassificationReport
     predictions: np.ndarray
     history: list[dict[str, Any]]
     settings: dict[str, Any]
+    pool: str | None
 
     @property
     def label(self) -> str: ...
+
+
+def budget_order(budgets: Iterable[int | str]) -> list[int | str]:
+    """Distinct label budgets as written (``2``, ``"w20"``), scarcest first: windows per stage
+    before subjects (:attr:`~partnd.datasets.label_budget.LabelBudget.sort_key`)."""
+    parsed = {LabelBudget.parse(budget) for budget in budgets}
+    return [budget.to_json() for budget in sorted(parsed, key=lambda b: b.sort_key)]
+
+
+def summary(values: Sequence[float]) -> str:
+    """``"0.612 ± 0.021 (n=5)"``: mean and sample standard deviation (0 for one value)."""
+    if not values:
+        return ""
+    spread = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+    return f"{np.mean(values):.3f} ± {spread:.3f} (n={len(values)})"
 
 
 def default_reference(cells: Sequence[_Cell]) -> str:
@@ -185,29 +207,25 @@ def write_table(rows: Sequence[Mapping[str, Any]], out_dir: Path, name: str) -> 
 def sample_efficiency_tables(
     cells: Sequence[_Cell], reference: str | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The appendix layout: one row per budget, one column per row label (``method``,
-    ``method+seq``, ``method probe``), ``mean ± std`` of kappa over seeds; and the paired
-    difference to ``reference`` per seed, as ``mean ± std``.
+    """The appendix layout: one row per label budget (scarcest first), one column per row label
+    (``method``, ``method+seq``, ``method probe``, with `` @<pool>`` for a pool's encoder),
+    ``mean ± std`` of kappa over draws (seeds); and the paired difference to ``reference`` per
+    draw, as ``mean ± std``.
 
     Returns:
-        ``(kappa_rows, difference_rows)``; each row has ``subjects`` and one column per label
-        (``"0.612 ± 0.021 (n=5)"``), and the kappa rows the paper's values as ``paper_<method>``.
+        ``(kappa_rows, difference_rows)``; each row has ``budget`` (``2`` subjects, ``w20``
+        windows per stage) and one column per label (``"0.612 ± 0.021 (n=5)"``), and the kappa
+        rows the paper's values as ``paper_<method>``.
     """
     labels = list(dict.fromkeys(cell.label for cell in cells))
     reference = reference or default_reference(cells)
-    budgets = sorted({cell.budget for cell in cells})
+    budgets = budget_order(cell.budget for cell in cells)
     kappa = {(c.label, c.budget, c.seed): c.report.cohen_kappa for c in cells}
-
-    def summary(values: list[float]) -> str:
-        if not values:
-            return ""
-        spread = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-        return f"{np.mean(values):.3f} ± {spread:.3f} (n={len(values)})"
 
     kappa_rows, difference_rows = [], []
     for budget in budgets:
-        row: dict[str, Any] = {"subjects": budget}
-        diff: dict[str, Any] = {"subjects": budget}
+        row: dict[str, Any] = {"budget": budget}
+        diff: dict[str, Any] = {"budget": budget}
         for label in labels:
             seeds = sorted(s for (m, b, s) in kappa if m == label and b == budget)
             row[label] = summary([kappa[(label, budget, s)] for s in seeds])
@@ -219,7 +237,7 @@ def sample_efficiency_tables(
                 ]
                 diff[f"{label} - {reference}"] = summary(paired)
         for method, values in PAPER_SAMPLE_EFFICIENCY.items():
-            row[f"paper_{method}"] = values.get(budget, "")
+            row[f"paper_{method}"] = values.get(budget, "") if isinstance(budget, int) else ""
         kappa_rows.append(row)
         difference_rows.append(diff)
     return kappa_rows, difference_rows
@@ -227,12 +245,27 @@ def sample_efficiency_tables(
 
 #: Line style of each arm in the sample-efficiency figure (colour is the method).
 ARM_LINESTYLES: dict[str, str] = {"window": "-", "sequence": "--", "night": "-.", "probe": ":"}
+#: Methods drawn beside the learned rows in every panel of the sample-efficiency figure.
+REFERENCE_METHODS = ("classical", "yasa_pretrained")
+
+
+def _pool_rank(cells: Sequence[_Cell]) -> dict[str | None, float]:
+    """Each pool's place among the cells' pools, 0 (smallest) to 1 (largest, and no pool)."""
+    pools = sorted(
+        {cell.pool for cell in cells if cell.pool is not None},
+        key=lambda name: float(name.rstrip("h")),
+    )
+    ranks: dict[str | None, float] = {None: 1.0}
+    for index, name in enumerate(pools):
+        ranks[name] = index / (len(pools) - 1) if len(pools) > 1 else 1.0
+    return ranks
 
 
 def sample_efficiency_styles(cells: Sequence[_Cell]) -> dict[str, tuple[Any, str]]:
     """Colour and line style of each row of the figure: one colour per method (in order of first
-    appearance, from a 20-colour palette so that no two methods share one) and one line style per
-    arm (window solid, sequence dashed, night dash-dotted, probe dotted).
+    appearance, from a 20-colour palette so that no two methods share one), lighter for smaller
+    pretraining pools (the largest pool, and rows without a pool, at full colour), and one line
+    style per arm (window solid, sequence dashed, night dash-dotted, probe dotted).
 
     Returns:
         ``{row label: (RGBA colour, line style)}``.
@@ -240,43 +273,72 @@ def sample_efficiency_styles(cells: Sequence[_Cell]) -> dict[str, tuple[Any, str
     methods = list(dict.fromkeys(cell.method for cell in cells))
     palette = plt.get_cmap("tab20" if len(methods) > 10 else "tab10")
     colours = {method: palette(index % palette.N) for index, method in enumerate(methods)}
-    return {cell.label: (colours[cell.method], ARM_LINESTYLES[cell.arm]) for cell in cells}
+    rank = _pool_rank(cells)
+    styles = {}
+    for cell in cells:
+        lighten = 0.6 * (1.0 - rank[cell.pool])
+        colour = (*((1 - lighten) * c + lighten for c in colours[cell.method][:3]), 1.0)
+        styles[cell.label] = (colour, ARM_LINESTYLES[cell.arm])
+    return styles
 
 
-def plot_sample_efficiency(cells: Sequence[_Cell], path: Path, note: str = "") -> None:
-    """Kappa against the number of fine-tuning subjects: mean over seeds with the min-max spread
-    as a band and every seed as a dot; colour is the method and line style the arm
-    (``sample_efficiency_styles``); log-scaled x axis ticked at the budgets, legend beside the
-    axes; ``note`` (e.g. that cells are missing) is added to the title."""
+def plot_sample_efficiency(
+    cells: Sequence[_Cell],
+    path: Path,
+    references: Iterable[str] = REFERENCE_METHODS,
+    note: str = "",
+) -> None:
+    """Kappa against the label budget, one panel per arm of the learned rows: mean over draws
+    with the min-max spread as a band and every draw as a dot; colour is the method (lighter for
+    smaller pretraining pools: one line per pool) and line style the arm
+    (``sample_efficiency_styles``); the rows of the ``references`` methods (the classical ones)
+    are drawn beside the learned rows in every panel. Budgets are placed scarcest first (windows
+    per stage, then subjects), each panel's legend below it; ``note`` (e.g. that cells are
+    missing) is added to the title."""
     styles = sample_efficiency_styles(cells)
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    all_budgets = sorted({cell.budget for cell in cells})
-    for label, (colour, linestyle) in styles.items():
-        mine = [cell for cell in cells if cell.label == label]
-        budgets = sorted({cell.budget for cell in mine})
-        values = [[c.report.cohen_kappa for c in mine if c.budget == b] for b in budgets]
-        ax.plot(
-            budgets, [np.mean(v) for v in values], marker="o", ls=linestyle, color=colour,
-            label=label,
-        )  # fmt: skip
-        ax.fill_between(
-            budgets, [min(v) for v in values], [max(v) for v in values], alpha=0.12, color=colour
-        )
-        for budget, seed_values in zip(budgets, values, strict=True):
-            ax.scatter([budget] * len(seed_values), seed_values, s=8, color=colour)
-    ax.set_xscale("log")
-    ax.set_xticks(all_budgets, [str(budget) for budget in all_budgets])
-    ax.minorticks_off()
-    ax.set_xlabel("fine-tuning subjects")
-    ax.set_ylabel("Cohen's kappa on test subjects")
-    ax.set_title("Sample efficiency (mean, spread and seeds)" + (f"\n{note}" if note else ""))
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    reference = set(references)
+    learned = [cell.arm for cell in cells if cell.method not in reference]
+    arms = list(dict.fromkeys(learned or [cell.arm for cell in cells]))
+    budgets = budget_order(cell.budget for cell in cells)
+    position = {budget: index for index, budget in enumerate(budgets)}
+    fig, axes = plt.subplots(
+        1, len(arms), figsize=(4.6 * len(arms) + 1.0, 6.0), sharey=True, squeeze=False
+    )
+    for ax, arm in zip(axes[0], arms, strict=True):
+        for label, (colour, linestyle) in styles.items():
+            mine = [
+                cell
+                for cell in cells
+                if cell.label == label and (cell.arm == arm or cell.method in reference)
+            ]
+            if not mine:
+                continue
+            places = sorted({position[cell.budget] for cell in mine})
+            values = [
+                [c.report.cohen_kappa for c in mine if position[c.budget] == x] for x in places
+            ]
+            ax.plot(
+                places, [np.mean(v) for v in values], marker="o", ls=linestyle, color=colour,
+                label=label,
+            )  # fmt: skip
+            ax.fill_between(
+                places, [min(v) for v in values], [max(v) for v in values], alpha=0.12, color=colour
+            )
+            for place, draw_values in zip(places, values, strict=True):
+                ax.scatter([place] * len(draw_values), draw_values, s=8, color=colour)
+        ax.set_xticks(range(len(budgets)), [str(budget) for budget in budgets])
+        ax.set_xlabel("labels: windows per stage (wK) or subjects")
+        ax.set_title(f"{arm} arm")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), fontsize="small", ncol=1)
+    axes[0][0].set_ylabel("Cohen's kappa on test subjects")
+    fig.suptitle("Sample efficiency (mean, spread and draws)" + (f"\n{note}" if note else ""))
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
-def _save(fig: Any, path: Path) -> None:
+def save_figure(fig: Any, path: Path) -> None:
+    """Write ``fig`` to ``path`` as a PNG (120 dpi) atomically and close it."""
     atomic_save(
         fig, path, save=lambda figure, handle: figure.savefig(handle, format="png", dpi=120)
     )
@@ -292,17 +354,10 @@ def plot_pretrain_loss(histories: Mapping[str, Sequence[Mapping[str, Any]]], pat
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for method, history in histories.items():
         train = [r for r in history if r.get("phase") == "train"]
-        if not train:
+        if not train or pretext_error(train[0]) is None:
             continue
-        if "nmse" in train[0]:
-            values = [r["nmse"] for r in train]
-        elif "recon_nmse" in train[0]:
-            values = [r["recon_nmse"] for r in train]
-        elif "accuracy" in train[0]:
-            values = [(1 - r["accuracy"]) / (1 - r["accuracy_chance"]) for r in train]
-        else:
-            continue
-        line = ax.plot([r["step"] for r in train], values, label=method)[0]
+        values = [pretext_error(r) for r in train]
+        line = ax.plot([r["step"] for r in train], np.array(values, dtype=float), label=method)[0]
         if "nmse_isolated" in train[0]:
             ax.plot(
                 [r["step"] for r in train],
@@ -318,7 +373,7 @@ def plot_pretrain_loss(histories: Mapping[str, Sequence[Mapping[str, Any]]], pat
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_finetune_validation(results: Sequence[_Cell], path: Path) -> None:
@@ -341,7 +396,7 @@ def plot_finetune_validation(results: Sequence[_Cell], path: Path) -> None:
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_confusion_matrices(
@@ -362,7 +417,7 @@ def plot_confusion_matrices(
         ax.set_ylabel("true")
         ax.set_title(f"{result.label}: κ = {result.report.cohen_kappa:.3f}")
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_hypnogram(
@@ -396,4 +451,4 @@ def plot_hypnogram(
     np.atleast_1d(axes)[-1].set_xlabel("hours from first kept window")
     fig.suptitle(title)
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)

@@ -38,6 +38,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -121,9 +122,9 @@ SLEEP_OPTIONS = OptionNames(
 )
 
 
-def _budget(study: SleepStudy) -> int:
-    """The table's fine-tuning budget: the smallest of the scale (10 subjects in the paper)."""
-    return int(min(study.scale["budgets"]))
+def _budget(study: SleepStudy) -> int | str:
+    """The table's label budget: the scarcest of the study (10 subjects in the paper)."""
+    return study.budgets[0].to_json()
 
 
 def _pretraining_methods(methods: Sequence[str]) -> list[str]:
@@ -283,7 +284,12 @@ def add_study_arguments(
         "night's channel scales (record); default: the scale's",
     )
     parser.add_argument(
-        "--budgets", type=int, nargs="+", help="fine-tuning subject counts (default: the scale's)"
+        "--budgets",
+        nargs="+",
+        metavar="BUDGET",
+        help="label budgets: numbers of labelled subjects (2: every labelled window of 2 "
+        "subjects) and of labelled windows per stage (w20: 20 windows of each stage drawn from "
+        "the fine-tuning subjects); default: the scale's",
     )
     parser.add_argument("--seeds", type=int, nargs="+", help="cell seeds (default: the scale's)")
     parser.add_argument("--n-jobs", type=int, default=1, help="preprocessing workers")
@@ -332,9 +338,12 @@ def _pretrain_budget(args: argparse.Namespace) -> dict[str, int]:
     return budget
 
 
-def study_from_args(args: argparse.Namespace, rows: Sequence[tuple[str, str]] = ()) -> SleepStudy:
+def study_from_args(
+    args: argparse.Namespace, rows: Sequence[tuple[str, str]] = (), **settings: Any
+) -> SleepStudy:
     """The study a parsed command line describes; its settings (and those of the methods of
-    ``rows``) are checked before its directory is claimed."""
+    ``rows``) are checked before its directory is claimed (``settings``: further
+    :class:`StudyConfig` fields, e.g. the pools of ``partnd.recipes.sample_efficiency``)."""
     config = StudyConfig(
         out=args.out,
         src=args.src,
@@ -353,6 +362,7 @@ def study_from_args(args: argparse.Namespace, rows: Sequence[tuple[str, str]] = 
         normalize=args.normalize,
         budgets=None if args.budgets is None else tuple(args.budgets),
         seeds=None if args.seeds is None else tuple(args.seeds),
+        **settings,
     )
     config.check_settings([method for method, _ in rows])
     return SleepStudy(config, overwrite=args.overwrite)

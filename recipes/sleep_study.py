@@ -8,9 +8,18 @@ A *study* lives in one output directory::
       store.zarr/                the preprocessed store (unless --store points elsewhere)
       features.npz               the classical rows' YASA features of every labelled window
       pretrain/<method>/         one engine run per self-supervised method (encoder.pt when done)
-      finetune/<method>/<arm>/b<B>_s<S>/   one cell: budget B subjects, seed S
+      finetune/<method>/<arm>/b<B>_s<S>/   one cell: budget B (subjects, or wK windows per
+                                 stage), seed S
           result.json            written last (atomically): the cell is finished
           predictions.npy        predicted stage per test window (test-set order)
+
+With pretraining pools (``StudyConfig.pools``, the unlabelled axis) it also holds::
+
+      pool_store.zarr/           the unlabelled nights (``pool_src``; else the study's own store)
+      pools.json                 nested pools in hours, held-out nights (:mod:`partnd.datasets.pools`)
+      pretrain_pools/<pool>/<method>/  one engine run per pool and method, its budget chosen on the
+                                 held-out nights' pretext error; selection.json when done
+      finetune/<method>/<arm>/b<B>_s<S>_p<pool>/   a pretrained method's cell on a pool's encoder
 
 Every stage is idempotent: a finished pretraining run (``encoder.pt``) or cell (``result.json``)
 is never recomputed, an interrupted one resumes from its last checkpoint, and a directory made
@@ -41,13 +50,18 @@ validation subjects drawn from the fine-tuning pool (never a test subject); each
 settings it used. The training budget may follow the label count: a scale's ``by_budget`` table
 gives, per arm and number of labelled subjects, what changes (steps, batch, crops, EMA;
 :func:`budget_settings`), and the cell records it.
+
+A cell's labels are a *draw* (:func:`partnd.datasets.label_budget.draw_labels`): for a budget and
+a seed, its labelled subjects (or windows per stage) and its validation subjects, drawn from the
+fine-tuning pool; every row with the same budget and seed gets the same draw, so their
+differences are paired. A labelled window's unlabelled neighbours stay as context (label -1) for
+the arms that read context.
 """  # noqa: E501
 
 from __future__ import annotations
 
 import json
-import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -56,10 +70,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from partnd._validation import InputError, check, renamed_arguments
+from partnd._validation import check, renamed_arguments
 from partnd.cohort.pc18_cohort import ensure_sample_cohort
 from partnd.data import as_labelled_dataset
+from partnd.datasets.label_budget import LabelBudget, LabelDraw, draw_labels
 from partnd.datasets.nights import SleepNightDataset
+from partnd.datasets.pools import pool_name
 from partnd.datasets.sequences import SleepSequenceDataset
 from partnd.datasets.sleep_windows import (
     InMemoryWindows,
@@ -67,7 +83,7 @@ from partnd.datasets.sleep_windows import (
     resolve_normalization,
 )
 from partnd.datasets.splits import SubjectSplit, make_subject_split
-from partnd.datasets.store import SleepStore
+from partnd.datasets.store import SIGNAL_DTYPES, SleepStore
 from partnd.engine.checkpoint import atomic_write_json
 from partnd.engine.config import FinetuneConfig, PretrainConfig
 from partnd.evaluation import linear_probe
@@ -77,10 +93,9 @@ from partnd.metrics import ClassificationReport, classification_metrics
 from partnd.models import NightClassifier, SequenceClassifier, ViTEncoder, create_encoder
 from partnd.models.serialization import ENCODER_FILE, load_encoder
 from partnd.objectives import list_objectives
-from partnd.preprocessing.physionet2018 import preprocess_physionet2018
-from partnd.preprocessing.pipeline import without_overwrite_remedy
 from partnd.pretraining import pretrain
 from partnd.recipes.study_directory import claim_study_directory
+from partnd.recipes.study_pools import PoolStage, preprocessed, read_jsonl
 from partnd.sequence_training import EVALUATION_CROP, predict_nights
 
 __all__ = [
@@ -129,7 +144,9 @@ _DEMO_NIGHT_CROP = 120
 #: is the single-window protocol of every method, ``sequence`` and ``night`` what those arms
 #: change, ``by_budget`` what an arm changes per number of labelled subjects
 #: (:func:`budget_settings`), ``pretrain`` every method's pretraining and ``pretrain_methods``
-#: per-method additions.
+#: per-method additions; ``pool_pretrain`` what a pool's pretraining changes (a step cap, held-out
+#: evaluations every ``eval_every_steps`` and ``patience``) and ``held_out_subjects`` the nights
+#: held out of every pool to choose its budget on.
 SCALES: dict[str, dict[str, Any]] = {
     "demo": {
         # chosen on validation subjects: record normalisation gave validation kappa 0.706 / 0.696
@@ -139,6 +156,17 @@ SCALES: dict[str, dict[str, Any]] = {
         "budgets": (2, 4, 8),
         "val_subjects": 2,
         "seeds": (0, 1, 2),
+        "held_out_subjects": 2,
+        # a pool's pretraining: at most 2000 steps, the held-out pretext error evaluated at the
+        # first epoch end 100 steps after the previous evaluation, stopped after 4 evaluations
+        # without a lower one (the study's 1000-step pretraining was still improving at 1000)
+        "pool_pretrain": {
+            "epochs": 1,
+            "min_steps": 2000,
+            "warmup_steps": 50,
+            "eval_every_steps": 100,
+            "patience": 4,
+        },
         "pretrain": {
             **_DEMO_ENCODER,
             "epochs": 8,
@@ -224,6 +252,8 @@ SCALES: dict[str, dict[str, Any]] = {
         "budgets": (10, 50, 100, 657),
         "val_subjects": 10,
         "seeds": (0, 1, 2, 3, 4),
+        "held_out_subjects": 20,
+        "pool_pretrain": {"eval_every_steps": 2000, "patience": 5},
         "pretrain": {},
         "pretrain_methods": {},
         "finetune": {
@@ -245,21 +275,25 @@ SCALES: dict[str, dict[str, Any]] = {
 }
 
 
-def budget_settings(scale: dict[str, Any], arm: str, budget: int | None) -> dict[str, Any]:
+def budget_settings(
+    scale: dict[str, Any], arm: str, budget: LabelBudget | int | str | None
+) -> dict[str, Any]:
     """What ``arm`` changes when trained on ``budget`` labelled subjects: the entry of the
     scale's ``by_budget[arm]`` table at the largest budget not above ``budget`` (none below the
-    table's smallest, or without a budget).
+    table's smallest, without a budget, or for a budget of windows per stage, which is scarcer
+    than any number of subjects).
 
     Args:
         scale: A scale's settings (:data:`SCALES`).
         arm: The arm.
-        budget: Number of labelled subjects, or ``None``.
+        budget: A label budget (``2``, ``"w20"``, :class:`LabelBudget`), or ``None``.
 
     Returns:
         :class:`FinetuneConfig` field values.
     """
     table: dict[int, dict[str, Any]] = scale.get("by_budget", {}).get(arm, {})
-    reached = [key for key in table if budget is not None and key <= budget]
+    subjects = None if budget is None else LabelBudget.parse(budget, "budgets").subjects
+    reached = [key for key in table if subjects is not None and key <= subjects]
     return dict(table[max(reached)]) if reached else {}
 
 
@@ -303,8 +337,24 @@ class StudyConfig:
             ``{"night_crop": 240}``), applied last.
         normalize: How windows are normalised for every method (``"window"``, ``"record"``,
             see :class:`~partnd.datasets.SleepWindowDataset`); ``None``: the scale's.
-        budgets: Fine-tuning subject counts replacing the scale's (nested, increasing).
-        seeds: Seeds of the sample-efficiency cells replacing the scale's.
+        budgets: Label budgets replacing the scale's, as written on the command line: subject
+            counts (``2``: every labelled window of 2 subjects) and windows per stage
+            (``"w20"``), see :class:`~partnd.datasets.label_budget.LabelBudget`; kept scarcest
+            first.
+        seeds: Seeds of the sample-efficiency cells replacing the scale's; each seed is a draw of
+            labelled and validation subjects.
+        pools: Pretraining pool sizes in hours (the unlabelled axis, increasing); ``None``: one
+            pretraining per method on the split's pretraining records, a fixed step budget.
+        pool_src: PC18-format root of the unlabelled nights the pools are drawn from (e.g. a
+            cohort generated with ``partnd cohort``), preprocessed into ``pool_store``;
+            ``None``: the study's own store, its nights of unlabelled subjects.
+        pool_store: The store of ``pool_src``; default ``<out>/pool_store.zarr``.
+        held_out_subjects: Subjects whose nights are held out of every pool to choose each
+            pool's pretraining budget on; ``None``: the scale's.
+        pool_overrides: :class:`PretrainConfig` fields of a pool's pretraining (e.g.
+            ``{"patience": 6, "eval_every_steps": 200}``), applied last.
+        signal_dtype: On-disk signal dtype of the stores the study creates (``"float32"`` or
+            ``"float16"``, half the disk; reads return float32).
     """
 
     out: Path
@@ -321,20 +371,54 @@ class StudyConfig:
     sequence_overrides: dict[str, Any] = field(default_factory=dict)
     night_overrides: dict[str, Any] = field(default_factory=dict)
     normalize: str | None = None
-    budgets: tuple[int, ...] | None = None
+    budgets: tuple[int | str, ...] | None = None
     seeds: tuple[int, ...] | None = None
+    pools: tuple[float, ...] | None = None
+    pool_src: Path | None = None
+    pool_store: Path | None = None
+    held_out_subjects: int | None = None
+    pool_overrides: dict[str, Any] = field(default_factory=dict)
+    signal_dtype: str = "float32"
 
     def __post_init__(self) -> None:
         check(self.scale in SCALES, "scale", f"one of {sorted(SCALES)}", repr(self.scale))
         if self.budgets is not None:
+            parsed = [LabelBudget.parse(budget, "budgets") for budget in self.budgets]
             check(
-                len(self.budgets) > 0
-                and all(b >= 1 for b in self.budgets)
-                and list(self.budgets) == sorted(set(self.budgets)),
+                len(parsed) > 0 and len(set(parsed)) == len(parsed),
                 "budgets",
-                "increasing positive subject counts",
+                "distinct label budgets",
                 repr(self.budgets),
             )
+            ordered = tuple(b.to_json() for b in sorted(parsed, key=lambda b: b.sort_key))
+            object.__setattr__(self, "budgets", ordered)
+        if self.pools is not None:
+            check(
+                len(self.pools) > 0
+                and all(size > 0 for size in self.pools)
+                and list(self.pools) == sorted(set(self.pools)),
+                "pools",
+                "increasing positive pool sizes in hours",
+                repr(self.pools),
+            )
+        check(
+            self.pools is not None or (self.pool_src is None and self.pool_store is None),
+            "pool_src",
+            "no pool source or store without pools (give the pool sizes)",
+            str(self.pool_src or self.pool_store),
+        )
+        check(
+            self.held_out_subjects is None or self.held_out_subjects >= 1,
+            "held_out_subjects",
+            "an int >= 1",
+            repr(self.held_out_subjects),
+        )
+        check(
+            self.signal_dtype in SIGNAL_DTYPES,
+            "signal_dtype",
+            f"one of {SIGNAL_DTYPES}",
+            repr(self.signal_dtype),
+        )
         if self.normalize is not None:
             resolve_normalization(self.normalize, "normalize")
         check(self.seed >= 0, "seed", "an int >= 0", repr(self.seed))
@@ -348,6 +432,7 @@ class StudyConfig:
                 repr(self.seeds),
             )
         PretrainConfig.check_field_names(self.pretrain_overrides, "pretrain_overrides")
+        PretrainConfig.check_field_names(self.pool_overrides, "pool_overrides")
         FinetuneConfig.check_field_names(self.finetune_overrides, "finetune_overrides")
         FinetuneConfig.check_field_names(self.sequence_overrides, "sequence_overrides")
         FinetuneConfig.check_field_names(self.night_overrides, "night_overrides")
@@ -383,10 +468,17 @@ class StudyConfig:
         return self.store if self.store is not None else self.out / "store.zarr"
 
     @property
+    def pool_store_path(self) -> Path:
+        """The store the pools are drawn from: the pool source's, else the study's own."""
+        if self.pool_src is None:
+            return self.store_path
+        return self.pool_store if self.pool_store is not None else self.out / "pool_store.zarr"
+
+    @property
     def settings(self) -> dict[str, Any]:
         """What must agree between commands run on the same study directory (settings added
-        after studies were made, ``night_overrides``, only when set: those studies stay
-        valid)."""
+        after studies were made, ``night_overrides`` and those of the unlabelled axis, only when
+        set: those studies stay valid)."""
         keep = (
             "src",
             "store",
@@ -397,20 +489,29 @@ class StudyConfig:
             "sequence_overrides",
             "normalize",
             "budgets",
-            *(["night_overrides"] if self.night_overrides else []),
         )
         values = asdict(self)
         chosen = {k: str(values[k]) if isinstance(values[k], Path) else values[k] for k in keep}
+        defaults: dict[str, Any] = {"pools": None, "pool_src": None, "pool_store": None}
+        defaults.update(held_out_subjects=None, pool_overrides={}, signal_dtype="float32")
+        defaults["night_overrides"] = {}
+        for key, default in defaults.items():
+            if values[key] != default:
+                chosen[key] = str(values[key]) if isinstance(values[key], Path) else values[key]
         return dict(json.loads(json.dumps(chosen)))  # the form study.json holds
 
-    def pretrain_config(self, method: str) -> PretrainConfig:
+    def pretrain_config(self, method: str, pool: bool = False) -> PretrainConfig:
         """The pretraining configuration of ``method`` (the scale's budget for every method;
-        PART across windows starts from its own preset, ``eeg_sleep_windows``)."""
+        PART across windows starts from its own preset, ``eeg_sleep_windows``); for a pool's
+        pretraining the scale's ``pool_pretrain`` comes before the study's overrides (its step
+        budget is a cap, ``--pretrain-steps`` sets it) and ``pool_overrides`` after them."""
         scale = SCALES[self.scale]
         values = {
             **scale["pretrain"],
             **scale["pretrain_methods"].get(method, {}),
+            **(scale["pool_pretrain"] if pool else {}),
             **self.pretrain_overrides,
+            **(self.pool_overrides if pool else {}),
         }
         preset = "eeg_sleep_windows" if method == "part_windows" else "eeg_sleep"
         if method == "part_windows":  # drawn windows normalised as the fine-tuning windows
@@ -425,9 +526,13 @@ class StudyConfig:
         )
 
     def finetune_config(
-        self, method: str, seed: int, arm: str = "window", budget: int | None = None
+        self,
+        method: str,
+        seed: int,
+        arm: str = "window",
+        budget: LabelBudget | int | str | None = None,
     ) -> FinetuneConfig:
-        """The fine-tuning configuration of ``method``'s ``arm`` on ``budget`` labelled subjects:
+        """The fine-tuning configuration of ``method``'s ``arm`` on the label ``budget``:
         the ``eeg_sleep`` preset and the scale's protocol for everyone (the sequence or night
         arm's changes on top, then what the arm changes at this budget, :func:`budget_settings`),
         then the study's overrides (every arm's, then the sequence or night arm's); from-scratch
@@ -451,33 +556,42 @@ class StudyConfig:
 
 @dataclass(frozen=True)
 class CellResult:
-    """A finished cell: one method and arm, trained on ``budget`` subjects with ``seed``.
+    """A finished cell: one method and arm, trained on a draw of ``budget`` labels with ``seed``.
 
     Attributes:
         method: Method name.
         arm: ``"window"``, ``"sequence"`` or ``"probe"``.
-        budget: Number of labelled subjects (0 for a row that uses no labels).
-        seed: Seed of the subject draw and of training.
-        subjects: The labelled subjects.
+        budget: The label budget as written: a number of labelled subjects (``2``) or of
+            windows per stage (``"w20"``).
+        seed: Seed of the draw (labelled and validation subjects) and of training.
+        subjects: The labelled subjects (those whose windows carry the labels; none for a row
+            that uses no labels).
         report: Metrics on the test subjects.
         predictions: [n_test] predicted stage per test window.
         history: The fine-tuning run's logged records (empty without one).
         settings: What the cell used: steps, the selected step and its validation kappa,
             augmentations, context, probe regularisation, features...
+        pool: The pretraining pool of a pretrained method's encoder (``None``: the split's
+            pretraining records, or no pretraining).
+        draw: The draw (:meth:`partnd.datasets.label_budget.LabelDraw.to_dict`: labelled and
+            validation subjects, the windows per stage of a window budget); empty for a cell
+            written before draws were recorded.
     """
 
     method: str
     arm: str
-    budget: int
+    budget: int | str
     seed: int
     subjects: tuple[str, ...]
     report: ClassificationReport
     predictions: np.ndarray
     history: list[dict[str, Any]]
     settings: dict[str, Any]
+    pool: str | None = None
+    draw: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def label(self) -> str:
+    def row(self) -> str:
         """``method`` for the window arm, ``method+seq`` / ``method+night`` / ``method probe`` for
         the others."""
         labels = {
@@ -486,6 +600,11 @@ class CellResult:
             "night": f"{self.method}+night",
         }
         return labels.get(self.arm, f"{self.method} {self.arm}")
+
+    @property
+    def label(self) -> str:
+        """The row, and its pretraining pool when it has one (``part_windows+seq @24h``)."""
+        return self.row if self.pool is None else f"{self.row} @{self.pool}"
 
 
 def _selected(result: FinetuneResult) -> dict[str, Any]:
@@ -509,6 +628,7 @@ class SleepStudy:
     def __init__(self, config: StudyConfig, overwrite: bool = False) -> None:
         self.config = config
         self.out = config.out
+        self._draws: dict[tuple[str, int], LabelDraw] = {}
         self._claim(overwrite)
 
     def _claim(self, overwrite: bool) -> None:
@@ -526,7 +646,15 @@ class SleepStudy:
             settings["budgets"] = tuple(self.config.budgets)
         if self.config.seeds is not None:
             settings["seeds"] = tuple(self.config.seeds)
+        if self.config.held_out_subjects is not None:
+            settings["held_out_subjects"] = self.config.held_out_subjects
         return settings
+
+    @property
+    def budgets(self) -> tuple[LabelBudget, ...]:
+        """The label budgets of the study, scarcest first."""
+        parsed = (LabelBudget.parse(budget, "budgets") for budget in self.scale["budgets"])
+        return tuple(sorted(parsed, key=lambda budget: budget.sort_key))
 
     @cached_property
     def store(self) -> SleepStore:
@@ -536,23 +664,7 @@ class SleepStudy:
         if src is None:
             with renamed_arguments({"out_dir": "cohort_dir"}):
                 src = ensure_sample_cohort(config.cohort_dir, progress=config.progress).root
-        try:
-            with renamed_arguments({"out": "store"}):  # preprocess's out is this study's store
-                report = preprocess_physionet2018(
-                    src, config.store_path, n_jobs=config.n_jobs, progress=config.progress
-                )
-        except InputError as error:  # a study never replaces a store (--overwrite clears --out)
-            remedy = " (give another --store, or delete this one to preprocess it again)"
-            raise InputError(without_overwrite_remedy(str(error), remedy)) from None
-        unexpected = report.unexpected_failures
-        if unexpected:
-            manifest = config.store_path / "manifest.json"
-            warnings.warn(
-                f"{len(unexpected)} record(s) failed preprocessing and are left out: "
-                f"{', '.join(unexpected[:10])}; reasons in {manifest}",
-                stacklevel=2,
-            )
-        return SleepStore(config.store_path)
+        return preprocessed(src, config.store_path, config, "store")
 
     @cached_property
     def split(self) -> SubjectSplit:
@@ -560,10 +672,11 @@ class SleepStudy:
         path = self.out / "split.json"
         if path.exists():
             return SubjectSplit.load(path)
+        sizes = tuple(b.subjects for b in self.budgets if b.subjects is not None)
         split = make_subject_split(
             self.store,
             n_test_subjects=self.scale["n_test_subjects"],
-            finetune_sizes=tuple(self.scale["budgets"]),
+            finetune_sizes=sizes or (1,),
             seed=self.config.seed,
         )
         split.save(path)
@@ -574,22 +687,32 @@ class SleepStudy:
         """Stage names from the store."""
         return list(self.store.stage_names)
 
-    def windows(self, subjects: Sequence[str]) -> InMemoryWindows:
-        """Labelled, normalised windows of ``subjects`` in memory."""
+    def windows(
+        self, subjects: Sequence[str], labelled_windows: Mapping[str, Any] | None = None
+    ) -> InMemoryWindows:
+        """Labelled, normalised windows of ``subjects`` in memory (only ``labelled_windows``
+        when given)."""
         return InMemoryWindows(
             self.store,
             records=self.split.records_of(subjects),
             labelled_only=True,
             normalize=self.config.normalization,
             progress=self.config.progress,
+            labelled_windows=labelled_windows,
         )
 
     def sequences(
-        self, subjects: Sequence[str], context: int, *, night: bool = False
+        self,
+        subjects: Sequence[str],
+        context: int,
+        labelled_windows: Mapping[str, Any] | None = None,
+        *,
+        night: bool = False,
     ) -> SleepSequenceDataset:
-        """Sequences of ``context`` consecutive windows of ``subjects``' records (in memory), or
-        with ``night`` crops of ``context`` windows of their whole records
-        (:class:`~partnd.datasets.SleepNightDataset`)."""
+        """Sequences of ``context`` consecutive windows of ``subjects``' records (in memory)
+        holding a labelled window (only ``labelled_windows`` keep their labels when given; their
+        neighbours are context), or with ``night`` crops of ``context`` windows of their whole
+        records (:class:`~partnd.datasets.SleepNightDataset`)."""
         kind = SleepNightDataset if night else SleepSequenceDataset
         return kind(
             self.store,
@@ -597,7 +720,28 @@ class SleepStudy:
             context=context,
             normalize=self.config.normalization,
             progress=self.config.progress,
+            labelled_windows=labelled_windows,
         )
+
+    def arm_data(
+        self,
+        arm: str,
+        subjects: Sequence[str],
+        config: FinetuneConfig,
+        labelled_windows: Mapping[str, Any] | None = None,
+        *,
+        evaluation: bool = False,
+    ) -> Any:
+        """The labelled data an arm trains on, or validates on with ``evaluation``: single
+        windows for the window arm, sequences of ``config.context`` windows for the sequence
+        arm, crops of ``config.night_crop`` windows of whole records for the night arm (of
+        ``EVALUATION_CROP`` windows, whole nights, to validate on)."""
+        if config.context == "night":
+            length = EVALUATION_CROP if evaluation else int(config.night_crop)
+            return self.sequences(subjects, length, labelled_windows, night=True)
+        if config.context is not None:
+            return self.sequences(subjects, int(config.context), labelled_windows)
+        return self.windows(subjects, labelled_windows)
 
     @cached_property
     def test_set(self) -> InMemoryWindows:
@@ -610,29 +754,51 @@ class SleepStudy:
         subject_of = {r: info.subject_id for r, info in self.split.records.items()}
         return np.array([subject_of[self.test_set.record_of(i)] for i in range(len(self.test_set))])
 
-    def subjects(self, budget: int, seed: int) -> tuple[str, ...]:
-        """Fine-tuning subjects of a budget: the split's nested chain for ``seed``."""
+    def draw(self, budget: LabelBudget | int | str, seed: int) -> LabelDraw:
+        """The labels of ``budget`` for ``seed``: labelled subjects (nested within a seed for
+        subject budgets) or windows per stage, and validation subjects, from the fine-tuning
+        pool (:func:`~partnd.datasets.label_budget.draw_labels`); the same for every row."""
+        budget = LabelBudget.parse(budget, "budgets")
+        key = (str(budget), int(seed))
+        if key not in self._draws:
+            self._draws[key] = draw_labels(
+                self.split, self.store, budget, int(seed), n_validation=self.scale["val_subjects"]
+            )
+        return self._draws[key]
+
+    def subjects(self, budget: LabelBudget | int | str, seed: int) -> tuple[str, ...]:
+        """Labelled subjects of a budget for ``seed`` (:meth:`draw`)."""
+        return self.draw(budget, seed).subjects
+
+    @cached_property
+    def pools(self) -> PoolStage:
+        """The unlabelled axis: the pool store, the nested pools and their pretraining."""
         check(
-            budget in self.split.finetune_sizes,
-            "budget",
-            f"one of the split's budgets {self.split.finetune_sizes}",
-            repr(budget),
+            self.config.pools is not None,
+            "pools",
+            "pool sizes in hours (a study with pretraining pools)",
+            "none",
         )
-        return self.split.finetune_subsets(seed)[budget]
+        return PoolStage(self)
 
-    def validation_subjects(self, training: Sequence[str], seed: int) -> list[str]:
-        """Labelled non-test subjects outside ``training`` for checkpoint selection (seeded)."""
-        rest = sorted(set(self.split.finetune_pool) - set(training))
-        order = np.random.default_rng([self.split.seed, seed]).permutation(len(rest))
-        return sorted(rest[i] for i in order[: self.scale["val_subjects"]])
+    @property
+    def pool_names(self) -> tuple[str, ...]:
+        """The pools of the study, smallest first (none without ``StudyConfig.pools``)."""
+        if self.config.pools is None:
+            return ()
+        return tuple(pool_name(size) for size in self.config.pools)
 
-    def pretrain_dir(self, method: str) -> Path:
-        """Run directory of ``method``'s pretraining."""
+    def pretrain_dir(self, method: str, pool: str | None = None) -> Path:
+        """Run directory of ``method``'s pretraining (on ``pool``'s nights when given)."""
+        if pool is not None:
+            return self.pools.run_dir(method, pool)
         return self.out / "pretrain" / method
 
-    def pretrained(self, method: str) -> bool:
-        """Whether ``method``'s pretraining ran all its epochs (a run stopped early by
+    def pretrained(self, method: str, pool: str | None = None) -> bool:
+        """Whether ``method``'s pretraining (on ``pool``) has finished (a run stopped early by
         ``max_steps`` also writes ``encoder.pt``, but has not finished)."""
+        if pool is not None:
+            return self.pools.done(method, pool)
         run_dir = self.pretrain_dir(method)
         if not (run_dir / ENCODER_FILE).is_file() or not (run_dir / "metrics.jsonl").is_file():
             return False
@@ -641,8 +807,10 @@ class SleepStudy:
             done = [json.loads(line)["epoch"] for line in handle if '"phase": "epoch"' in line]
         return bool(done) and max(done) + 1 >= epochs
 
-    def run_pretraining(self, method: str) -> Path:
-        """Pretrain ``method`` on the pool unless done (an interrupted run resumes).
+    def run_pretraining(self, method: str, pool: str | None = None) -> Path:
+        """Pretrain ``method`` unless done (an interrupted run resumes): on the split's
+        pretraining records for the scale's budget, or on ``pool``'s nights for a budget chosen
+        on held-out nights (:class:`PoolStage`).
 
         Returns:
             The run directory (holding ``encoder.pt``).
@@ -653,18 +821,20 @@ class SleepStudy:
             f"a pretraining method {list_objectives()}",
             repr(method),
         )
+        if pool is not None:
+            return self.pools.run(method, pool)
         run_dir = self.pretrain_dir(method)
         if self.pretrained(method):
             return run_dir
         resume = (run_dir / "checkpoints" / "last.pt").is_file()
-        pool = SleepWindowDataset(
+        data = SleepWindowDataset(
             self.store, records=list(self.split.pretrain), normalize=self.config.normalization
         )
         if resume:  # continue the interrupted run to its end
-            pretrain(pool, out_dir=run_dir, resume=True, max_steps=None)
+            pretrain(data, out_dir=run_dir, resume=True, max_steps=None)
         else:
             config = self.config.pretrain_config(method)
-            pretrain(pool, out_dir=run_dir, config=config, overwrite=run_dir.exists())
+            pretrain(data, out_dir=run_dir, config=config, overwrite=run_dir.exists())
         return run_dir
 
     @cached_property
@@ -697,17 +867,40 @@ class SleepStudy:
         partial.replace(path)
         return table
 
-    def cell_dir(self, method: str, arm: str, budget: int, seed: int) -> Path:
-        """Directory of one cell."""
-        return self.out / "finetune" / method / arm / f"b{budget}_s{seed}"
+    def cell_dir(
+        self,
+        method: str,
+        arm: str,
+        budget: LabelBudget | int | str,
+        seed: int,
+        pool: str | None = None,
+    ) -> Path:
+        """Directory of one cell: ``b<budget>_s<seed>``, ``_p<pool>`` added for a pool's
+        encoder."""
+        name = f"b{LabelBudget.parse(budget, 'budgets')}_s{seed}"
+        return self.out / "finetune" / method / arm / (name if pool is None else f"{name}_p{pool}")
 
-    def cell_done(self, method: str, arm: str, budget: int, seed: int) -> bool:
+    def cell_done(
+        self,
+        method: str,
+        arm: str,
+        budget: LabelBudget | int | str,
+        seed: int,
+        pool: str | None = None,
+    ) -> bool:
         """Whether the cell has finished."""
-        return (self.cell_dir(method, arm, budget, seed) / "result.json").is_file()
+        return (self.cell_dir(method, arm, budget, seed, pool) / "result.json").is_file()
 
-    def load_cell(self, method: str, arm: str, budget: int, seed: int) -> CellResult:
+    def load_cell(
+        self,
+        method: str,
+        arm: str,
+        budget: LabelBudget | int | str,
+        seed: int,
+        pool: str | None = None,
+    ) -> CellResult:
         """Read a finished cell."""
-        cell = self.cell_dir(method, arm, budget, seed)
+        cell = self.cell_dir(method, arm, budget, seed, pool)
         data = json.loads((cell / "result.json").read_text())
         report = ClassificationReport(
             **{
@@ -716,20 +909,22 @@ class SleepStudy:
             }
         )
         metrics = cell / "run" / "metrics.jsonl"
-        history = [json.loads(line) for line in metrics.open()] if metrics.is_file() else []
+        history = read_jsonl(metrics) if metrics.is_file() else []
         return CellResult(
             method=method,
             arm=arm,
-            budget=budget,
+            budget=LabelBudget.parse(budget, "budgets").to_json(),
             seed=seed,
             subjects=tuple(data["subjects"]),
             report=report,
             predictions=np.load(cell / "predictions.npy"),
             history=history,
             settings=dict(data["settings"]),
+            pool=data.get("pool"),
+            draw=dict(data.get("draw", {})),
         )
 
-    def _check_cell(self, method: str, arm: str) -> None:
+    def _check_cell(self, method: str, arm: str, pool: str | None) -> None:
         check(method in available_methods(), "method", f"one of {available_methods()}", method)
         check(
             arm in method_arms(method),
@@ -737,34 +932,54 @@ class SleepStudy:
             f"one of {method}'s arms {method_arms(method)}",
             repr(arm),
         )
+        if pool is not None:
+            check(
+                method in list_objectives(),
+                "pool",
+                f"no pool for {method!r} (only pretrained methods have one)",
+                repr(pool),
+            )
+            check(
+                pool in self.pool_names,
+                "pool",
+                f"one of the study's pools {list(self.pool_names)}",
+                repr(pool),
+            )
         if method in list_objectives():
             check(
-                self.pretrained(method),
+                self.pretrained(method, pool),
                 "method",
                 f"a finished pretraining of {method!r} (run the pretrain stage first)",
-                f"no {self.pretrain_dir(method) / ENCODER_FILE}",
+                f"no finished run in {self.pretrain_dir(method, pool)}",
             )
 
-    def run_cell(self, method: str, arm: str, budget: int, seed: int) -> CellResult:
-        """Train ``method``'s ``arm`` on ``budget`` subjects with ``seed`` and test it, unless
-        done. A pretrained method's pretraining must have finished (:meth:`run_pretraining`)."""
-        self._check_cell(method, arm)
-        if self.cell_done(method, arm, budget, seed):
-            return self.load_cell(method, arm, budget, seed)
-        subjects = self.subjects(budget, seed)
-        cell = self.cell_dir(method, arm, budget, seed)
+    def run_cell(
+        self,
+        method: str,
+        arm: str,
+        budget: LabelBudget | int | str,
+        seed: int,
+        pool: str | None = None,
+    ) -> CellResult:
+        """Train ``method``'s ``arm`` on the draw of ``budget`` for ``seed`` (on ``pool``'s
+        encoder) and test it, unless done. A pretrained method's pretraining must have
+        finished (:meth:`run_pretraining`)."""
+        self._check_cell(method, arm, pool)
+        if self.cell_done(method, arm, budget, seed, pool):
+            return self.load_cell(method, arm, budget, seed, pool)
+        draw = self.draw(budget, seed)
+        cell = self.cell_dir(method, arm, budget, seed, pool)
         cell.mkdir(parents=True, exist_ok=True)
         if method in CLASSICAL_METHODS:
-            predictions, settings = self._classical(method, arm, subjects, seed)
-            used = () if method == "yasa_pretrained" else subjects
+            predictions, settings = self._classical(method, arm, draw, seed)
+            used = () if method == "yasa_pretrained" else draw.subjects
         elif arm == "probe":
-            predictions, settings = self._probe(method, subjects, seed)
-            used = subjects
+            predictions, settings = self._probe(method, draw, seed, pool)
+            used = draw.subjects
         else:
-            predictions, settings = self._finetune(
-                method, arm, subjects, seed, cell / "run", budget
-            )
-            used = subjects
+            run_dir = cell / "run"
+            predictions, settings = self._finetune(method, arm, draw, seed, run_dir, pool)
+            used = draw.subjects
         labels = self.test_set.labels.astype(np.int64)
         report = classification_metrics(
             labels, predictions, len(self.class_names), self.class_names
@@ -774,18 +989,20 @@ class SleepStudy:
             {
                 "method": method,
                 "arm": arm,
-                "budget": budget,
+                "budget": draw.budget.to_json(),
                 "seed": seed,
+                "pool": pool,
                 "subjects": list(used),
+                "draw": draw.to_dict() if used else {},
                 "report": report.to_dict(),
                 "settings": settings,
             },
             cell / "result.json",
         )
-        return self.load_cell(method, arm, budget, seed)
+        return self.load_cell(method, arm, budget, seed, pool)
 
     def _classical(
-        self, method: str, arm: str, subjects: Sequence[str], seed: int
+        self, method: str, arm: str, draw: LabelDraw, seed: int
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """A classical row: YASA's features + LightGBM, or YASA's pretrained classifier."""
         from partnd.classical import fit_classical_stager, predict_stages, yasa_pretrained_stages
@@ -809,7 +1026,9 @@ class SleepStudy:
         table = self.classical_features
         if arm == "window":
             table = table.single_window()
-        train = table.select(self.split.records_of(subjects))
+        train = table.select(self.split.records_of(draw.subjects))
+        if draw.labelled_windows is not None:  # the drawn windows; context columns keep the night
+            train = train.keep_windows(draw.labelled_windows)
         test = table.select(test_records)
         self._check_test_order(test.labels)
         model = fit_classical_stager(train.features, train.labels, seed=seed)
@@ -817,6 +1036,7 @@ class SleepStudy:
             "features": f"YASA {'with' if arm == 'sequence' else 'without'} context, "
             f"{len(table.columns)} columns",
             "classifier": "LightGBM, YASA's hyper-parameters and class weights",
+            "labelled_windows": len(train),
         }
 
     def _check_test_order(self, labels: np.ndarray) -> None:
@@ -828,10 +1048,10 @@ class SleepStudy:
             "another order",
         )
 
-    def _encoder(self, method: str, seed: int) -> ViTEncoder:
+    def _encoder(self, method: str, seed: int, pool: str | None) -> ViTEncoder:
         """A pretrained method's window encoder, or a scratch method's random encoder."""
         if method not in SCRATCH_METHODS:
-            return load_encoder(self.pretrain_dir(method))
+            return load_encoder(self.pretrain_dir(method, pool))
         config = self.config.finetune_config(method, seed)
         torch.manual_seed(seed)
         encoder = create_encoder(
@@ -846,12 +1066,13 @@ class SleepStudy:
         return encoder.eval()
 
     def _probe(
-        self, method: str, subjects: Sequence[str], seed: int
+        self, method: str, draw: LabelDraw, seed: int, pool: str | None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Logistic regression on the frozen encoder's [CLS] + mean patch token features."""
+        train = self.windows(draw.subjects, draw.labelled_windows)
         result = linear_probe(
-            self._encoder(method, seed),
-            self.windows(subjects),
+            self._encoder(method, seed, pool),
+            train,
             self.test_set,
             num_classes=len(self.class_names),
             device=self.config.device if self.config.device != "auto" else None,
@@ -859,38 +1080,31 @@ class SleepStudy:
         )
         init = "random (seeded)" if method in SCRATCH_METHODS else f"{method} pretraining"
         return result.predictions, {
-            "encoder": init,
+            "encoder": init if pool is None else f"{init} on pool {pool}",
             "features": "[CLS] + mean patch token, standardised",
             "C": result.inverse_regularisation,
+            "labelled_windows": len(train),
         }
 
     def _finetune(
         self,
         method: str,
         arm: str,
-        subjects: Sequence[str],
+        draw: LabelDraw,
         seed: int,
         run_dir: Path,
-        budget: int,
+        pool: str | None,
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Fine-tune the window, sequence or night classifier of ``method`` and predict the test
         set."""
-        config = self.config.finetune_config(method, seed, arm, budget)
+        config = self.config.finetune_config(method, seed, arm, draw.budget)
         resume = (run_dir / "checkpoints" / "last.pt").is_file()
-        encoder: Any = None if method in SCRATCH_METHODS else self.pretrain_dir(method)
-        val_subjects = self.validation_subjects(subjects, seed)
+        encoder: Any = None if method in SCRATCH_METHODS else self.pretrain_dir(method, pool)
         night = config.context == "night"
-        if config.context is not None:
-            length = config.night_crop if night else int(config.context)
-            train: Any = self.sequences(subjects, length, night=night)
-            val: Any = None
-            if val_subjects:
-                val = self.sequences(
-                    val_subjects, EVALUATION_CROP if night else length, night=night
-                )
-        else:
-            train = self.windows(subjects)
-            val = self.windows(val_subjects) if val_subjects else None
+        train = self.arm_data(arm, draw.subjects, config, draw.labelled_windows)
+        val = None
+        if draw.validation:
+            val = self.arm_data(arm, draw.validation, config, evaluation=True)
         result = finetune(
             encoder,
             train,
@@ -921,8 +1135,9 @@ class SleepStudy:
             logits = predict_logits(model, test.signals, device=self.config.device)
             predictions = logits.argmax(dim=1).numpy()
         meta = json.loads((run_dir / "meta.json").read_text())["resolved"]
+        init = "scratch" if method in SCRATCH_METHODS else f"{method} pretraining"
         settings = {
-            "init": "scratch" if method in SCRATCH_METHODS else f"{method} pretraining",
+            "init": init if pool is None else f"{init} on pool {pool}",
             "steps": meta["total_steps"],
             **_selected(result),
             "batch_size": config.batch_size,
@@ -932,8 +1147,8 @@ class SleepStudy:
             "augmentations": list(config.augmentations or ()),
             "context": config.context,
             "ema_decay": config.ema_decay,
-            "budget_settings": budget_settings(self.scale, arm, budget),
-            "validation_subjects": val_subjects,
+            "budget_settings": budget_settings(self.scale, arm, draw.budget),
+            "validation_subjects": list(draw.validation),
         }
         if night:
             settings["night_crop"] = config.night_crop

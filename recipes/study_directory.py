@@ -43,6 +43,11 @@ RECIPE_OPTIONS = OptionNames(
         "budgets": "--budgets",
         "seeds": "--seeds",
         "n_jobs": "--n-jobs",
+        "pools": "--pools",
+        "pool_src": "--pool-src",
+        "pool_store": "--pool-store",
+        "held_out_subjects": "--held-out-subjects",
+        "signal_dtype": "--dtype",
     }
 )
 """The API arguments a recipe's messages may name (its study's settings), as its options."""

@@ -159,11 +159,15 @@ def test_sample_efficiency_cells_resume_and_aggregate(
     rows = [("part", "window"), ("supervised", "window")]
     cells = sample_efficiency.cell_list(study, rows)
     assert cells == [
-        ("part", "window", 1, 0), ("part", "window", 1, 1),
-        ("part", "window", 2, 0), ("part", "window", 2, 1),
-        ("supervised", "window", 1, 0), ("supervised", "window", 1, 1),
-        ("supervised", "window", 2, 0), ("supervised", "window", 2, 1),
+        ("part", "window", 1, 0, None), ("part", "window", 1, 1, None),
+        ("part", "window", 2, 0, None), ("part", "window", 2, 1, None),
+        ("supervised", "window", 1, 0, None), ("supervised", "window", 1, 1, None),
+        ("supervised", "window", 2, 0, None), ("supervised", "window", 2, 1, None),
     ]  # fmt: skip
+    assert [sample_efficiency.format_cell(cell) for cell in cells[:2]] == [
+        "part:window:1:0",
+        "part:window:1:1",
+    ]  # the keys of a study without pools are those of earlier studies
     # nested subsets per seed, shared encoder
     assert set(study.subjects(1, 0)) <= set(study.subjects(2, 0))
     study.run_pretraining("part")
@@ -175,9 +179,10 @@ def test_sample_efficiency_cells_resume_and_aggregate(
     sample_efficiency.aggregate(study, rows, allow_partial=True)
     with open(out / "kappa_by_budget.csv") as handle:
         partial = list(csv.DictReader(handle))
-    assert [row["subjects"] for row in partial] == ["1", "2"]  # budget 2 has no finished cell
+    assert [row["budget"] for row in partial] == ["1", "2"]  # budget 2 has no finished cell
     assert partial[0]["part"].endswith("(n=1)") and partial[1]["part"] == ""
-    assert partial[1]["missing"].split() == [":".join(map(str, c)) for c in cells if c[2] == 2]
+    missing = [sample_efficiency.format_cell(cell) for cell in cells if cell[2] == 2]
+    assert partial[1]["missing"].split() == missing
     assert "partial: 7 of 8 cells missing" in capsys.readouterr().out
     done = (out / "finetune/part/window/b1_s0/result.json").stat().st_mtime
     cells += sample_efficiency.cell_list(study, [("classical", "sequence")])
@@ -188,7 +193,7 @@ def test_sample_efficiency_cells_resume_and_aggregate(
     sample_efficiency.aggregate(study, [*rows, ("classical", "sequence")])
     with open(out / "kappa_by_budget.csv") as handle:
         rows = list(csv.DictReader(handle))
-    assert [row["subjects"] for row in rows] == ["1", "2"] and "missing" not in rows[0]
+    assert [row["budget"] for row in rows] == ["1", "2"] and "missing" not in rows[0]
     assert rows[0]["part"].endswith("(n=2)") and "paper_part" in rows[0]
     assert rows[1]["classical+seq"].endswith("(n=2)")
     with open(out / "difference_to_reference.csv") as handle:
@@ -200,7 +205,17 @@ def test_sample_efficiency_cells_resume_and_aggregate(
         sample_efficiency.main(argv)
     with pytest.raises(InputError, match="--cell"):
         sample_efficiency.parse_cell("part:window:ten:0")
-    assert sample_efficiency.parse_cell("part:probe:2:1") == ("part", "probe", 2, 1)
+    assert sample_efficiency.parse_cell("part:probe:2:1") == ("part", "probe", 2, 1, None)
+    assert sample_efficiency.parse_cell("mae:sequence:w20:0:24h") == (
+        "mae",
+        "sequence",
+        "w20",
+        0,
+        "24h",
+    )
+    for bad in ("part:probe:w0:1", "part:probe:2", "part:probe:2:1:24h:x", "part:probe:2:1:"):
+        with pytest.raises(InputError, match="--cell"):
+            sample_efficiency.parse_cell(bad)
     with pytest.raises(InputError, match="--arms"):
         sleep_staging.rows_of(["part"], ["sideways"])
     parser = sleep_staging.build_parser()

@@ -1,4 +1,5 @@
-"""The sample-efficiency figure: rows told apart by colour (method) and line style (arm)."""
+"""The sample-efficiency figures and tables: rows told apart by colour (method, lighter for a
+smaller pool) and line style (arm), budgets scarcest first, paired differences per draw."""
 
 from __future__ import annotations
 
@@ -6,14 +7,25 @@ from pathlib import Path
 
 import matplotlib.image
 import numpy as np
+import pytest
 
 from partnd.metrics import classification_metrics
+from partnd.recipes.sample_efficiency_report import (
+    draw_rows,
+    paired_differences,
+    plot_kappa_by_pool,
+    plot_pool_pretext,
+    scratch_summary,
+)
 from partnd.recipes.sleep_report import (
     ARM_LINESTYLES,
+    REFERENCE_METHODS,
+    budget_order,
     plot_sample_efficiency,
     sample_efficiency_styles,
+    sample_efficiency_tables,
 )
-from partnd.recipes.sleep_study import ARMS, CellResult
+from partnd.recipes.sleep_study import ARMS, CLASSICAL_METHODS, CellResult
 
 METHODS = ("classical", "yasa_pretrained", "supervised", "part_windows", "mae", "part", "mp3")
 
@@ -58,6 +70,7 @@ def test_every_method_has_its_own_colour_and_every_arm_its_line_style() -> None:
         assert linestyle == ARM_LINESTYLES[cell.arm]
     assert len({styles[label] for label in styles}) == len(styles)  # no two rows look alike
     assert set(ARM_LINESTYLES) == set(ARMS)  # every arm a study runs has its line style
+    assert set(REFERENCE_METHODS) == set(CLASSICAL_METHODS)  # drawn beside every panel
 
 
 def test_the_figure_is_written_with_the_legend_beside_the_axes(tmp_path: Path) -> None:
@@ -66,3 +79,105 @@ def test_the_figure_is_written_with_the_legend_beside_the_axes(tmp_path: Path) -
     image = matplotlib.image.imread(path)
     assert image.shape[1] / image.shape[0] > 1.6  # 8 x 4.5 in: room for the legend beside
     assert not list(tmp_path.glob("*.tmp*"))
+
+
+def pooled_cell(
+    method: str, arm: str, budget: int | str, seed: int, pool: str | None, kappa: float
+) -> CellResult:
+    """A finished cell of known kappa (predictions agree with the truth on a share of windows)."""
+    labels = np.arange(200) % 5
+    predictions = labels.copy()
+    wrong = np.random.default_rng(seed).permutation(200)[: round(200 * (1 - kappa) * 0.8)]
+    predictions[wrong] = (labels[wrong] + 1) % 5
+    draw = {"subjects": [f"s{seed}"], "validation": [f"v{seed}"]}
+    if str(budget).startswith("w"):
+        draw["windows"] = {"counts": {"W": 3, "N1": 2, "N2": 3, "N3": 3, "REM": 3}}
+    return CellResult(
+        method=method,
+        arm=arm,
+        budget=budget,
+        seed=seed,
+        subjects=(f"s{seed}",),
+        report=classification_metrics(labels, predictions, num_classes=5),
+        predictions=predictions,
+        history=[],
+        settings={},
+        pool=pool,
+        draw=draw,
+    )
+
+
+def axes_cells() -> list[CellResult]:
+    cells = []
+    for budget in (2, "w20", 1):
+        for seed in (0, 1, 2):
+            for pool, gain in (("8h", 0.05), ("80h", 0.1)):
+                cells.append(
+                    pooled_cell("part_windows", "sequence", budget, seed, pool, 0.6 + gain)
+                )
+                cells.append(pooled_cell("mae", "probe", budget, seed, pool, 0.4 + gain))
+            cells.append(pooled_cell("supervised", "sequence", budget, seed, None, 0.6))
+            cells.append(pooled_cell("supervised", "probe", budget, seed, None, 0.3))
+            cells.append(pooled_cell("classical", "sequence", budget, seed, None, 0.8))
+    return cells
+
+
+def test_pools_get_lighter_shades_of_their_methods_colour_and_budgets_sort_scarcest_first(
+    tmp_path: Path,
+) -> None:
+    cells = axes_cells()
+    styles = sample_efficiency_styles(cells)
+    small, large = styles["part_windows+seq @8h"][0], styles["part_windows+seq @80h"][0]
+    assert small != large and min(small[:3]) > min(large[:3])  # the smaller pool is lighter
+    assert styles["supervised+seq"][1] == styles["part_windows+seq @8h"][1] == "--"
+    assert len(set(styles.values())) == len(styles)
+    assert budget_order([2, "w20", 1, "w5", 8]) == ["w5", "w20", 1, 2, 8]
+    kappa_rows, _ = sample_efficiency_tables(cells)
+    assert [row["budget"] for row in kappa_rows] == ["w20", 1, 2]
+    assert kappa_rows[0]["paper_part"] == "" and kappa_rows[1]["part_windows+seq @80h"].endswith(
+        "(n=3)"
+    )
+    plot_sample_efficiency(cells, tmp_path / "se.png")
+    plot_kappa_by_pool(cells, {"8h": 8.1, "80h": 80.4}, "w20", tmp_path / "pool.png")
+    curves = {
+        ("part_windows", "8h"): {
+            "train": [(10, 1.0), (20, 0.8)],
+            "heldout": [(10, 0.9), (20, 0.85)],
+        },
+        ("part_windows", "80h"): {"train": [(10, 1.0), (20, 0.7)], "heldout": [(10, 0.8)]},
+    }
+    selected = {("part_windows", "8h"): 20, ("part_windows", "80h"): 10}
+    plot_pool_pretext(curves, selected, tmp_path / "pretext.png")
+    for name in ("se.png", "pool.png", "pretext.png"):
+        assert (tmp_path / name).stat().st_size > 1000
+
+
+def test_paired_differences_per_draw_against_the_same_arm_from_scratch() -> None:
+    cells = axes_cells()
+    rows = paired_differences(cells)
+    by_row = {(r["budget"], r["seed"], r["row"]): r for r in rows}
+    kappa = {(c.label, c.budget, c.seed): c.report.cohen_kappa for c in cells}
+    first = by_row[("w20", 1, "part_windows+seq @80h")]
+    assert first["baseline"] == "supervised+seq"
+    assert first["kappa"] == round(kappa[("part_windows+seq @80h", "w20", 1)], 4)
+    assert first["difference"] == pytest.approx(
+        kappa[("part_windows+seq @80h", "w20", 1)] - kappa[("supervised+seq", "w20", 1)], abs=1e-4
+    )
+    assert first["labelled"] == "14 windows (3/2/3/3/3 per stage) of s1"
+    assert by_row[(2, 0, "mae probe @8h")]["baseline"] == "supervised probe"
+    assert [r["budget"] for r in rows][:4] == ["w20"] * 4  # scarcest first
+    assert len(rows) == 3 * 3 * 4  # budgets x seeds x pooled rows; classical has no baseline
+    summary_rows = scratch_summary(rows)
+    line = summary_rows[0]["part_windows+seq @80h - supervised+seq"]
+    values = [
+        r["difference"]
+        for r in rows
+        if r["budget"] == "w20" and r["row"] == "part_windows+seq @80h"
+    ]
+    assert line.startswith(f"{np.mean(values):.3f} ± ") and line.endswith(
+        f", {sum(v > 0 for v in values)}/3 > 0"
+    )
+    draws = draw_rows(cells)
+    assert [(r["budget"], r["seed"]) for r in draws][:3] == [("w20", 0), ("w20", 1), ("w20", 2)]
+    assert draws[0]["labelled_windows"] == 14 and draws[0]["per_stage"] == "3/2/3/3/3"
+    assert draws[3]["labelled_windows"] == "all" and draws[3]["validation_subjects"] == "v0"

@@ -1,0 +1,326 @@
+"""Tables and figures of the sample-efficiency study's two axes: label draws and pretraining pools.
+
+Written by ``python -m partnd.recipes.sample_efficiency aggregate`` next to ``kappa_by_budget``:
+
+* ``cells.{csv,md,json}``: every finished cell, its kappa and its draw (labelled subjects or
+  windows, validation subjects), so any comparison can be made from it;
+* ``draws.{csv,md,json}``: one row per budget and seed, what was drawn;
+* ``paired_differences.{csv,md,json}``: per draw, each pretrained row minus the same arm trained
+  from scratch (``supervised``: the same model from a random initialisation; for the probe, a
+  random encoder's features) on the same labels and validation subjects;
+* ``difference_to_scratch.{csv,md,json}``: those differences as mean ± std over draws and how
+  many draws are positive;
+
+and with pretraining pools:
+
+* ``pools.{csv,md,json}``: each pool (hours, nights, night length) and each method's pretraining
+  on it (the step chosen on held-out nights and its pretext error, the steps trained, the cap,
+  the throughput in items and hours of EEG per second);
+* ``kappa_by_pool.png``: kappa against pool hours at the scarcest budget, the rows without a pool
+  (scratch, classical) as horizontal references;
+* ``pool_pretext.png``: each pool's pretext error over its floor during pretraining, on the
+  training batches and on the held-out nights, the chosen step marked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from partnd.objectives import list_objectives
+from partnd.recipes.sleep_report import (
+    budget_order,
+    sample_efficiency_styles,
+    save_figure,
+    summary,
+    write_table,
+)
+
+if TYPE_CHECKING:
+    from partnd.recipes.sleep_study import CellResult, SleepStudy
+
+__all__ = [
+    "SCRATCH_BASELINE",
+    "cell_rows",
+    "draw_rows",
+    "paired_differences",
+    "plot_kappa_by_pool",
+    "plot_pool_pretext",
+    "pool_rows",
+    "scratch_summary",
+    "write_axes_report",
+]
+
+#: The method every pretrained row is paired with: the same arm trained from scratch.
+SCRATCH_BASELINE = "supervised"
+
+
+def _labelled(draw: Mapping[str, Any]) -> str:
+    """What a draw labels: its subjects, and its windows per stage for a window budget."""
+    subjects = ",".join(draw.get("subjects", []))
+    windows = draw.get("windows")
+    if not windows:
+        return subjects
+    counts = "/".join(str(n) for n in windows["counts"].values())
+    return f"{sum(windows['counts'].values())} windows ({counts} per stage) of {subjects}"
+
+
+def cell_rows(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
+    """One row per finished cell: row, pool, budget, seed, kappa, the labelled and validation
+    subjects of its draw."""
+    return [
+        {
+            "row": cell.row,
+            "pool": cell.pool or "",
+            "budget": cell.budget,
+            "seed": cell.seed,
+            "kappa": round(cell.report.cohen_kappa, 4),
+            "labelled": _labelled(cell.draw),
+            "validation": ",".join(cell.draw.get("validation", [])),
+        }
+        for cell in cells
+    ]
+
+
+def draw_rows(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
+    """One row per (budget, seed): the labelled subjects (and windows per stage) and the
+    validation subjects every row of that draw used."""
+    draws: dict[tuple[Any, int], Mapping[str, Any]] = {}
+    for cell in cells:
+        if cell.draw:
+            draws.setdefault((cell.budget, cell.seed), cell.draw)
+    rows = []
+    for budget in budget_order(budget for budget, _ in draws):
+        for seed in sorted(seed for b, seed in draws if b == budget):
+            draw = draws[(budget, seed)]
+            windows = draw.get("windows") or {}
+            rows.append(
+                {
+                    "budget": budget,
+                    "seed": seed,
+                    "labelled_subjects": ",".join(draw["subjects"]),
+                    "validation_subjects": ",".join(draw["validation"]),
+                    "labelled_windows": sum(windows.get("counts", {}).values()) or "all",
+                    "per_stage": "/".join(map(str, windows.get("counts", {}).values())),
+                }
+            )
+    return rows
+
+
+def paired_differences(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
+    """Per draw, every pretrained row minus :data:`SCRATCH_BASELINE`'s row of the same arm with
+    the same budget and seed (the same labels and validation subjects).
+
+    Returns:
+        Rows ``budget``, ``seed``, ``row`` (with its pool), ``baseline``, ``kappa``,
+        ``baseline_kappa``, ``difference`` and ``labelled`` (the draw), scarcest budget first.
+    """
+    scratch = {
+        (cell.arm, cell.budget, cell.seed): cell
+        for cell in cells
+        if cell.method == SCRATCH_BASELINE and cell.pool is None
+    }
+    rows = []
+    order = {budget: index for index, budget in enumerate(budget_order(c.budget for c in cells))}
+    pretrained = [c for c in cells if c.method in list_objectives()]
+    for cell in sorted(pretrained, key=lambda c: (order[c.budget], c.seed)):
+        baseline = scratch.get((cell.arm, cell.budget, cell.seed))
+        if baseline is None:
+            continue
+        kappa, base = cell.report.cohen_kappa, baseline.report.cohen_kappa
+        rows.append(
+            {
+                "budget": cell.budget,
+                "seed": cell.seed,
+                "row": cell.label,
+                "baseline": baseline.label,
+                "kappa": round(kappa, 4),
+                "baseline_kappa": round(base, 4),
+                "difference": round(kappa - base, 4),
+                "labelled": _labelled(cell.draw),
+            }
+        )
+    return rows
+
+
+def scratch_summary(differences: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`paired_differences` per budget and row: ``mean ± std (n=draws)`` and how many
+    draws are positive (``"0.041 ± 0.030 (n=5), 4/5 > 0"``)."""
+    rows = []
+    for budget in budget_order(row["budget"] for row in differences):
+        line: dict[str, Any] = {"budget": budget}
+        mine = [row for row in differences if row["budget"] == budget]
+        for name in dict.fromkeys(f"{row['row']} - {row['baseline']}" for row in mine):
+            values = [r["difference"] for r in mine if f"{r['row']} - {r['baseline']}" == name]
+            positive = sum(value > 0 for value in values)
+            line[name] = f"{summary(values)}, {positive}/{len(values)} > 0"
+        rows.append(line)
+    return rows
+
+
+def pool_rows(study: SleepStudy, methods: Sequence[str]) -> list[dict[str, Any]]:
+    """One row per pool and pretrained method: the pool (hours, nights, night length) and what
+    its pretraining chose on the held-out nights (finished pretrainings only)."""
+    plan = study.pools.plan
+    summaries = {row["pool"]: row for row in plan.summary()}
+    rows = []
+    for pool in plan.names:
+        for method in methods:
+            if not study.pools.done(method, pool):
+                continue
+            chosen = study.pools.selection(method, pool)
+            selected = chosen.get("selected") or {}
+            train = study.pools.curves(method, pool)["train"]
+            rows.append(
+                {
+                    **summaries[pool],
+                    "method": method,
+                    "held_out_nights": chosen["held_out_nights"],
+                    "selected_step": selected.get("step", ""),
+                    "heldout_error": round(selected["value"], 4) if selected else "",
+                    "final_train_error": round(train[-1][1], 4) if train else "",
+                    "steps": selected.get("steps", ""),
+                    "cap": chosen["cap"],
+                    "stopped_early": selected.get("stopped_early", ""),
+                    "unit": chosen["unit"],
+                    "items_per_s": chosen["items_per_s"],
+                    "eeg_hours_per_s": chosen["eeg_hours_per_s"],
+                    "train_seconds": chosen["train_seconds"],
+                }
+            )
+    return rows
+
+
+def plot_kappa_by_pool(
+    cells: Sequence[CellResult],
+    pool_hours: Mapping[str, float],
+    budget: int | str,
+    path: Path,
+) -> None:
+    """Kappa against the pretraining pool's hours at ``budget``: one line per pretrained row
+    (mean over draws, min-max band, every draw a dot, colour and style as the sample-efficiency
+    figure's), and every row without a pool as a horizontal line at its mean with its band."""
+    mine = [cell for cell in cells if cell.budget == budget]
+    styles = sample_efficiency_styles(mine)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    rows = list(dict.fromkeys(cell.row for cell in mine))
+    for row in rows:
+        pooled = [c for c in mine if c.row == row and c.pool is not None]
+        if pooled:
+            names = sorted({c.pool for c in pooled if c.pool}, key=lambda n: pool_hours[n])
+            hours = [pool_hours[name] for name in names]
+            values = [[c.report.cohen_kappa for c in pooled if c.pool == n] for n in names]
+            colour, linestyle = styles[pooled[-1].label]
+            ax.plot(
+                hours, [np.mean(v) for v in values], marker="o", ls=linestyle, color=colour,
+                label=row,
+            )  # fmt: skip
+            ax.fill_between(
+                hours, [min(v) for v in values], [max(v) for v in values], alpha=0.12, color=colour
+            )
+            for hour, draws in zip(hours, values, strict=True):
+                ax.scatter([hour] * len(draws), draws, s=8, color=colour)
+            continue
+        fixed = [c.report.cohen_kappa for c in mine if c.row == row and c.pool is None]
+        colour, linestyle = styles[next(c.label for c in mine if c.row == row)]
+        ax.axhline(np.mean(fixed), color=colour, ls=linestyle, lw=1.0, label=f"{row} (no pool)")
+        ax.axhspan(min(fixed), max(fixed), color=colour, alpha=0.06)
+    ax.set_xscale("log")
+    ticks = sorted(pool_hours.values())
+    ax.set_xticks(ticks, [f"{hours:.0f}" for hours in ticks])
+    ax.minorticks_off()
+    ax.set_xlabel("pretraining pool (hours of unlabelled EEG)")
+    ax.set_ylabel("Cohen's kappa on test subjects")
+    ax.set_title(f"Kappa by pool size at budget {budget} (mean, spread and draws)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def plot_pool_pretext(
+    curves: Mapping[tuple[str, str], Mapping[str, Sequence[tuple[int, float]]]],
+    selected: Mapping[tuple[str, str], int | None],
+    path: Path,
+) -> None:
+    """Each pool's pretext error over its content-free floor during pretraining, one panel per
+    method: the training batches (thin) and the held-out nights (markers), one colour per pool
+    (darker: larger), the step chosen on the held-out nights starred.
+
+    Args:
+        curves: ``{(method, pool): {"train": [(step, error)], "heldout": [(step, error)]}}``,
+            pools in increasing size.
+        selected: ``{(method, pool): chosen step}``.
+        path: Output PNG.
+    """
+    methods = list(dict.fromkeys(method for method, _ in curves))
+    pools = list(dict.fromkeys(pool for _, pool in curves))
+    colours = {
+        pool: plt.get_cmap("viridis")(0.15 + 0.7 * i / max(1, len(pools) - 1))
+        for i, pool in enumerate(pools)
+    }
+    fig, axes = plt.subplots(1, len(methods), figsize=(5.5 * len(methods), 4), squeeze=False)
+    for ax, method in zip(axes[0], methods, strict=True):
+        for pool in pools:
+            curve = curves.get((method, pool))
+            if curve is None:
+                continue
+            colour = colours[pool]
+            if curve["train"]:
+                steps, values = zip(*curve["train"], strict=True)
+                ax.plot(steps, values, color=colour, lw=0.8, alpha=0.6, label=f"{pool} train")
+            if curve["heldout"]:
+                steps, values = zip(*curve["heldout"], strict=True)
+                ax.plot(steps, values, color=colour, marker="o", ms=3, label=f"{pool} held out")
+                chosen = selected.get((method, pool))
+                if chosen in steps:
+                    value = values[steps.index(chosen)]
+                    ax.scatter([chosen], [value], marker="*", s=120, color=colour, zorder=3)
+        ax.axhline(1.0, color="black", lw=0.8, ls="--", label="content-free floor")
+        ax.set_xlabel("optimiser step")
+        ax.set_ylabel("pretext error / floor")
+        ax.set_title(f"{method}: pretraining per pool (star: chosen)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def write_axes_report(study: SleepStudy, cells: Sequence[CellResult]) -> None:
+    """Write the tables and figures of the module docstring into the study directory."""
+    out = study.out
+    write_table(cell_rows(cells), out, "cells")
+    draws = draw_rows(cells)
+    if draws:
+        write_table(draws, out, "draws")
+    differences = paired_differences(cells)
+    if differences:
+        write_table(differences, out, "paired_differences")
+        write_table(scratch_summary(differences), out, "difference_to_scratch")
+    if not study.pool_names:
+        return
+    methods = list(dict.fromkeys(c.method for c in cells if c.pool is not None))
+    rows = pool_rows(study, methods)
+    if rows:
+        write_table(rows, out, "pools")
+    plan = study.pools.plan
+    hours = {name: plan.hours(name) for name in plan.names}
+    scarcest = budget_order(cell.budget for cell in cells)[0]
+    plot_kappa_by_pool(cells, hours, scarcest, out / "kappa_by_pool.png")
+    finished = [(m, p) for p in plan.names for m in methods if study.pools.done(m, p)]
+    if finished:
+        plot_pool_pretext(
+            {(m, p): study.pools.curves(m, p) for m, p in finished},
+            {
+                (m, p): (study.pools.selection(m, p).get("selected") or {}).get("step")
+                for m, p in finished
+            },
+            out / "pool_pretext.png",
+        )

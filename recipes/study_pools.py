@@ -1,0 +1,257 @@
+"""The unlabelled axis of a sleep study: pretraining pools of growing size, each pretrained to a
+budget chosen on held-out nights.
+
+``StudyConfig.pools`` (``--pools 24 80 240``, hours) turns it on. The nights come from
+``pool_src`` (a PC18-format root, e.g. a cohort generated with ``partnd cohort --hours 8``),
+preprocessed into ``pool_store``, or else from the study's own store. The pools
+(``OUT/pools.json``, :func:`partnd.datasets.pools.make_pretraining_pools`) never hold a night of
+a labelled study subject (test or fine-tuning pool): what grows is unlabelled data only. A few
+subjects' nights are held out of every pool.
+
+Each (method, pool) pretraining (``OUT/pretrain_pools/<pool>/<method>/``, an engine run) trains
+at most the scale's ``pool_pretrain`` step cap (``--pretrain-steps``), evaluates the pretext
+error on the held-out nights every ``eval_every_steps`` (at epoch ends;
+:class:`partnd.evaluation.PretextMonitor`: the same segments or windows, pairs and masks at every
+evaluation) and stops after ``patience`` evaluations without a lower error; the encoder kept is
+the best evaluation's. ``selection.json``, written last, marks it finished and records the pool,
+the chosen step, the steps trained, the cap and the throughput (segments or windows per second
+and hours of EEG per second). An interrupted pretraining resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from partnd._validation import InputError, renamed_arguments
+from partnd.datasets.pools import PretrainingPools, make_pretraining_pools
+from partnd.datasets.segments import SleepSegmentDataset
+from partnd.datasets.sleep_windows import SleepWindowDataset
+from partnd.datasets.store import SleepStore
+from partnd.engine.checkpoint import atomic_write_json
+from partnd.engine.config import PretrainConfig
+from partnd.evaluation import PretextMonitor
+from partnd.objectives.diagnostics import pretext_error
+from partnd.preprocessing.physionet2018 import preprocess_physionet2018
+from partnd.preprocessing.pipeline import without_overwrite_remedy
+from partnd.pretraining import pretrain
+
+if TYPE_CHECKING:
+    from partnd.recipes.sleep_study import SleepStudy, StudyConfig
+
+__all__ = [
+    "SELECTION_FILE",
+    "SELECT_METRIC",
+    "PoolStage",
+    "preprocessed",
+    "read_jsonl",
+    "throughput",
+]
+
+SELECTION_FILE = "selection.json"
+SELECT_METRIC = "heldout_error"
+#: Held-out items evaluated per pretext evaluation (a fixed seeded subset): segments of PART
+#: across windows, windows of the other objectives.
+HELD_OUT_SEGMENTS = 64
+HELD_OUT_WINDOWS = 512
+
+
+def preprocessed(src: Path, store_path: Path, config: StudyConfig, option: str) -> SleepStore:
+    """The store of ``src``'s recordings, preprocessed into ``store_path`` unless done (records
+    that fail are left out with a warning naming the manifest).
+
+    Args:
+        src: A PC18-format root.
+        store_path: The store to create or complete.
+        config: The study (workers, progress, the signal dtype).
+        option: The study's name of the store, for errors (``"store"``, ``"pool_store"``).
+    """
+    try:
+        with renamed_arguments({"out": option}):  # preprocess's out is this study's store
+            report = preprocess_physionet2018(
+                src,
+                store_path,
+                n_jobs=config.n_jobs,
+                progress=config.progress,
+                dtype=config.signal_dtype,
+            )
+    except InputError as error:  # a study never replaces a store (--overwrite clears --out)
+        flag = "--" + option.replace("_", "-")
+        remedy = f" (give another {flag}, or delete this one to preprocess it again)"
+        raise InputError(without_overwrite_remedy(str(error), remedy)) from None
+    unexpected = report.unexpected_failures
+    if unexpected:
+        warnings.warn(
+            f"{len(unexpected)} record(s) failed preprocessing and are left out: "
+            f"{', '.join(unexpected[:10])}; reasons in {store_path / 'manifest.json'}",
+            stacklevel=3,
+        )
+    return SleepStore(store_path)
+
+
+class PoolStage:
+    """The pools of a study and their pretraining (see the module docstring).
+
+    Args:
+        study: The study (its config has ``pools``).
+    """
+
+    def __init__(self, study: SleepStudy) -> None:
+        self.study = study
+        self.config = study.config
+
+    @cached_property
+    def store(self) -> SleepStore:
+        """The store of the unlabelled nights (created from ``pool_src`` on first use)."""
+        if self.config.pool_src is None:
+            return self.study.store
+        return preprocessed(
+            self.config.pool_src, self.config.pool_store_path, self.config, "pool_store"
+        )
+
+    @cached_property
+    def plan(self) -> PretrainingPools:
+        """The nested pools and held-out nights (``pools.json``, made once)."""
+        path = self.study.out / "pools.json"
+        if path.is_file():
+            return PretrainingPools.load(path)
+        split = self.study.split
+        assert self.config.pools is not None
+        with renamed_arguments({"sizes_hours": "pools"}):
+            plan = make_pretraining_pools(
+                self.store,
+                self.config.pools,
+                records=None if self.config.pool_src is not None else split.pretrain,
+                exclude_subjects={*split.test, *split.finetune_pool},
+                held_out_subjects=int(self.study.scale["held_out_subjects"]),
+                seed=self.config.seed,
+            )
+        plan.save(path)
+        return plan
+
+    def run_dir(self, method: str, pool: str) -> Path:
+        """Run directory of ``method``'s pretraining on ``pool``."""
+        return self.study.out / "pretrain_pools" / pool / method
+
+    def done(self, method: str, pool: str) -> bool:
+        """Whether ``method``'s pretraining on ``pool`` has finished (``selection.json``)."""
+        return (self.run_dir(method, pool) / SELECTION_FILE).is_file()
+
+    def selection(self, method: str, pool: str) -> dict[str, Any]:
+        """What a finished pretraining chose (its ``selection.json``)."""
+        return dict(json.loads((self.run_dir(method, pool) / SELECTION_FILE).read_text()))
+
+    def held_out(self, config: PretrainConfig) -> Any:
+        """The held-out nights as the objective of ``config`` reads them: non-overlapping
+        segments for PART across windows, normalised windows otherwise."""
+        records = list(self.plan.held_out)
+        if config.method == "part_windows":
+            return SleepSegmentDataset(
+                self.store,
+                records=records,
+                segment_windows=config.segment_windows,
+                stride=config.segment_windows,
+                normalize="record" if config.normalize == "record" else "none",
+            )
+        return SleepWindowDataset(self.store, records=records, normalize=self.config.normalization)
+
+    def run(self, method: str, pool: str) -> Path:
+        """Pretrain ``method`` on ``pool`` to the budget chosen on the held-out nights, unless
+        done; an interrupted run resumes.
+
+        Returns:
+            The run directory (``encoder.pt``: the best evaluation's weights).
+        """
+        run_dir = self.run_dir(method, pool)
+        if self.done(method, pool):
+            return run_dir
+        config = self.config.pretrain_config(method, pool=True)
+        resume = (run_dir / "checkpoints" / "last.pt").is_file()
+        if resume:
+            config = PretrainConfig.from_json(run_dir / "config.json")
+        data = SleepWindowDataset(
+            self.store, records=list(self.plan.records(pool)), normalize=self.config.normalization
+        )
+        segments = config.method == "part_windows"
+        monitor = PretextMonitor(
+            self.held_out(config),
+            max_items=HELD_OUT_SEGMENTS if segments else HELD_OUT_WINDOWS,
+            batch_size=config.batch_size,
+            seed=self.config.seed,
+        )
+        options: dict[str, Any] = {"monitor": monitor, "select_metric": SELECT_METRIC}
+        if resume:
+            result = pretrain(data, out_dir=run_dir, resume=True, max_steps=None, **options)
+        else:
+            result = pretrain(
+                data, out_dir=run_dir, config=config, overwrite=run_dir.exists(), **options
+            )
+        meta = json.loads((run_dir / "meta.json").read_text())["resolved"]
+        window_seconds = float(self.store.window_seconds)
+        item_hours = (config.segment_windows if segments else 1) * window_seconds / 3600.0
+        atomic_write_json(
+            {
+                "method": method,
+                "pool": pool,
+                "hours": round(self.plan.hours(pool), 3),
+                "nights": len(self.plan.records(pool)),
+                "held_out_nights": len(self.plan.held_out),
+                "held_out_hours": round(self.plan.held_out_hours, 3),
+                "cap": meta["total_steps"],
+                "steps_per_epoch": meta["steps_per_epoch"],
+                "selected": result.selected,
+                **throughput(result.history, item_hours, "segments" if segments else "windows"),
+            },
+            run_dir / SELECTION_FILE,
+        )
+        return run_dir
+
+    def curves(self, method: str, pool: str) -> dict[str, list[tuple[int, float]]]:
+        """The pretext error over its floor per step: ``train`` (logged training records) and
+        ``heldout`` (the held-out evaluations)."""
+        path = self.run_dir(method, pool) / "metrics.jsonl"
+        records = read_jsonl(path) if path.is_file() else []
+        train = [(r["step"], pretext_error(r)) for r in records if r.get("phase") == "train"]
+        return {
+            "train": [(step, value) for step, value in train if value is not None],
+            "heldout": [
+                (r["step"], r[SELECT_METRIC])
+                for r in records
+                if r.get("phase") == "val" and SELECT_METRIC in r
+            ],
+        }
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file (an engine run's ``metrics.jsonl``)."""
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]
+
+
+def throughput(history: list[dict[str, Any]], item_hours: float, unit: str) -> dict[str, Any]:
+    """Training throughput of a pretraining run from its logged records.
+
+    Args:
+        history: The run's records (``samples_per_s`` of the training records, ``seconds`` of
+            the epoch records).
+        item_hours: Hours of EEG in one item (a segment or a window).
+        unit: What an item is (``"segments"``, ``"windows"``).
+
+    Returns:
+        ``unit``, ``items_per_s`` (median over the logging intervals), ``eeg_hours_per_s`` and
+        ``train_seconds`` (the epochs' wall time, evaluations included).
+    """
+    rates = [r["samples_per_s"] for r in history if r.get("phase") == "train"]
+    rate = float(np.median(rates)) if rates else float("nan")
+    seconds = sum(float(r.get("seconds", 0.0)) for r in history if r.get("phase") == "epoch")
+    return {
+        "unit": unit,
+        "items_per_s": round(rate, 3),
+        "eeg_hours_per_s": round(rate * item_hours, 4),
+        "train_seconds": round(seconds, 1),
+    }

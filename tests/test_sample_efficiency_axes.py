@@ -1,0 +1,228 @@
+"""The sample-efficiency study's two axes end to end: label budgets down to windows per stage,
+subject draws per seed, and pretraining pools of growing size chosen on held-out nights."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from partnd._validation import InputError
+from partnd.cohort.pc18_cohort import make_pc18_cohort
+from partnd.datasets.store import SleepStore
+from partnd.recipes import sample_efficiency
+from partnd.recipes.sleep_study import SleepStudy, StudyConfig
+from partnd.recipes.study_directory import run_recipe
+
+TINY = {
+    "encoder": "vit_test",
+    "encoder_overrides": {},
+    "batch_size": 4,
+    "lr": 2e-3,
+    "lr_reference_batch": None,
+    "warmup_epochs": 0.0,
+    "warmup_steps": 1,
+    "precision": "fp32",
+    "log_every_steps": 1,
+}
+#: pretraining: a 6-step cap, the held-out error every 2 steps, stopped after 2 without a better
+PRETRAIN = {
+    **TINY,
+    "epochs": 1,
+    "min_steps": 6,
+    "num_pairs": 16,
+    "segment_windows": 20,
+    "num_windows": 8,
+    "temporal_encoder": "temporal_test",
+}
+POOL = {"eval_every_steps": 2, "patience": 2}
+FINETUNE = {**TINY, "epochs": 1, "min_steps": 4, "eval_every_steps": 2, "batch_size": 16}
+SEQUENCE = {"context": 5, "batch_size": 16, "temporal_encoder": "temporal_test", "min_steps": 4}
+ROWS = [
+    ("part_windows", "sequence"),
+    ("mae", "probe"),
+    ("supervised", "sequence"),
+    ("classical", "window"),
+]
+
+
+@pytest.fixture(scope="module")
+def cohorts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The study's cohort (10 labelled-or-not nights of 1 h) and another generated cohort of 7
+    nights of 0.5 h as the unlabelled pool source."""
+    root = tmp_path_factory.mktemp("axes")
+    study = make_pc18_cohort(root / "study", n_records=10, hours=1.0, seed=1, progress=False)
+    pool = make_pc18_cohort(root / "pool", n_records=7, hours=0.5, seed=2, progress=False)
+    return study.root, pool.root
+
+
+def axes_study(out: Path, cohorts: tuple[Path, Path], **changes: object) -> SleepStudy:
+    src, pool_src = cohorts
+    settings: dict[str, object] = {
+        "out": out,
+        "src": src,
+        "progress": False,
+        "device": "cpu",
+        "pretrain_overrides": PRETRAIN,
+        "finetune_overrides": FINETUNE,
+        "sequence_overrides": SEQUENCE,
+        "budgets": ("w3", 1),
+        "seeds": (0, 1),
+        "pools": (0.4, 1.2),
+        "pool_src": pool_src,
+        "held_out_subjects": 1,
+        "pool_overrides": POOL,
+        **changes,
+    }
+    return SleepStudy(StudyConfig(**settings))  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_label_budgets_draws_and_pools_end_to_end(
+    cohorts: tuple[Path, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    out = tmp_path / "axes"
+    study = axes_study(out, cohorts)
+    assert [str(b) for b in study.budgets] == ["w3", "1"]  # scarcest first
+    cells = sample_efficiency.cell_list(study, ROWS)
+    pooled = [cell for cell in cells if cell[4] is not None]
+    assert {cell[0] for cell in pooled} == {"part_windows", "mae"}
+    assert {cell[4] for cell in pooled} == {"0.4h", "1.2h"}
+    assert all(cell[4] is None for cell in cells if cell[0] in ("supervised", "classical"))
+    assert len(cells) == 2 * 2 * (2 * 2 + 2)  # budgets x seeds x (pooled rows x pools + others)
+    sample_efficiency.run_cells(study, cells, jobs=1, args=None)  # type: ignore[arg-type]
+
+    # the pools: nested, sized in hours, no labelled study subject, held-out nights in none
+    plan = study.pools.plan
+    small, large = (set(plan.records(name)) for name in plan.names)
+    assert small < large and plan.hours("0.4h") >= 0.4 and plan.hours("1.2h") >= 1.2
+    pool_store = SleepStore(out / "pool_store.zarr")
+    subject_of = {r: str(pool_store.record_attrs(r)["subject_id"]) for r in large}
+    split = study.split
+    assert set(subject_of.values()).isdisjoint({*split.test, *split.finetune_pool})
+    assert set(plan.held_out).isdisjoint(large) and len(plan.held_out) == 1
+    # each pool's pretraining: the held-out error evaluated, the best kept, the budget recorded
+    for method in ("part_windows", "mae"):
+        for pool in plan.names:
+            chosen = study.pools.selection(method, pool)
+            selected = chosen["selected"]
+            assert selected["step"] <= selected["steps"] <= chosen["cap"]
+            assert chosen["cap"] >= 6  # the step cap, rounded up to whole epochs
+            curves = study.pools.curves(method, pool)
+            assert curves["train"] and curves["heldout"]
+            assert selected["value"] == min(value for _, value in curves["heldout"])
+            assert chosen["items_per_s"] > 0 and chosen["eeg_hours_per_s"] > 0
+            assert chosen["unit"] == ("segments" if method == "part_windows" else "windows")
+    # the window budget: 3 windows per stage (all of a stage that has fewer), never a
+    # validation or test subject, and the classical rows train on exactly those windows
+    cell = study.load_cell("classical", "window", "w3", 0)
+    windows = cell.draw["windows"]
+    assert all(n <= 3 for n in windows["counts"].values()) and sum(windows["counts"].values()) > 5
+    assert cell.settings["labelled_windows"] == sum(windows["counts"].values())
+    assert set(cell.subjects).isdisjoint(cell.draw["validation"])
+    assert set(cell.subjects).isdisjoint(split.test)
+    probe = study.load_cell("mae", "probe", "w3", 0, "1.2h")
+    assert probe.draw == cell.draw  # every row of a budget and seed gets the same draw
+    assert probe.settings["labelled_windows"] == cell.settings["labelled_windows"]
+    assert study.draw("w3", 1).to_dict() != study.draw("w3", 0).to_dict()  # draws per seed
+    one = study.load_cell("supervised", "sequence", 1, 1)
+    assert len(one.subjects) == 1 and one.settings["validation_subjects"] == list(
+        one.draw["validation"]
+    )
+    assert (out / "finetune/part_windows/sequence/bw3_s0_p0.4h/result.json").is_file()
+
+    sample_efficiency.aggregate(study, ROWS)
+    with open(out / "kappa_by_budget.csv") as handle:
+        table = list(csv.DictReader(handle))
+    assert [row["budget"] for row in table] == ["w3", "1"]
+    assert {"part_windows+seq @0.4h", "part_windows+seq @1.2h", "supervised+seq"} <= set(table[0])
+    assert table[0]["mae probe @1.2h"].endswith("(n=2)")
+    with open(out / "paired_differences.csv") as handle:
+        differences = list(csv.DictReader(handle))
+    seq = [r for r in differences if r["row"] == "part_windows+seq @1.2h" and r["budget"] == "w3"]
+    assert [r["seed"] for r in seq] == ["0", "1"] and seq[0]["baseline"] == "supervised+seq"
+    for row in seq:
+        assert float(row["difference"]) == pytest.approx(
+            float(row["kappa"]) - float(row["baseline_kappa"]), abs=2e-4
+        )
+    with open(out / "difference_to_scratch.csv") as handle:
+        summary = next(csv.DictReader(handle))
+    assert "/2 > 0" in summary["part_windows+seq @1.2h - supervised+seq"]
+    with open(out / "pools.csv") as handle:
+        pools = list(csv.DictReader(handle))
+    assert [(r["pool"], r["method"]) for r in pools] == [
+        ("0.4h", "part_windows"), ("0.4h", "mae"), ("1.2h", "part_windows"), ("1.2h", "mae")
+    ]  # fmt: skip
+    assert all(float(r["hours"]) >= float(r["pool"].rstrip("h")) for r in pools)
+    with open(out / "draws.csv") as handle:
+        draws = list(csv.DictReader(handle))
+    assert [(r["budget"], r["seed"]) for r in draws] == [
+        ("w3", "0"),
+        ("w3", "1"),
+        ("1", "0"),
+        ("1", "1"),
+    ]
+    for figure in ("sample_efficiency.png", "kappa_by_pool.png", "pool_pretext.png"):
+        assert (out / figure).stat().st_size > 1000
+    assert "part_windows+seq @1.2h - supervised+seq" in capsys.readouterr().out
+
+    # a second run recomputes nothing; the cells' keys name their pool
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a finished stage was recomputed")
+
+    for name in ("pretrain", "finetune", "linear_probe"):
+        monkeypatch.setattr(f"partnd.recipes.sleep_study.{name}", refuse)
+    monkeypatch.setattr("partnd.recipes.study_pools.pretrain", refuse)
+    again = axes_study(out, cohorts)
+    sample_efficiency.run_cells(again, cells, jobs=1, args=None)  # type: ignore[arg-type]
+    assert sample_efficiency.format_cell(pooled[0]) == "part_windows:probe:w3:0:0.4h"
+    with pytest.raises(InputError, match="same settings"):
+        axes_study(out, cohorts, pools=(0.4, 2.0))
+    with pytest.raises(InputError, match="pool"):
+        again.run_cell("supervised", "sequence", 1, 0, "0.4h")
+    with pytest.raises(InputError, match="pools"):
+        again.run_cell("part_windows", "probe", 1, 0, "9h")
+    np.testing.assert_array_equal(
+        again.load_cell("mae", "probe", 1, 0, "0.4h").predictions,
+        study.load_cell("mae", "probe", 1, 0, "0.4h").predictions,
+    )
+
+
+def test_the_command_line_of_the_axes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Listing the cells reads no data (the sources are not even there)."""
+    src, pool_src = tmp_path / "pc18", tmp_path / "unlabelled"
+    out = tmp_path / "cli"
+    argv = ["cells", "--out", str(out), "--src", str(src), "--no-progress"]
+    argv += ["--pool-src", str(pool_src), "--pools", "0.4", "1.2", "--budgets", "2", "w20", "1"]
+    argv += ["--rows", "part_windows:sequence", "supervised:sequence", "--seeds", "0"]
+    assert sample_efficiency.main(argv) == 0
+    listed = capsys.readouterr().out.split()
+    assert listed == [
+        "part_windows:sequence:w20:0:0.4h",
+        "part_windows:sequence:w20:0:1.2h",
+        "part_windows:sequence:1:0:0.4h",
+        "part_windows:sequence:1:0:1.2h",
+        "part_windows:sequence:2:0:0.4h",
+        "part_windows:sequence:2:0:1.2h",
+        "supervised:sequence:w20:0",
+        "supervised:sequence:1:0",
+        "supervised:sequence:2:0",
+    ]
+    settings = json.loads((out / "study.json").read_text())
+    assert settings["budgets"] == ["w20", 1, 2] and settings["pools"] == [0.4, 1.2]
+    for bad, option in (
+        (["--pools", "20", "4"], "--pools"),
+        (["--budgets", "w0"], "--budgets"),
+        (["--budgets", "2", "2"], "--budgets"),
+        (["--pool-src", str(pool_src)], "--pool-src"),
+    ):
+        command = ["cells", "--out", str(tmp_path / "bad"), *bad]
+        assert run_recipe("se", lambda command=command: sample_efficiency.main(command)) == 2
+        assert f"se: error: {option}: expected" in capsys.readouterr().err
+        assert not (tmp_path / "bad").exists()
