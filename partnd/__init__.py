@@ -14,7 +14,8 @@ preprocessing workers) do not pay for torch.
   stages with probabilities, one hypnogram per recording, exported as ``mne.Annotations``, CSV
   and EDF+); :class:`SignalInfo` (what a model was trained on: channels, rate, window).
 - Frozen-feature evaluation: :func:`linear_probe`, :func:`knn_eval`, :class:`KNNMonitor`,
-  :func:`extract_features`.
+  :func:`extract_features`; :class:`PretextMonitor` (held-out pretext error, to choose a
+  pretraining budget).
 - Metrics: :func:`classification_metrics`, :class:`ClassificationReport`.
 - Data: :mod:`partnd.datasets` (sample cohort, sleep store, window datasets, splits).
 """
@@ -36,7 +37,13 @@ if TYPE_CHECKING:
     )
     from partnd.engine.config import FinetuneConfig, PretrainConfig
     from partnd.engine.trainer import NonFiniteLossError
-    from partnd.evaluation import KNNMonitor, extract_features, knn_eval, linear_probe
+    from partnd.evaluation import (
+        KNNMonitor,
+        PretextMonitor,
+        extract_features,
+        knn_eval,
+        linear_probe,
+    )
     from partnd.finetuning import FinetuneResult, evaluate, finetune
     from partnd.inference import Prediction, predict, predict_records
     from partnd.metrics import ClassificationReport, classification_metrics
@@ -74,6 +81,7 @@ _EXPORTS: dict[str, str] = {
     "linear_probe": "partnd.evaluation",
     "knn_eval": "partnd.evaluation",
     "KNNMonitor": "partnd.evaluation",
+    "PretextMonitor": "partnd.evaluation",
     "extract_features": "partnd.evaluation",
     "PatchClassifier": "partnd.models",
     "PretrainConfig": "partnd.engine.config",
@@ -112,6 +120,7 @@ __all__ = [
     "PatchBatch",
     "PatchClassifier",
     "Prediction",
+    "PretextMonitor",
     "PretrainConfig",
     "PretrainResult",
     "SignalInfo",

@@ -1,4 +1,5 @@
-"""Reading sleep data: the zarr sleep store, window datasets, splits and braindecode interop.
+"""Reading sleep data: the zarr sleep store, window datasets, splits, label budgets, pretraining
+pools and braindecode interop.
 
 The generated sample cohort that stands in for PhysioNet 2018 lives in :mod:`partnd.cohort`.
 
@@ -14,7 +15,15 @@ from partnd._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from partnd.datasets.braindecode_interop import from_braindecode, to_braindecode
+    from partnd.datasets.label_budget import (
+        LabelBudget,
+        LabelDraw,
+        StageSample,
+        draw_labels,
+        sample_windows_per_stage,
+    )
     from partnd.datasets.nights import SleepNightDataset, time_of_night
+    from partnd.datasets.pools import PretrainingPools, make_pretraining_pools
     from partnd.datasets.sequences import Night, SleepSequenceDataset
     from partnd.datasets.sleep_windows import (
         NORMALIZE_EPS,
@@ -32,6 +41,13 @@ if TYPE_CHECKING:
     from partnd.datasets.store import STAGE_NAMES, SleepStore, create_store, write_record
 
 _EXPORTS: dict[str, str] = {
+    "LabelBudget": ".label_budget",
+    "LabelDraw": ".label_budget",
+    "StageSample": ".label_budget",
+    "draw_labels": ".label_budget",
+    "sample_windows_per_stage": ".label_budget",
+    "PretrainingPools": ".pools",
+    "make_pretraining_pools": ".pools",
     "Night": ".sequences",
     "SleepSequenceDataset": ".sequences",
     "SleepNightDataset": ".nights",
@@ -58,18 +74,25 @@ __all__ = [
     "STAGE_NAMES",
     "ChunkShuffleSampler",
     "InMemoryWindows",
+    "LabelBudget",
+    "LabelDraw",
     "Night",
+    "PretrainingPools",
     "RecordInfo",
     "SleepNightDataset",
     "SleepSequenceDataset",
     "SleepStore",
     "SleepWindowDataset",
+    "StageSample",
     "SubjectSplit",
     "create_store",
+    "draw_labels",
     "from_braindecode",
     "instance_normalize",
+    "make_pretraining_pools",
     "make_subject_split",
     "records_from_store",
+    "sample_windows_per_stage",
     "time_of_night",
     "to_braindecode",
     "write_record",
