@@ -37,6 +37,7 @@ import numpy as np
 from partnd.objectives import list_objectives
 from partnd.recipes.sleep_report import (
     budget_order,
+    plot_spread,
     sample_efficiency_styles,
     save_figure,
     summary,
@@ -218,15 +219,7 @@ def plot_kappa_by_pool(
             hours = [pool_hours[name] for name in names]
             values = [[c.report.cohen_kappa for c in pooled if c.pool == n] for n in names]
             colour, linestyle = styles[pooled[-1].label]
-            ax.plot(
-                hours, [np.mean(v) for v in values], marker="o", ls=linestyle, color=colour,
-                label=row,
-            )  # fmt: skip
-            ax.fill_between(
-                hours, [min(v) for v in values], [max(v) for v in values], alpha=0.12, color=colour
-            )
-            for hour, draws in zip(hours, values, strict=True):
-                ax.scatter([hour] * len(draws), draws, s=8, color=colour)
+            plot_spread(ax, hours, values, colour, linestyle, row)
             continue
         fixed = [c.report.cohen_kappa for c in mine if c.row == row and c.pool is None]
         colour, linestyle = styles[next(c.label for c in mine if c.row == row)]

@@ -33,6 +33,7 @@ __all__ = [
     "plot_hypnogram",
     "plot_pretrain_loss",
     "plot_sample_efficiency",
+    "plot_spread",
     "sample_efficiency_styles",
     "sample_efficiency_tables",
     "save_figure",
@@ -282,6 +283,24 @@ def sample_efficiency_styles(cells: Sequence[_Cell]) -> dict[str, tuple[Any, str
     return styles
 
 
+def plot_spread(
+    ax: Any,
+    xs: Sequence[float],
+    values: Sequence[Sequence[float]],
+    colour: Any,
+    linestyle: str,
+    label: str,
+) -> None:
+    """One row of a sample-efficiency figure: the mean of ``values[i]`` at ``xs[i]`` as a line,
+    their min-max spread as a band and every value (a draw) as a dot."""
+    ax.plot(xs, [np.mean(v) for v in values], marker="o", ls=linestyle, color=colour, label=label)
+    ax.fill_between(
+        xs, [min(v) for v in values], [max(v) for v in values], alpha=0.12, color=colour
+    )
+    for x, draws in zip(xs, values, strict=True):
+        ax.scatter([x] * len(draws), draws, s=8, color=colour)
+
+
 def plot_sample_efficiency(
     cells: Sequence[_Cell],
     path: Path,
@@ -317,15 +336,7 @@ def plot_sample_efficiency(
             values = [
                 [c.report.cohen_kappa for c in mine if position[c.budget] == x] for x in places
             ]
-            ax.plot(
-                places, [np.mean(v) for v in values], marker="o", ls=linestyle, color=colour,
-                label=label,
-            )  # fmt: skip
-            ax.fill_between(
-                places, [min(v) for v in values], [max(v) for v in values], alpha=0.12, color=colour
-            )
-            for place, draw_values in zip(places, values, strict=True):
-                ax.scatter([place] * len(draw_values), draw_values, s=8, color=colour)
+            plot_spread(ax, places, values, colour, linestyle, label)
         ax.set_xticks(range(len(budgets)), [str(budget) for budget in budgets])
         ax.set_xlabel("labels: windows per stage (wK) or subjects")
         ax.set_title(f"{arm} arm")

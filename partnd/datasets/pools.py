@@ -23,7 +23,6 @@ actual hours.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from partnd._validation import InputError, check
+from partnd.datasets.splits import read_tagged_json
 from partnd.datasets.store import SleepStore
 from partnd.engine.checkpoint import atomic_write_json
 
@@ -141,20 +141,8 @@ class PretrainingPools:
         Raises:
             InputError: The file is missing, not JSON or not pools of a supported version.
         """
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise InputError(
-                f"path: expected a readable pools JSON file (PretrainingPools.save), got {path} "
-                f"({type(error).__name__}: {error})"
-            ) from None
-        check(
-            isinstance(data, dict)
-            and data.get("format") == POOLS_FORMAT
-            and data.get("format_version") == POOLS_FORMAT_VERSION,
-            "path",
-            f"a {POOLS_FORMAT!r} JSON file of format_version {POOLS_FORMAT_VERSION}",
-            str(path),
+        data = read_tagged_json(
+            path, POOLS_FORMAT, POOLS_FORMAT_VERSION, "pools JSON file (PretrainingPools.save)"
         )
         return cls(
             seed=int(data["seed"]),

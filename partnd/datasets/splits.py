@@ -46,6 +46,7 @@ __all__ = [
     "RecordInfo",
     "SubjectSplit",
     "make_subject_split",
+    "read_tagged_json",
     "records_from_store",
 ]
 
@@ -188,21 +189,8 @@ class SubjectSplit:
             InputError: The file is missing, not JSON, or not a partnd subject split of a
                 supported version (naming ``path``).
         """
-        try:
-            with open(path, encoding="utf-8") as file:
-                data = json.load(file)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise InputError(
-                f"path: expected a readable split JSON file (SubjectSplit.save), got {path} "
-                f"({type(error).__name__}: {error})"
-            ) from None
-        check(
-            isinstance(data, dict)
-            and data.get("format") == SPLIT_FORMAT
-            and data.get("format_version") == SPLIT_FORMAT_VERSION,
-            "path",
-            f"a {SPLIT_FORMAT!r} JSON file of format_version {SPLIT_FORMAT_VERSION}",
-            str(path),
+        data = read_tagged_json(
+            path, SPLIT_FORMAT, SPLIT_FORMAT_VERSION, "split JSON file (SubjectSplit.save)"
         )
         return cls(
             seed=int(data["seed"]),
@@ -217,6 +205,37 @@ class SubjectSplit:
                 for r, info in data["records"].items()
             },
         )
+
+
+def read_tagged_json(path: str | Path, name: str, version: int, what: str) -> dict[str, Any]:
+    """A JSON object written with ``"format": name`` and ``"format_version": version``.
+
+    Args:
+        path: The file.
+        name: Its expected ``format``.
+        version: Its expected ``format_version``.
+        what: What the file is, for errors (``"split JSON file (SubjectSplit.save)"``).
+
+    Raises:
+        InputError: The file is missing, not JSON, or of another format or version (naming
+            ``path``).
+    """
+    try:
+        with open(path, encoding="utf-8") as file:
+            data = json.load(file)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InputError(
+            f"path: expected a readable {what}, got {path} ({type(error).__name__}: {error})"
+        ) from None
+    check(
+        isinstance(data, dict)
+        and data.get("format") == name
+        and data.get("format_version") == version,
+        "path",
+        f"a {name!r} JSON file of format_version {version}",
+        str(path),
+    )
+    return dict(data)
 
 
 def _test_count(n_test_subjects: int | float, n_labelled: int) -> int:
