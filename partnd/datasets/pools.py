@@ -12,10 +12,11 @@ as JSON:
   seeded with ``[seed, 4]`` over sorted subject ids), each subject's records in id order.
 * **held out**: the records of the first ``held_out_subjects`` subjects. They are in no pool: the
   pretext error on them chooses each pool's pretraining budget, the same nights for every pool.
-* **pools**: for each size in hours, the shortest prefix of the remaining order whose stored
-  windows (labelled or not, ``window_seconds`` each) last at least that long. Pools are therefore
-  nested (every pool holds every smaller one), and a pool's actual hours exceed its size by less
-  than one night.
+* **pools**: for each size in hours, the prefix of the remaining order (at least one night) whose
+  stored windows (labelled or not, ``window_seconds`` each) last closest to that long (the longer
+  one on a tie). Pools are therefore nested (every pool holds every smaller one), and a pool's
+  actual hours differ from its size by at most half of its last night (a nominal 8-h night
+  stores a little less than 8 h: a pool of 8 h is one such night, not two).
 
 Pools are named by their requested size (``"24h"``); :meth:`PretrainingPools.hours` gives the
 actual hours.
@@ -179,8 +180,9 @@ def make_pretraining_pools(
         The :class:`PretrainingPools`.
 
     Raises:
-        InputError: Sizes not positive and increasing, unknown records, or fewer candidate hours
-            (after the held-out subjects) than the largest size.
+        InputError: Sizes not positive and increasing, unknown records, fewer candidate hours
+            (after the held-out subjects, and half a night) than the largest size, or two sizes
+            that give the same nights.
     """
     opened = store if isinstance(store, SleepStore) else SleepStore(store)
     sizes = [float(size) for size in sizes_hours]
@@ -212,16 +214,13 @@ def make_pretraining_pools(
     held_out = tuple(r for r in ordered if subject_of[r] in held_subjects)
     rest = [r for r in ordered if subject_of[r] not in held_subjects]
     cumulative = np.cumsum([hours[r] for r in rest])
-    if cumulative[-1] < sizes[-1]:
+    if sizes[-1] > cumulative[-1] + hours[rest[-1]] / 2:
         raise InputError(
             f"sizes_hours: expected pools of at most the {cumulative[-1]:.1f} h of the "
-            f"{len(rest)} candidate nights outside the {held_out_subjects} held-out subject(s), "
-            f"got {sizes[-1]:g} h"
+            f"{len(rest)} candidate nights outside the {held_out_subjects} held-out subject(s) "
+            f"(and half a night), got {sizes[-1]:g} h"
         )
-    pools = {
-        pool_name(size): tuple(rest[: int(np.searchsorted(cumulative, size - 1e-9)) + 1])
-        for size in sizes
-    }
+    pools = {pool_name(size): tuple(rest[: _closest(cumulative, size)]) for size in sizes}
     check(
         len(set(pools.values())) == len(pools),
         "sizes_hours",
@@ -237,3 +236,10 @@ def make_pretraining_pools(
         record_subjects={r: subject_of[r] for r in candidates},
         excluded_subjects=tuple(sorted(excluded & set(subject_of.values()))),
     )
+
+
+def _closest(cumulative: np.ndarray, size: float) -> int:
+    """The number of nights ``k >= 1`` whose cumulative hours ``cumulative[k - 1]`` come closest
+    to ``size`` (the larger ``k`` on a tie)."""
+    distance = np.abs(cumulative - size)
+    return int(np.flatnonzero(distance <= distance.min() + 1e-9)[-1]) + 1
