@@ -51,10 +51,10 @@ ROWS = [
 
 @pytest.fixture(scope="module")
 def cohorts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The study's cohort (10 labelled-or-not nights of 1 h) and another generated cohort of 7
+    """The study's cohort (10 labelled-or-not nights of 0.5 h) and another generated cohort of 7
     nights of 0.5 h as the unlabelled pool source."""
     root = tmp_path_factory.mktemp("axes")
-    study = make_pc18_cohort(root / "study", n_records=10, hours=1.0, seed=1, progress=False)
+    study = make_pc18_cohort(root / "study", n_records=10, hours=0.5, seed=1, progress=False)
     pool = make_pc18_cohort(root / "pool", n_records=7, hours=0.5, seed=2, progress=False)
     return study.root, pool.root
 
