@@ -100,3 +100,38 @@ def gappy_store(tmp_path):
             attrs={"subject_id": f"s{r}", "split": "training"},
         )
     return path
+
+
+@pytest.fixture
+def drawn_figures(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, dict[str, object]]]:
+    """What the sleep recipes' figures plot, recorded as each is saved (and still written):
+    ``{file name: {panel title: {"lines": {legend label: (x, y)}, "dots": [y of every dot]}}}``;
+    a horizontal reference line (``axhline``) is a line whose y values are equal."""
+    from matplotlib.collections import PathCollection
+
+    from partnd.recipes import sample_efficiency_report, sleep_report
+
+    figures: dict[str, dict[str, dict[str, object]]] = {}
+    save = sleep_report.save_figure
+
+    def recording(fig, path):
+        panels = {}
+        for ax in fig.axes:
+            lines = {
+                line.get_label(): (list(line.get_xdata()), list(line.get_ydata()))
+                for line in ax.get_lines()
+                if not line.get_label().startswith("_")
+            }
+            dots = [
+                float(y)
+                for collection in ax.collections
+                if isinstance(collection, PathCollection)
+                for y in collection.get_offsets()[:, 1]
+            ]
+            panels[ax.get_title()] = {"lines": lines, "dots": dots}
+        figures[path.name] = panels
+        save(fig, path)
+
+    monkeypatch.setattr(sleep_report, "save_figure", recording)
+    monkeypatch.setattr(sample_efficiency_report, "save_figure", recording)
+    return figures

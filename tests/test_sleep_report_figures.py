@@ -108,17 +108,18 @@ def pooled_cell(
 
 
 def axes_cells() -> list[CellResult]:
+    """Three budgets x three draws, two pools; a draw's kappas skewed (mean != median)."""
     cells = []
     for budget in (2, "w20", 1):
         for seed in (0, 1, 2):
+            skew = 0.03 * seed**2
             for pool, gain in (("8h", 0.05), ("80h", 0.1)):
-                cells.append(
-                    pooled_cell("part_windows", "sequence", budget, seed, pool, 0.6 + gain)
-                )
-                cells.append(pooled_cell("mae", "probe", budget, seed, pool, 0.4 + gain))
-            cells.append(pooled_cell("supervised", "sequence", budget, seed, None, 0.6))
-            cells.append(pooled_cell("supervised", "probe", budget, seed, None, 0.3))
-            cells.append(pooled_cell("classical", "sequence", budget, seed, None, 0.8))
+                part = 0.55 + gain + skew
+                cells.append(pooled_cell("part_windows", "sequence", budget, seed, pool, part))
+                cells.append(pooled_cell("mae", "probe", budget, seed, pool, 0.4 + gain + skew))
+            cells.append(pooled_cell("supervised", "sequence", budget, seed, None, 0.6 - skew))
+            cells.append(pooled_cell("supervised", "probe", budget, seed, None, 0.3 + skew))
+            cells.append(pooled_cell("classical", "sequence", budget, seed, None, 0.8 - skew))
     return cells
 
 
@@ -181,3 +182,54 @@ def test_paired_differences_per_draw_against_the_same_arm_from_scratch() -> None
     assert [(r["budget"], r["seed"]) for r in draws][:3] == [("w20", 0), ("w20", 1), ("w20", 2)]
     assert draws[0]["labelled_windows"] == 14 and draws[0]["per_stage"] == "3/2/3/3/3"
     assert draws[3]["labelled_windows"] == "all" and draws[3]["validation_subjects"] == "v0"
+
+
+def test_both_axes_figures_plot_the_aggregated_means_and_every_draw(
+    tmp_path: Path, drawn_figures: dict
+) -> None:
+    """The budget figure plots, per panel and row (one line per pool), the mean over draws that
+    the kappa table reports at every budget and every draw as a dot; the pool figure plots the
+    mean over draws at each pool's hours at the scarcest budget and the rows without a pool as
+    horizontal lines at their mean."""
+    cells = axes_cells()
+    kappa = {}
+    for cell in cells:
+        kappa.setdefault((cell.label, cell.budget), []).append(cell.report.cohen_kappa)
+    table = {row["budget"]: row for row in sample_efficiency_tables(cells)[0]}
+    plot_sample_efficiency(cells, tmp_path / "se.png")
+    budgets = ["w20", 1, 2]
+    panels = drawn_figures["se.png"]
+    assert set(panels) == {"sequence arm", "probe arm"}
+    for title, panel in panels.items():
+        arm = title.split()[0]
+        drawn = [c for c in cells if c.arm == arm or c.method in CLASSICAL_METHODS]
+        assert set(panel["lines"]) == {c.label for c in drawn}  # one line per row and pool
+        for label, (xs, ys) in panel["lines"].items():
+            assert xs == [0, 1, 2]  # every budget, scarcest first
+            means = [np.mean(kappa[(label, budget)]) for budget in budgets]
+            np.testing.assert_allclose(ys, means, atol=1e-12)
+            for budget, y in zip(budgets, ys, strict=True):
+                assert table[budget][label].startswith(f"{y:.3f} ± ")  # the table's mean
+        assert sorted(panel["dots"]) == pytest.approx(
+            sorted(c.report.cohen_kappa for c in drawn)
+        )  # every draw of every row drawn in the panel
+    assert kappa[("part_windows+seq @80h", 1)] != kappa[("part_windows+seq @8h", 1)]
+
+    hours = {"8h": 8.1, "80h": 80.4}
+    plot_kappa_by_pool(cells, hours, "w20", tmp_path / "pool.png")
+    (panel,) = drawn_figures["pool.png"].values()
+    assert set(panel["lines"]) == {
+        "part_windows+seq", "mae probe", "supervised+seq (no pool)",
+        "supervised probe (no pool)", "classical+seq (no pool)",
+    }  # fmt: skip
+    for row in ("part_windows+seq", "mae probe"):
+        xs, ys = panel["lines"][row]
+        assert xs == [8.1, 80.4]
+        means = [np.mean(kappa[(f"{row} @{pool}", "w20")]) for pool in ("8h", "80h")]
+        np.testing.assert_allclose(ys, means, atol=1e-12)
+    _, ys = panel["lines"]["supervised+seq (no pool)"]
+    assert ys == pytest.approx([np.mean(kappa[("supervised+seq", "w20")])] * 2)
+    pooled = [c.report.cohen_kappa for c in cells if c.budget == "w20" and c.pool is not None]
+    assert sorted(panel["dots"]) == pytest.approx(sorted(pooled))  # every pooled draw at w20
+    for name in ("se.png", "pool.png"):
+        assert (tmp_path / name).stat().st_size > 1000
