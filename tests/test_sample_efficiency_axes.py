@@ -71,7 +71,7 @@ def axes_study(out: Path, cohorts: tuple[Path, Path], **changes: object) -> Slee
         "sequence_overrides": SEQUENCE,
         "budgets": ("w3",),
         "seeds": (0, 1),
-        "pools": (0.4, 1.2),
+        "pools": (0.4, 0.9),
         "pool_src": pool_src,
         "held_out_subjects": 1,
         "pool_overrides": POOL,
@@ -86,13 +86,14 @@ def test_label_budgets_draws_and_pools_end_to_end(
     tmp_path: Path,
     capsys: pytest.CaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
+    drawn_figures: dict,
 ) -> None:
     out = tmp_path / "axes"
     study = axes_study(out, cohorts)
     cells = sample_efficiency.cell_list(study, ROWS)
     pooled = [cell for cell in cells if cell[4] is not None]
     assert {cell[0] for cell in pooled} == {"part_windows", "mae"}
-    assert {cell[4] for cell in pooled} == {"0.4h", "1.2h"}
+    assert {cell[4] for cell in pooled} == {"0.4h", "0.9h"}
     assert all(cell[4] is None for cell in cells if cell[0] in ("supervised", "classical"))
     assert len(cells) == 2 * (2 * 2 + 2)  # seeds x (pooled rows x pools + others)
     sample_efficiency.run_cells(study, cells, jobs=1, args=None)  # type: ignore[arg-type]
@@ -100,7 +101,7 @@ def test_label_budgets_draws_and_pools_end_to_end(
     # the pools: nested, sized in hours, no labelled study subject, held-out nights in none
     plan = study.pools.plan
     small, large = (set(plan.records(name)) for name in plan.names)
-    assert small < large and len(small) == 1 and len(large) == 2  # closest to 0.4 h and 1.2 h
+    assert small < large and len(small) == 1 and len(large) == 2  # closest to 0.4 h and 0.9 h
     pool_store = SleepStore(out / "pool_store.zarr")
     subject_of = {r: str(pool_store.record_attrs(r)["subject_id"]) for r in large}
     split = study.split
@@ -126,7 +127,7 @@ def test_label_budgets_draws_and_pools_end_to_end(
     assert cell.settings["labelled_windows"] == sum(windows["counts"].values())
     assert set(cell.subjects).isdisjoint(cell.draw["validation"])
     assert set(cell.subjects).isdisjoint(split.test)
-    probe = study.load_cell("mae", "probe", "w3", 0, "1.2h")
+    probe = study.load_cell("mae", "probe", "w3", 0, "0.9h")
     assert probe.draw == cell.draw  # every row of a budget and seed gets the same draw
     assert probe.settings["labelled_windows"] == cell.settings["labelled_windows"]
     assert study.draw("w3", 1).to_dict() != study.draw("w3", 0).to_dict()  # draws per seed
@@ -139,11 +140,11 @@ def test_label_budgets_draws_and_pools_end_to_end(
     with open(out / "kappa_by_budget.csv") as handle:
         table = list(csv.DictReader(handle))
     assert [row["budget"] for row in table] == ["w3"]
-    assert {"part_windows+seq @0.4h", "part_windows+seq @1.2h", "supervised+seq"} <= set(table[0])
-    assert table[0]["mae probe @1.2h"].endswith("(n=2)")
+    assert {"part_windows+seq @0.4h", "part_windows+seq @0.9h", "supervised+seq"} <= set(table[0])
+    assert table[0]["mae probe @0.9h"].endswith("(n=2)")
     with open(out / "paired_differences.csv") as handle:
         differences = list(csv.DictReader(handle))
-    seq = [r for r in differences if r["row"] == "part_windows+seq @1.2h" and r["budget"] == "w3"]
+    seq = [r for r in differences if r["row"] == "part_windows+seq @0.9h" and r["budget"] == "w3"]
     assert [r["seed"] for r in seq] == ["0", "1"] and seq[0]["baseline"] == "supervised+seq"
     for row in seq:
         assert float(row["difference"]) == pytest.approx(
@@ -151,11 +152,11 @@ def test_label_budgets_draws_and_pools_end_to_end(
         )
     with open(out / "difference_to_scratch.csv") as handle:
         summary = next(csv.DictReader(handle))
-    assert "/2 > 0" in summary["part_windows+seq @1.2h - supervised+seq"]
+    assert "/2 > 0" in summary["part_windows+seq @0.9h - supervised+seq"]
     with open(out / "pools.csv") as handle:
         pools = list(csv.DictReader(handle))
     assert [(r["pool"], r["method"]) for r in pools] == [
-        ("0.4h", "part_windows"), ("0.4h", "mae"), ("1.2h", "part_windows"), ("1.2h", "mae")
+        ("0.4h", "part_windows"), ("0.4h", "mae"), ("0.9h", "part_windows"), ("0.9h", "mae")
     ]  # fmt: skip
     assert [float(r["hours"]) for r in pools[::2]] == [
         pytest.approx(plan.hours(name), abs=0.01) for name in plan.names
@@ -166,7 +167,22 @@ def test_label_budgets_draws_and_pools_end_to_end(
     assert draws[0]["labelled_windows"] == str(sum(windows["counts"].values()))
     for figure in ("sample_efficiency.png", "kappa_by_pool.png", "pool_pretext.png"):
         assert (out / figure).stat().st_size > 1000
-    assert "part_windows+seq @1.2h - supervised+seq" in capsys.readouterr().out
+    # the figures plot the aggregated table: each row's (and pool's) mean over the draws
+    panels = drawn_figures["sample_efficiency.png"]
+    rows = {column for column in table[0] if column != "budget" and "paper_" not in column}
+    assert {label for panel in panels.values() for label in panel["lines"]} == rows
+    for panel in panels.values():
+        for label, (_, ys) in panel["lines"].items():
+            assert table[0][label].startswith(f"{ys[0]:.3f} ± ")
+    (by_pool,) = drawn_figures["kappa_by_pool.png"].values()
+    for row in ("part_windows+seq", "mae probe"):
+        xs, ys = by_pool["lines"][row]
+        assert xs == [plan.hours(name) for name in plan.names]
+        for name, y in zip(plan.names, ys, strict=True):
+            assert table[0][f"{row} @{name}"].startswith(f"{y:.3f} ± ")
+    _, ys = by_pool["lines"]["supervised+seq (no pool)"]
+    assert table[0]["supervised+seq"].startswith(f"{ys[0]:.3f} ± ")
+    assert "part_windows+seq @0.9h - supervised+seq" in capsys.readouterr().out
 
     # a second run recomputes nothing; the cells' keys name their pool
     def refuse(*args: object, **kwargs: object) -> None:
@@ -222,3 +238,27 @@ def test_the_command_line_of_the_axes(tmp_path: Path, capsys: pytest.CaptureFixt
         assert run_recipe("se", lambda command=command: sample_efficiency.main(command)) == 2
         assert f"se: error: {option}: expected" in capsys.readouterr().err
         assert not (tmp_path / "bad").exists()
+
+
+def test_a_float16_study_stores_its_nights_and_its_pools_nights_in_float16(
+    tmp_path: Path,
+) -> None:
+    """``--dtype float16`` reaches both stores the study creates (half the bytes, values within
+    float16 rounding of the float32 store's) and is part of the study's settings."""
+    src = make_pc18_cohort(tmp_path / "src", n_records=2, hours=0.25, seed=1, progress=False).root
+    unlabelled = make_pc18_cohort(tmp_path / "u", n_records=1, hours=0.25, seed=2, progress=False)
+    common = {"src": src, "progress": False, "pools": (0.2,), "pool_src": unlabelled.root}
+    half = SleepStudy(StudyConfig(out=tmp_path / "half", signal_dtype="float16", **common))
+    full = SleepStudy(StudyConfig(out=tmp_path / "full", **common))
+    assert half.config.settings["signal_dtype"] == "float16"
+    assert "signal_dtype" not in full.config.settings  # a float32 study keeps its old settings
+    for low, high in ((half.store, full.store), (half.pools.store, full.pools.store)):
+        assert low.attrs["signal_dtype"] == "float16" and high.attrs["signal_dtype"] == "float32"
+        record = low.record_ids()[0]
+        assert low.signal_array(record).dtype == np.float16
+        assert low.signal_array(record).nbytes * 2 == high.signal_array(record).nbytes
+        x16, x32 = (s.read_windows(record, 0, s.n_windows(record)) for s in (low, high))
+        assert x16.dtype == np.float32  # reads are float32 whatever the store holds
+        np.testing.assert_array_equal(x16, x32.astype(np.float16).astype(np.float32))
+    with pytest.raises(InputError, match="signal_dtype"):
+        StudyConfig(out=tmp_path / "bad", signal_dtype="int8")
