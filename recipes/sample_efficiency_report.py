@@ -13,9 +13,10 @@ Written by ``python -m partnd.recipes.sample_efficiency aggregate`` next to ``ka
 
 and with pretraining pools:
 
-* ``pools.{csv,md,json}``: each pool (hours, nights, night length) and each method's pretraining
-  on it (the step chosen on held-out nights and its pretext error, the steps trained, the cap,
-  the throughput in items and hours of EEG per second);
+* ``pool_pretraining.{csv,md,json}``: each pool (hours, nights, night length) and each method's
+  pretraining on it (the step chosen on held-out nights and its pretext error, the steps trained,
+  the cap, the throughput in items and hours of EEG per second; ``pools.json`` is the pools
+  themselves, :class:`partnd.datasets.pools.PretrainingPools`);
 * ``kappa_by_pool.png``: kappa against pool hours at the scarcest budget, the rows without a pool
   (scratch, classical) as horizontal references;
 * ``pool_pretext.png``: each pool's pretext error over its floor during pretraining, on the
@@ -302,7 +303,7 @@ def write_axes_report(study: SleepStudy, cells: Sequence[CellResult]) -> None:
     methods = list(dict.fromkeys(c.method for c in cells if c.pool is not None))
     rows = pool_rows(study, methods)
     if rows:
-        write_table(rows, out, "pools")
+        write_table(rows, out, "pool_pretraining")
     plan = study.pools.plan
     hours = {name: plan.hours(name) for name in plan.names}
     scarcest = budget_order(cell.budget for cell in cells)[0]

@@ -12,6 +12,7 @@ import pytest
 
 from partnd._validation import InputError
 from partnd.cohort.pc18_cohort import make_pc18_cohort
+from partnd.datasets.pools import PretrainingPools
 from partnd.datasets.store import SleepStore
 from partnd.recipes import sample_efficiency
 from partnd.recipes.sleep_study import SleepStudy, StudyConfig
@@ -153,7 +154,8 @@ def test_label_budgets_draws_and_pools_end_to_end(
     with open(out / "difference_to_scratch.csv") as handle:
         summary = next(csv.DictReader(handle))
     assert "/2 > 0" in summary["part_windows+seq @0.9h - supervised+seq"]
-    with open(out / "pools.csv") as handle:
+    assert PretrainingPools.load(out / "pools.json").pools == plan.pools  # not overwritten
+    with open(out / "pool_pretraining.csv") as handle:
         pools = list(csv.DictReader(handle))
     assert [(r["pool"], r["method"]) for r in pools] == [
         ("0.4h", "part_windows"), ("0.4h", "mae"), ("0.9h", "part_windows"), ("0.9h", "mae")
