@@ -241,6 +241,9 @@ def test_the_night_arm_and_its_settings_per_labelled_subject_budget(tmp_path: Pa
     )  # the largest budget of the table not above it
     assert budget_settings(scale, "night", 100) == {"min_steps": 9, "batch_size": 3}
     assert budget_settings(scale, "sequence", 8) == budget_settings(scale, "night", None) == {}
+    # budgets as written on the command line; windows per stage are scarcer than any subjects
+    assert budget_settings(scale, "night", "8") == budget_settings(scale, "night", 8)
+    assert budget_settings(scale, "night", "w20") == {}
     config = StudyConfig(out=tmp_path / "s", progress=False)
     night = config.finetune_config("part_windows", 0, arm="night", budget=2)
     arm = SCALES["demo"]["night"]

@@ -42,8 +42,10 @@ PRETRAIN = {
 POOL = {"eval_every_steps": 2, "patience": 2}
 FINETUNE = {**TINY, "epochs": 1, "min_steps": 4, "eval_every_steps": 2, "batch_size": 16}
 SEQUENCE = {"context": 5, "batch_size": 16, "temporal_encoder": "temporal_test", "min_steps": 4}
+NIGHT = {**SEQUENCE, "context": "night", "night_crop": 20, "batch_size": 4}
 ROWS = [
     ("part_windows", "sequence"),
+    ("part_windows", "night"),
     ("mae", "probe"),
     ("supervised", "sequence"),
     ("classical", "window"),
@@ -70,6 +72,7 @@ def axes_study(out: Path, cohorts: tuple[Path, Path], **changes: object) -> Slee
         "pretrain_overrides": PRETRAIN,
         "finetune_overrides": FINETUNE,
         "sequence_overrides": SEQUENCE,
+        "night_overrides": NIGHT,
         "budgets": ("w3",),
         "seeds": (0, 1),
         "pools": (0.4, 0.9),
@@ -96,7 +99,8 @@ def test_label_budgets_draws_and_pools_end_to_end(
     assert {cell[0] for cell in pooled} == {"part_windows", "mae"}
     assert {cell[4] for cell in pooled} == {"0.4h", "0.9h"}
     assert all(cell[4] is None for cell in cells if cell[0] in ("supervised", "classical"))
-    assert len(cells) == 2 * (2 * 2 + 2)  # seeds x (pooled rows x pools + others)
+    assert len(cells) == 2 * (3 * 2 + 2)  # seeds x (pooled rows x pools + others)
+    assert ("part_windows", "night", "w3", 1, "0.9h") in cells
     sample_efficiency.run_cells(study, cells, jobs=1, args=None)  # type: ignore[arg-type]
 
     # the pools: nested, sized in hours, no labelled study subject, held-out nights in none
@@ -136,6 +140,12 @@ def test_label_budgets_draws_and_pools_end_to_end(
     assert sequence.settings["validation_subjects"] == sequence.draw["validation"]
     assert sequence.draw == study.load_cell("classical", "window", "w3", 1).draw
     assert (out / "finetune/part_windows/sequence/bw3_s0_p0.4h/result.json").is_file()
+    # the night arm on a pool's encoder and a window budget: the same draw, whole nights tested
+    night = study.load_cell("part_windows", "night", "w3", 0, "0.9h")
+    assert night.draw == cell.draw and night.settings["night_crop"] == 20
+    assert night.settings["init"] == "part_windows pretraining on pool 0.9h"
+    assert night.settings["budget_settings"] == {}  # windows per stage: below any subjects
+    assert len(night.predictions) == len(cell.predictions)
 
     sample_efficiency.aggregate(study, ROWS)
     with open(out / "kappa_by_budget.csv") as handle:
@@ -214,7 +224,7 @@ def test_the_command_line_of_the_axes(tmp_path: Path, capsys: pytest.CaptureFixt
     out = tmp_path / "cli"
     argv = ["cells", "--out", str(out), "--src", str(src), "--no-progress"]
     argv += ["--pool-src", str(pool_src), "--pools", "0.4", "1.2", "--budgets", "2", "w20", "1"]
-    argv += ["--rows", "part_windows:sequence", "supervised:sequence", "--seeds", "0"]
+    argv += ["--rows", "part_windows:sequence", "supervised:night", "--seeds", "0"]
     assert sample_efficiency.main(argv) == 0
     listed = capsys.readouterr().out.split()
     assert listed == [
@@ -224,10 +234,13 @@ def test_the_command_line_of_the_axes(tmp_path: Path, capsys: pytest.CaptureFixt
         "part_windows:sequence:1:0:1.2h",
         "part_windows:sequence:2:0:0.4h",
         "part_windows:sequence:2:0:1.2h",
-        "supervised:sequence:w20:0",
-        "supervised:sequence:1:0",
-        "supervised:sequence:2:0",
+        "supervised:night:w20:0",
+        "supervised:night:1:0",
+        "supervised:night:2:0",
     ]
+    for line in listed:  # every key parses back to its cell, the night arm's too
+        assert sample_efficiency.format_cell(sample_efficiency.parse_cell(line)) == line
+    assert sample_efficiency.parse_cell("supervised:night:w20:0")[1:3] == ("night", "w20")
     settings = json.loads((out / "study.json").read_text())
     assert settings["budgets"] == ["w20", 1, 2] and settings["pools"] == [0.4, 1.2]
     for bad, option in (
