@@ -351,13 +351,13 @@ def _run_stage(args: argparse.Namespace, rows: list[tuple[str, str]]) -> None:
         )
         if args.cell is not None:
             cell = parse_cell(args.cell)
+            pools = f", pools {list(study.pool_names)}" if study.pool_names else ""
             check(
                 cell in cells,
                 "--cell",
                 "a cell of this study (one line of the cells command: its rows, budgets "
-                f"{[b.to_json() for b in study.budgets]}, seeds {list(study.scale['seeds'])} "
-                f"and pools {list(study.pool_names)}; a cell "
-                "outside them would never be aggregated)",
+                f"{[b.to_json() for b in study.budgets]}{pools} and seeds "
+                f"{list(study.scale['seeds'])}; a cell outside them would never be aggregated)",
                 repr(args.cell),
             )
         else:
