@@ -185,10 +185,12 @@ def aggregate(
     write_table(kappa_rows, study.out, "kappa_by_budget")
     write_table(difference_rows, study.out, "difference_to_reference")
     plot_sample_efficiency(cells, study.out / "sample_efficiency.png", note=note)
-    write_axes_report(study, cells)
+    draw_notes = write_axes_report(study, cells)
     for name in ("kappa_by_budget", "difference_to_reference", "difference_to_scratch"):
         if (study.out / f"{name}.md").is_file():
             print((study.out / f"{name}.md").read_text())
+    for line in draw_notes:
+        print(f"repeated draws, {line}: those draws differ only in validation subjects and seed")
     if note:
         print(f"{note} (column 'missing' of kappa_by_budget): {named}")
 

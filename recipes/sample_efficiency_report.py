@@ -8,8 +8,9 @@ Written by ``python -m partnd.recipes.sample_efficiency aggregate`` next to ``ka
 * ``paired_differences.{csv,md,json}``: per draw, each pretrained row minus the same arm trained
   from scratch (``supervised``: the same model from a random initialisation; for the probe, a
   random encoder's features) on the same labels and validation subjects;
-* ``difference_to_scratch.{csv,md,json}``: those differences as mean ± std over draws and how
-  many draws are positive;
+* ``difference_to_scratch.{csv,md,json}``: those differences as mean ± std over draws, how
+  many draws are positive and how many distinct sets of labels the draws hold (independent draws
+  of one subject from a small pool repeat subjects; ``aggregate`` says which);
 
 and with pretraining pools:
 
@@ -25,6 +26,7 @@ and with pretraining pools:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,6 +58,7 @@ __all__ = [
     "plot_kappa_by_pool",
     "plot_pool_pretext",
     "pool_rows",
+    "repeated_draws",
     "scratch_summary",
     "write_axes_report",
 ]
@@ -154,17 +157,50 @@ def paired_differences(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
 
 def scratch_summary(differences: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """:func:`paired_differences` per budget and row: ``mean ± std (n=draws)`` and how many
-    draws are positive (``"0.041 ± 0.030 (n=5), 4/5 > 0"``)."""
+    draws are positive (``"0.041 ± 0.030 (n=5), 4/5 > 0"``), and ``labelled_sets``: how many
+    distinct sets of labels the budget's draws hold (independent draws may repeat one)."""
     rows = []
     for budget in budget_order(row["budget"] for row in differences):
-        line: dict[str, Any] = {"budget": budget}
         mine = [row for row in differences if row["budget"] == budget]
+        line: dict[str, Any] = {
+            "budget": budget,
+            "labelled_sets": len({row["labelled"] for row in mine}),
+        }
         for name in dict.fromkeys(f"{row['row']} - {row['baseline']}" for row in mine):
             values = [r["difference"] for r in mine if f"{r['row']} - {r['baseline']}" == name]
             positive = sum(value > 0 for value in values)
             line[name] = f"{summary(values)}, {positive}/{len(values)} > 0"
         rows.append(line)
     return rows
+
+
+def repeated_draws(draws: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Say, per budget, when its draws label the same subjects more than once: such draws differ
+    only in their validation subjects and training seed, so their spread understates what
+    another labelled night would change.
+
+    Args:
+        draws: :func:`draw_rows`.
+
+    Returns:
+        One line per budget whose draws repeat a set of labelled subjects (none when every draw
+        labels its own), e.g. ``"budget 1: 5 draws label 2 distinct sets (a x3, b x2)"``.
+    """
+    lines = []
+    for budget in budget_order(row["budget"] for row in draws):
+        labelled = [
+            row["labelled_subjects"]
+            for row in draws
+            if row["budget"] == budget and row["labelled_windows"] == "all"
+        ]
+        counts = Counter(labelled)
+        if len(counts) < len(labelled):
+            sets = ", ".join(f"{name} x{n}" for name, n in counts.most_common())
+            lines.append(
+                f"budget {budget}: {len(labelled)} draws label {len(counts)} distinct sets "
+                f"of subjects ({sets})"
+            )
+    return lines
 
 
 def pool_rows(study: SleepStudy, methods: Sequence[str]) -> list[dict[str, Any]]:
@@ -287,8 +323,12 @@ def plot_pool_pretext(
     save_figure(fig, path)
 
 
-def write_axes_report(study: SleepStudy, cells: Sequence[CellResult]) -> None:
-    """Write the tables and figures of the module docstring into the study directory."""
+def write_axes_report(study: SleepStudy, cells: Sequence[CellResult]) -> list[str]:
+    """Write the tables and figures of the module docstring into the study directory.
+
+    Returns:
+        What a reader of the tables should know about the draws (:func:`repeated_draws`).
+    """
     out = study.out
     write_table(cell_rows(cells), out, "cells")
     draws = draw_rows(cells)
@@ -298,8 +338,9 @@ def write_axes_report(study: SleepStudy, cells: Sequence[CellResult]) -> None:
     if differences:
         write_table(differences, out, "paired_differences")
         write_table(scratch_summary(differences), out, "difference_to_scratch")
+    notes = repeated_draws(draws)
     if not study.pool_names:
-        return
+        return notes
     methods = list(dict.fromkeys(c.method for c in cells if c.pool is not None))
     rows = pool_rows(study, methods)
     if rows:
@@ -318,3 +359,4 @@ def write_axes_report(study: SleepStudy, cells: Sequence[CellResult]) -> None:
             },
             out / "pool_pretext.png",
         )
+    return notes

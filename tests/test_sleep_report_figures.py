@@ -15,6 +15,7 @@ from partnd.recipes.sample_efficiency_report import (
     paired_differences,
     plot_kappa_by_pool,
     plot_pool_pretext,
+    repeated_draws,
     scratch_summary,
 )
 from partnd.recipes.sleep_report import (
@@ -182,6 +183,31 @@ def test_paired_differences_per_draw_against_the_same_arm_from_scratch() -> None
     assert [(r["budget"], r["seed"]) for r in draws][:3] == [("w20", 0), ("w20", 1), ("w20", 2)]
     assert draws[0]["labelled_windows"] == 14 and draws[0]["per_stage"] == "3/2/3/3/3"
     assert draws[3]["labelled_windows"] == "all" and draws[3]["validation_subjects"] == "v0"
+
+
+def test_draws_that_label_the_same_subjects_are_counted_and_named() -> None:
+    """Independent one-subject draws from a small pool repeat subjects: the summary counts the
+    distinct sets of labels, and a note names the repeated ones (window budgets, whose draws
+    differ by their windows, are never reported)."""
+    cells = []
+    for seed, subject in enumerate(["a", "a", "b", "a", "b"]):
+        for method in ("part_windows", "supervised"):
+            cell = pooled_cell(
+                method, "night", 1, seed, None, 0.6 + 0.05 * (method != "supervised")
+            )
+            cell.draw["subjects"] = [subject]
+            cells.append(cell)
+        for method in ("part_windows", "supervised"):
+            cell = pooled_cell(method, "night", "w20", seed, None, 0.5)
+            cell.draw["subjects"] = ["a"]
+            cells.append(cell)
+    summary_rows = scratch_summary(paired_differences(cells))
+    assert [(r["budget"], r["labelled_sets"]) for r in summary_rows] == [("w20", 1), (1, 2)]
+    assert repeated_draws(draw_rows(cells)) == [
+        "budget 1: 5 draws label 2 distinct sets of subjects (a x3, b x2)"
+    ]
+    distinct = [c for c in cells if c.budget == 1 and c.seed in (0, 2)]
+    assert repeated_draws(draw_rows(distinct)) == []
 
 
 def test_both_axes_figures_plot_the_aggregated_means_and_every_draw(
