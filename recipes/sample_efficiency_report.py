@@ -37,6 +37,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from partnd.datasets.label_budget import LabelBudget
 from partnd.objectives import list_objectives
 from partnd.recipes.sleep_report import (
     budget_order,
@@ -158,14 +159,14 @@ def paired_differences(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
 def scratch_summary(differences: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """:func:`paired_differences` per budget and row: ``mean ± std (n=draws)`` and how many
     draws are positive (``"0.041 ± 0.030 (n=5), 4/5 > 0"``), and ``labelled_sets``: how many
-    distinct sets of labels the budget's draws hold (independent draws may repeat one)."""
+    distinct sets of labels the budget's draws hold (independent draws of subjects may repeat one;
+    a draw of windows per stage is its own set)."""
     rows = []
     for budget in budget_order(row["budget"] for row in differences):
         mine = [row for row in differences if row["budget"] == budget]
-        line: dict[str, Any] = {
-            "budget": budget,
-            "labelled_sets": len({row["labelled"] for row in mine}),
-        }
+        by_subjects = LabelBudget.parse(budget).subjects is not None  # windows differ per seed
+        labels = {row["labelled"] if by_subjects else row["seed"] for row in mine}
+        line: dict[str, Any] = {"budget": budget, "labelled_sets": len(labels)}
         for name in dict.fromkeys(f"{row['row']} - {row['baseline']}" for row in mine):
             values = [r["difference"] for r in mine if f"{r['row']} - {r['baseline']}" == name]
             positive = sum(value > 0 for value in values)
@@ -184,7 +185,8 @@ def repeated_draws(draws: Sequence[Mapping[str, Any]]) -> list[str]:
 
     Returns:
         One line per budget whose draws repeat a set of labelled subjects (none when every draw
-        labels its own), e.g. ``"budget 1: 5 draws label 2 distinct sets (a x3, b x2)"``.
+        labels its own), e.g.
+        ``"budget 1: 5 draws label 2 distinct sets of subjects (a x3, b x2)"``.
     """
     lines = []
     for budget in budget_order(row["budget"] for row in draws):

@@ -202,7 +202,7 @@ def test_draws_that_label_the_same_subjects_are_counted_and_named() -> None:
             cell.draw["subjects"] = ["a"]
             cells.append(cell)
     summary_rows = scratch_summary(paired_differences(cells))
-    assert [(r["budget"], r["labelled_sets"]) for r in summary_rows] == [("w20", 1), (1, 2)]
+    assert [(r["budget"], r["labelled_sets"]) for r in summary_rows] == [("w20", 5), (1, 2)]
     assert repeated_draws(draw_rows(cells)) == [
         "budget 1: 5 draws label 2 distinct sets of subjects (a x3, b x2)"
     ]
