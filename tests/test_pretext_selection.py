@@ -124,6 +124,44 @@ def test_an_interrupted_selection_resumes_to_the_same_choice(tmp_path: Path) -> 
         assert torch.equal(value, resumed.model.state_dict()[name])
 
 
+def test_patience_starts_counting_once_the_error_leaves_its_floor(tmp_path: Path) -> None:
+    data = ramp_1d(8)  # 2 steps an epoch at batch 4
+    # at the floor for four evaluations, then learning: plain patience stops on the plateau
+    plateau = {0: 1.0, 1: 1.01, 2: 1.005, 3: 1.02, 4: 0.9, 5: 0.8, 6: 0.85, 7: 0.86}
+    plain = pretrain(
+        data,
+        out_dir=tmp_path / "plain",
+        config=tiny_config(epochs=10, patience=2),
+        monitor=scripted(plateau),
+        select_metric="heldout_error",
+    )
+    assert plain.selected is not None
+    assert (plain.selected["step"], plain.selected["steps"]) == (2, 6)  # epoch 0 at the floor
+    waited = pretrain(
+        data,
+        out_dir=tmp_path / "waited",
+        config=tiny_config(epochs=10, patience=2, patience_start=0.98),
+        monitor=scripted(plateau),
+        select_metric="heldout_error",
+    )
+    # the plateau is not counted; after epoch 5's 0.8, epochs 6 and 7 without a lower one stop it
+    assert waited.selected is not None
+    assert waited.selected["value"] == 0.8 and waited.selected["epoch"] == 5
+    assert waited.selected["steps"] == 16 and waited.selected["stopped_early"]
+    # a run that never leaves the floor trains its whole budget
+    flat = pretrain(
+        data,
+        out_dir=tmp_path / "flat",
+        config=tiny_config(epochs=6, patience=2, patience_start=0.98),
+        monitor=scripted({e: 1.0 + 0.01 * (e % 2) for e in range(6)}),
+        select_metric="heldout_error",
+    )
+    assert flat.selected is not None
+    assert flat.selected["steps"] == 12 and not flat.selected["stopped_early"]
+    with pytest.raises(InputError, match="patience_start"):
+        PretrainConfig.preset("test", patience_start=0.98)
+
+
 def test_patience_needs_a_selection_metric(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="patience"):
         pretrain(ramp_1d(8), out_dir=tmp_path / "run", config=tiny_config(patience=2))

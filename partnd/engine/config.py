@@ -164,6 +164,13 @@ class TrainConfig:
             kappa, a held-out pretext error) has not improved for this many evaluations in a
             row; the run then counts as finished and the best evaluation's weights are its
             result. ``None``: train the whole budget (the budget is then a cap).
+        patience_start: Count ``patience`` only once the selected metric has been better than
+            this value (below it for a minimised metric, above it for a maximised one). A
+            held-out pretext error sits at its content-free floor (1.0) until the objective
+            starts to read content, which can take hundreds of steps: with ``0.98`` a run that
+            has not yet left its floor trains on to its budget instead of stopping on a plateau
+            of no learning and calling a step at the floor its choice. ``None``: from the first
+            evaluation. Needs ``patience``.
     """
 
     epochs: int = 100
@@ -192,6 +199,7 @@ class TrainConfig:
     min_steps: int | None = None
     eval_every_steps: int | None = None
     patience: int | None = None
+    patience_start: float | None = None
 
     #: Fields that may differ between an interrupted run and its resumption.
     RESUMABLE_CHANGES: ClassVar[frozenset[str]] = frozenset(
@@ -254,6 +262,12 @@ class TrainConfig:
         ):
             self._positive(name, allow_none=True)
         self._positive("grad_clip", allow_none=True)
+        check(
+            self.patience_start is None or self.patience is not None,
+            self._arg("patience_start"),
+            "None unless patience is set (it says when patience starts counting)",
+            repr(self.patience_start),
+        )
         for name in ("min_lr", "weight_decay", "warmup_epochs", "num_workers", "seed"):
             self._positive(name, strict=False)
         check(self.min_lr <= self.lr, self._arg("min_lr"), f"<= lr={self.lr}", repr(self.min_lr))

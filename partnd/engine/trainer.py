@@ -619,6 +619,11 @@ class Trainer:
                     {"model": self.eval_model.state_dict(), "epoch": epoch, "metrics": metrics}
                 )
             return
+        start = self.config.patience_start
+        if start is not None and best is not None:
+            started = best < start if self.select_mode == "min" else best > start
+            if not started:  # still on the plateau before the threshold: keep training
+                return
         self.state.evaluations_since_best += 1
         patience = self.config.patience
         if patience is not None and self.state.evaluations_since_best >= patience:
