@@ -31,6 +31,7 @@ import torch
 from partnd.data import SignalSpec
 from partnd.datasets.segments import SleepSegmentDataset
 from partnd.datasets.store import SleepStore
+from partnd.engine.checkpoint import load_checkpoint
 from partnd.engine.config import PretrainConfig
 from partnd.evaluation import PretextMonitor
 from partnd.objectives import build_objective
@@ -59,7 +60,7 @@ def main() -> None:
     if config.method != "part_windows":
         parser.error(f"--run: expected a part_windows pretraining, got {config.method!r}")
     segment = config.segment_windows
-    state = torch.load(args.run / "checkpoints" / "last.pt", map_location="cpu", weights_only=False)
+    state = load_checkpoint(args.run / "checkpoints" / "last.pt", "--run")
     models: dict[str, torch.nn.Module] = {}
     records = list(args.records or []) + [None] * len(args.store)
     print("| store | hours of the night | segments | trained | untrained |")

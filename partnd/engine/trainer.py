@@ -620,10 +620,9 @@ class Trainer:
                 )
             return
         start = self.config.patience_start
-        if start is not None and best is not None:
-            started = best < start if self.select_mode == "min" else best > start
-            if not started:  # still on the plateau before the threshold: keep training
-                return
+        assert best is not None  # the first evaluation is always better
+        if start is not None and not (best < start if self.select_mode == "min" else best > start):
+            return  # still on the plateau before the threshold: keep training
         self.state.evaluations_since_best += 1
         patience = self.config.patience
         if patience is not None and self.state.evaluations_since_best >= patience:
