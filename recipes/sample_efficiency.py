@@ -260,6 +260,8 @@ def _check_stage_options(args: argparse.Namespace) -> None:
             repr(getattr(args, name)),
         )
     check(args.jobs != 0, "--jobs", "a number of processes (>= 1; -1: every core)", "0")
+    windows = args.pool_segment_windows
+    check(windows is None or windows >= 2, "--pool-segment-windows", "an int >= 2", repr(windows))
 
 
 def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
@@ -304,6 +306,15 @@ def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
         help="steps between held-out evaluations of a pool's pretraining (default: the scale's)",
     )
     parser.add_argument(
+        "--pool-segment-windows",
+        type=int,
+        default=None,
+        help="PART across windows: windows per segment of a pool's pretraining (default: the "
+        "scale's, 120 = 1 h at 30 s windows; on full-length nights 480 = 4 h, whose windows "
+        "carry an order that 1-h segments of the middle of a night lack, docs/part.md); at most "
+        "the length of the pool's and the held-out nights",
+    )
+    parser.add_argument(
         "--dtype",
         choices=SIGNAL_DTYPES,
         default="float32",
@@ -318,6 +329,7 @@ def pool_settings(args: argparse.Namespace) -> dict[str, Any]:
         for field, value in (
             ("patience", args.pool_patience),
             ("eval_every_steps", args.pool_eval_steps),
+            ("segment_windows", args.pool_segment_windows),
         )
         if value is not None
     }

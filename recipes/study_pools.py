@@ -58,6 +58,10 @@ SELECT_METRIC = "heldout_error"
 #: Held-out items evaluated per pretext evaluation (a fixed seeded subset): segments of PART
 #: across windows, windows of the other objectives.
 HELD_OUT_SEGMENTS = 64
+#: Held-out segments start every ``segment_windows // HELD_OUT_STRIDE_DIVISOR`` windows: a night
+#: only a few segments long (8 h in 4-h segments) still gives enough of them, and each
+#: evaluation draws its own windows in each.
+HELD_OUT_STRIDE_DIVISOR = 16
 HELD_OUT_WINDOWS = 512
 
 
@@ -147,15 +151,16 @@ class PoolStage:
         return dict(json.loads((self.run_dir(method, pool) / SELECTION_FILE).read_text()))
 
     def held_out(self, config: PretrainConfig) -> Any:
-        """The held-out nights as the objective of ``config`` reads them: non-overlapping
-        segments for PART across windows, normalised windows otherwise."""
+        """The held-out nights as the objective of ``config`` reads them: segments starting every
+        ``segment_windows // HELD_OUT_STRIDE_DIVISOR`` windows for PART across windows,
+        normalised windows otherwise."""
         records = list(self.plan.held_out)
         if config.method == "part_windows":
             return SleepSegmentDataset(
                 self.store,
                 records=records,
                 segment_windows=config.segment_windows,
-                stride=config.segment_windows,
+                stride=max(1, config.segment_windows // HELD_OUT_STRIDE_DIVISOR),
                 normalize="record" if config.normalize == "record" else "none",
             )
         return SleepWindowDataset(self.store, records=records, normalize=self.config.normalization)

@@ -112,6 +112,10 @@ def test_label_budgets_draws_and_pools_end_to_end(
     split = study.split
     assert set(subject_of.values()).isdisjoint({*split.test, *split.finetune_pool})
     assert set(plan.held_out).isdisjoint(large) and len(plan.held_out) == 1
+    # held-out segments start every S // 16 windows: a night a few segments long gives many
+    held = study.pools.held_out(study.config.pretrain_config("part_windows", pool=True))
+    night_windows = pool_store.n_windows(plan.held_out[0])
+    assert held.stride == 1 and len(held) > 3 * (night_windows // 20)  # 3: strided by S
     # each pool's pretraining: the held-out error evaluated, the best kept, the budget recorded
     for method in ("part_windows", "mae"):
         for pool in plan.names:
@@ -225,6 +229,7 @@ def test_the_command_line_of_the_axes(tmp_path: Path, capsys: pytest.CaptureFixt
     argv = ["cells", "--out", str(out), "--src", str(src), "--no-progress"]
     argv += ["--pool-src", str(pool_src), "--pools", "0.4", "1.2", "--budgets", "2", "w20", "1"]
     argv += ["--rows", "part_windows:sequence", "supervised:night", "--seeds", "0"]
+    argv += ["--pool-segment-windows", "480", "--pool-patience", "3"]
     assert sample_efficiency.main(argv) == 0
     listed = capsys.readouterr().out.split()
     assert listed == [
@@ -243,11 +248,18 @@ def test_the_command_line_of_the_axes(tmp_path: Path, capsys: pytest.CaptureFixt
     assert sample_efficiency.parse_cell("supervised:night:w20:0")[1:3] == ("night", "w20")
     settings = json.loads((out / "study.json").read_text())
     assert settings["budgets"] == ["w20", 1, 2] and settings["pools"] == [0.4, 1.2]
+    assert settings["pool_overrides"] == {"patience": 3, "segment_windows": 480}
+    study = SleepStudy(
+        StudyConfig(out=tmp_path / "s", pools=(0.4,), pool_overrides={"segment_windows": 480})
+    )
+    assert study.config.pretrain_config("part_windows", pool=True).segment_windows == 480
+    assert study.config.pretrain_config("part_windows").segment_windows == 120  # the scale's
     for bad, option in (
         (["--pools", "20", "4"], "--pools"),
         (["--budgets", "w0"], "--budgets"),
         (["--budgets", "2", "2"], "--budgets"),
         (["--pool-src", str(pool_src)], "--pool-src"),
+        (["--pool-segment-windows", "1"], "--pool-segment-windows"),
     ):
         command = ["cells", "--out", str(tmp_path / "bad"), *bad]
         assert run_recipe("se", lambda command=command: sample_efficiency.main(command)) == 2
