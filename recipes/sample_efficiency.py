@@ -260,8 +260,6 @@ def _check_stage_options(args: argparse.Namespace) -> None:
             repr(getattr(args, name)),
         )
     check(args.jobs != 0, "--jobs", "a number of processes (>= 1; -1: every core)", "0")
-    windows = args.pool_segment_windows
-    check(windows is None or windows >= 2, "--pool-segment-windows", "an int >= 2", repr(windows))
 
 
 def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
@@ -323,7 +321,10 @@ def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def pool_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The :class:`StudyConfig` fields of :func:`add_pool_arguments`' options."""
+    """The :class:`StudyConfig` fields of :func:`add_pool_arguments`' options (a segment
+    length under 2 windows refused)."""
+    windows = args.pool_segment_windows
+    check(windows is None or windows >= 2, "--pool-segment-windows", "an int >= 2", repr(windows))
     overrides = {
         field: value
         for field, value in (
