@@ -295,6 +295,14 @@ def add_study_arguments(
     )
     parser.add_argument("--seeds", type=int, nargs="+", help="cell seeds (default: the scale's)")
     parser.add_argument("--n-jobs", type=int, default=1, help="preprocessing workers")
+    parser.add_argument(
+        "--loader-workers",
+        type=int,
+        default=0,
+        help="data loader processes of every pretraining (0: load in the training process); "
+        "a run setting like --device, not saved with the study (each pretraining's config.json "
+        "records it): the same items every epoch, in a batch order that follows the workers",
+    )
     parser.add_argument("--seed", type=int, default=0, help="split and training seed")
     parser.add_argument("--pretrain-epochs", type=int, default=None, help="override PT epochs")
     parser.add_argument(
@@ -353,6 +361,7 @@ def study_from_args(
         cohort_dir=args.cohort_dir,
         scale=args.scale,
         n_jobs=args.n_jobs,
+        loader_workers=args.loader_workers,
         seed=args.seed,
         device=args.device,
         progress=args.progress,

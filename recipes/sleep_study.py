@@ -329,6 +329,11 @@ class StudyConfig:
             ``~/.cache/partnd``).
         scale: ``"demo"`` or ``"paper"`` (see :data:`SCALES`).
         n_jobs: Preprocessing and feature-extraction workers (MNE semantics).
+        loader_workers: DataLoader worker processes of every pretraining (``num_workers``;
+            0 loads in the training process). A run setting like ``device``, not one of the
+            study's settings: every epoch reads the same items, but each worker reads its own
+            storage chunks, so the batch order, and a run's numbers, follow the worker count
+            as they follow the device; each pretraining's ``config.json`` records it.
         seed: Seed of the subject split (and of the single cell of the sleep-staging table).
         device: ``"auto"``, ``"cpu"`` or ``"cuda"``.
         progress: Show progress bars.
@@ -367,6 +372,7 @@ class StudyConfig:
     cohort_dir: Path | None = None
     scale: str = "demo"
     n_jobs: int = 1
+    loader_workers: int = 0
     seed: int = 0
     device: str = "auto"
     progress: bool = True
@@ -426,6 +432,12 @@ class StudyConfig:
         if self.normalize is not None:
             resolve_normalization(self.normalize, "normalize")
         check(self.seed >= 0, "seed", "an int >= 0", repr(self.seed))
+        check(
+            self.loader_workers >= 0,
+            "loader_workers",
+            "an int >= 0 (0: load in the training process)",
+            repr(self.loader_workers),
+        )
         if self.seeds is not None:
             check(
                 len(self.seeds) > 0
@@ -526,7 +538,7 @@ class StudyConfig:
             seed=self.seed,
             device=self.device,
             progress=self.progress,
-            **values,
+            **{"num_workers": self.loader_workers, **values},
         )
 
     def finetune_config(

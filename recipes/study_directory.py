@@ -43,6 +43,7 @@ RECIPE_OPTIONS = OptionNames(
         "budgets": "--budgets",
         "seeds": "--seeds",
         "n_jobs": "--n-jobs",
+        "loader_workers": "--loader-workers",
         "pools": "--pools",
         "pool_src": "--pool-src",
         "pool_store": "--pool-store",

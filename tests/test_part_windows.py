@@ -3,6 +3,7 @@ learning from planted cross-window structure, pretraining from a store, the two 
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -291,6 +292,29 @@ def test_pretrain_reads_other_sleep_data_as_segments(store: Path, tmp_path: Path
             out_dir=tmp_path / "other",
             config=config(segment_windows=4),
         )
+
+
+def test_worker_processes_read_the_same_segments_in_their_own_order(
+    store: Path, tmp_path: Path
+) -> None:
+    """Loader workers (a study's ``--loader-workers``) read every segment once per epoch as the
+    training process would, in an order of their own (each worker keeps its storage chunks),
+    so a run's numbers follow the worker count, as they follow the device."""
+    from partnd.engine.sampler import epoch_order
+
+    segments = SleepSegmentDataset(store, segment_windows=SEGMENT)
+    orders = {}
+    for workers in (0, 2):
+        order = epoch_order(
+            segments, seed=0, rank=0, world_size=1, batch_size=2, num_workers=workers
+        )
+        order.set_epoch(0)
+        orders[workers] = list(order)
+    assert sorted(orders[0]) == sorted(orders[2]) == list(range(len(segments)))
+    settings = config(epochs=1, batch_size=2, num_workers=2)
+    result = pretrain(segments, out_dir=tmp_path, config=settings)
+    written = json.loads((tmp_path / "config.json").read_text())
+    assert written["num_workers"] == 2 and result.model.segment_windows == SEGMENT
 
 
 def test_an_interrupted_run_resumes_exactly(tmp_path: Path) -> None:

@@ -229,7 +229,7 @@ def test_the_command_line_of_the_axes(tmp_path: Path, capsys: pytest.CaptureFixt
     argv = ["cells", "--out", str(out), "--src", str(src), "--no-progress"]
     argv += ["--pool-src", str(pool_src), "--pools", "0.4", "1.2", "--budgets", "2", "w20", "1"]
     argv += ["--rows", "part_windows:sequence", "supervised:night", "--seeds", "0"]
-    argv += ["--pool-segment-windows", "480", "--pool-patience", "3"]
+    argv += ["--pool-segment-windows", "480", "--pool-patience", "3", "--loader-workers", "2"]
     assert sample_efficiency.main(argv) == 0
     listed = capsys.readouterr().out.split()
     assert listed == [
@@ -249,17 +249,23 @@ def test_the_command_line_of_the_axes(tmp_path: Path, capsys: pytest.CaptureFixt
     settings = json.loads((out / "study.json").read_text())
     assert settings["budgets"] == ["w20", 1, 2] and settings["pools"] == [0.4, 1.2]
     assert settings["pool_overrides"] == {"patience": 3, "segment_windows": 480}
+    assert "loader_workers" not in settings  # a run setting, as the device
     study = SleepStudy(
         StudyConfig(out=tmp_path / "s", pools=(0.4,), pool_overrides={"segment_windows": 480})
     )
     assert study.config.pretrain_config("part_windows", pool=True).segment_windows == 480
     assert study.config.pretrain_config("part_windows").segment_windows == 120  # the scale's
+    assert study.config.pretrain_config("mae", pool=True).num_workers == 0
+    workers = StudyConfig(out=tmp_path / "w", pools=(0.4,), loader_workers=3)
+    assert workers.pretrain_config("part_windows", pool=True).num_workers == 3
+    assert workers.pretrain_config("mae").num_workers == 3
     for bad, option in (
         (["--pools", "20", "4"], "--pools"),
         (["--budgets", "w0"], "--budgets"),
         (["--budgets", "2", "2"], "--budgets"),
         (["--pool-src", str(pool_src)], "--pool-src"),
         (["--pool-segment-windows", "1"], "--pool-segment-windows"),
+        (["--loader-workers", "-1"], "--loader-workers"),
     ):
         command = ["cells", "--out", str(tmp_path / "bad"), *bad]
         assert run_recipe("se", lambda command=command: sample_efficiency.main(command)) == 2
