@@ -344,6 +344,33 @@ class _DecodeSpy:
         monkeypatch.setattr(SleepStore, "read_windows", spy)
 
 
+@pytest.mark.parametrize("cache_bytes", [0, 64 * 2**20])
+def test_read_spans_are_channel_major_stored_runs_decoding_each_chunk_once(
+    store: tuple[Path, dict], monkeypatch: pytest.MonkeyPatch, cache_bytes: int
+) -> None:
+    path, written = store
+    dataset = SleepWindowDataset(
+        path, records=["tr03", "tr01"], channels=["C4-M1", "F3-M2"], cache_bytes=cache_bytes
+    )
+    picks = [CHANNELS.index("C4-M1"), CHANNELS.index("F3-M2")]
+    spy = _DecodeSpy(monkeypatch)
+    # across chunk boundaries (chunks of 8), overlapping, a whole record, one window
+    spans = [(0, 5, 12), (0, 9, 16), (1, 0, 20), (0, 24, 1)]
+    blocks = dataset.read_spans(spans)
+    for (position, first, count), block in zip(spans, blocks, strict=True):
+        signal = written[dataset.records[position]][0]
+        expected = signal[first : first + count][:, picks].transpose(1, 0, 2)
+        assert block.shape == (2, count, 300) and block.dtype == np.float32
+        np.testing.assert_array_equal(block, expected)
+        assert block.flags.c_contiguous  # reshape(C, n * T) is a view
+    assert set(spy.decodes.values()) == {1}  # tr03's chunks 0-3 and tr01's 0-2, once each
+    assert set(spy.decodes) == {("tr03", c) for c in range(4)} | {("tr01", c) for c in range(3)}
+    assert dataset.read_spans([]) == []
+    for bad in [(2, 0, 1), (0, 20, 6), (0, -1, 2), (1, 0, 0)]:
+        with pytest.raises(InputError, match="spans"):
+            dataset.read_spans([bad])
+
+
 def test_cache_decodes_each_chunk_once_in_sampler_order(
     store: tuple[Path, dict], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,7 +20,8 @@ a *segment*: ``S`` consecutive stored windows of one record concatenated in time
 
 Reads go through a :class:`~partnd.datasets.sleep_windows.SleepWindowDataset` (stored values,
 chunk cache per process, one block read per contiguous chunk run of a batch), so a batch of
-overlapping segments decodes each storage chunk once. ``chunk_ids`` (the storage chunk of a
+overlapping segments decodes each storage chunk once, and a segment is assembled from its
+chunks' blocks in one copy (not from ``S`` window tensors). ``chunk_ids`` (the storage chunk of a
 segment's first window) lets the training loop order segments chunk-locally.
 """
 
@@ -226,20 +227,16 @@ class SleepSegmentDataset(Dataset[Tensor]):
         record, first = self.segments[self._check_index(index)]
         return self.records[int(record)], int(first)
 
-    def _window_positions(self, position: int) -> np.ndarray:
-        record, first = self.segments[position]
-        start = int(self._record_offsets[record]) + int(first)
-        return np.arange(start, start + self.segment_windows)
-
-    def _join(self, windows: list[Tensor]) -> Tensor:
-        """``[C, S*T]`` from ``S`` windows ``[C, T]`` in time order."""
-        return torch.stack(windows, dim=1).reshape(self.n_chans, self.n_times)
-
     def __getitem__(self, index: int) -> Tensor:
         return self.__getitems__([index])[0]
 
     def __getitems__(self, indices: Sequence[int]) -> list[Tensor]:
         """Fetch a batch of segments with one read of their windows (each chunk decoded once).
+
+        Each segment is one channel-major block of stored windows ``[C, S, T]``, filled from
+        the decoded chunks in one copy (:meth:`SleepWindowDataset.read_spans`) and viewed as
+        ``[C, S*T]``; record scaling divides it in place (in float32, before the cast to
+        ``dtype``).
 
         Args:
             indices: Dataset indices, any order, repeats allowed.
@@ -248,19 +245,17 @@ class SleepSegmentDataset(Dataset[Tensor]):
             One ``[C, S*T]`` segment per index.
         """
         positions = [self._check_index(index) for index in indices]
-        if not positions:
-            return []
-        wanted = np.concatenate([self._window_positions(p) for p in positions])
-        windows = [item[0] for item in self.windows.__getitems__(wanted.tolist())]
-        size = self.segment_windows
-        segments = [self._join(windows[k * size : (k + 1) * size]) for k in range(len(positions))]
-        if self._scales is None:
-            return segments
-        records = [int(self.segments[p, 0]) for p in positions]
-        return [
-            (segment / (self._scales[record][:, None] + NORMALIZE_EPS)).to(segment.dtype)
-            for segment, record in zip(segments, records, strict=True)
+        spans = [
+            (int(self.segments[p, 0]), int(self.segments[p, 1]), self.segment_windows)
+            for p in positions
         ]
+        segments = []
+        for (record, _, _), block in zip(spans, self.windows.read_spans(spans), strict=True):
+            segment = torch.from_numpy(block.reshape(self.n_chans, -1))
+            if self._scales is not None:
+                segment.div_(self._scales[record][:, None] + NORMALIZE_EPS)
+            segments.append(segment.to(self.windows.dtype))
+        return segments
 
     def __repr__(self) -> str:
         return (

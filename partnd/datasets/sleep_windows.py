@@ -555,6 +555,85 @@ class SleepWindowDataset(_SelectedWindows, Dataset[Sample]):
             windows = self._read_chunk_run(record, chunk, chunk)[chunk]
         return windows[window - self._chunk_range(record, chunk)[0]]
 
+    def _fetch_chunks(
+        self, records: np.ndarray, windows: np.ndarray
+    ) -> dict[tuple[int, int], tuple[np.ndarray, int]]:
+        """The stored blocks holding the windows ``(records[i], windows[i])``, each chunk decoded
+        at most once (see :meth:`__getitems__`).
+
+        Args:
+            records: ``[N]`` record positions (in :attr:`records`).
+            windows: ``[N]`` window indices inside those records.
+
+        Returns:
+            ``(record, chunk) -> (block [n, C, T] float32, window index of its first row)``.
+        """
+        chunks = windows // self.record_chunk_windows[records]
+        found: dict[tuple[int, int], tuple[np.ndarray, int]] = {}
+        missing: dict[int, list[int]] = {}
+        for record, chunk in sorted(set(zip(records.tolist(), chunks.tolist(), strict=True))):
+            cached = self._cached_chunk((record, chunk))
+            if cached is None:
+                missing.setdefault(record, []).append(chunk)
+            else:
+                found[(record, chunk)] = (cached, self._chunk_range(record, chunk)[0])
+        for record, needed in missing.items():
+            if self.cache_bytes > 0:
+                for first, last in _consecutive_runs(needed):
+                    for chunk, data in self._read_chunk_run(record, first, last).items():
+                        found[(record, chunk)] = (data, self._chunk_range(record, chunk)[0])
+                continue
+            for chunk in needed:
+                wanted = windows[(records == record) & (chunks == chunk)]
+                start, stop = int(wanted.min()), int(wanted.max()) + 1
+                found[(record, chunk)] = (self._read(record, start, stop), start)
+                self.chunks_decoded += 1
+        return found
+
+    def read_spans(self, spans: Sequence[tuple[int, int, int]]) -> list[np.ndarray]:
+        """Runs of consecutive stored windows, channel-major: each chunk the spans touch is
+        decoded at most once (cached chunks reused), and every value is copied once, straight
+        into its span's array (no per-window arrays).
+
+        Args:
+            spans: ``(record position in records, first window, number of windows n)`` each;
+                every window must exist in the record.
+
+        Returns:
+            One ``[C, n, T]`` float32 array of stored values per span (channels selected, never
+            normalised); ``reshape(C, n * T)`` gives the span as one signal without a copy.
+
+        Raises:
+            InputError: A span outside its record.
+        """
+        for record, first, count in spans:
+            check(
+                0 <= record < len(self.records)
+                and count >= 1
+                and first >= 0
+                and first + count <= int(self.record_n_windows[record]),
+                "spans",
+                "(record position, first window, count) inside a selected record",
+                repr((record, first, count)),
+            )
+        if not spans:
+            return []
+        records = np.concatenate([np.full(count, record) for record, _, count in spans])
+        windows = np.concatenate([np.arange(first, first + count) for _, first, count in spans])
+        found = self._fetch_chunks(records.astype(np.int64), windows.astype(np.int64))
+        blocks = []
+        for record, first, count in spans:
+            size, window = int(self.record_chunk_windows[record]), first
+            block = np.empty((self.n_chans, count, self.n_times), dtype=np.float32)
+            while window < first + count:
+                stored, stored_start = found[(record, window // size)]
+                stop = min(first + count, stored_start + len(stored))
+                part = stored[window - stored_start : stop - stored_start]
+                block[:, window - first : stop - first] = part.transpose(1, 0, 2)
+                window = stop
+            blocks.append(block)
+        return blocks
+
     def __getitem__(self, index: int) -> Sample:
         position = self._check_index(index)
         window = torch.from_numpy(np.array(self._window(position)))
@@ -581,26 +660,7 @@ class SleepWindowDataset(_SelectedWindows, Dataset[Sample]):
         records = self.record_index[positions]
         windows = self.window_index[positions]
         chunks = windows // self.record_chunk_windows[records]
-        # (record, chunk) -> (block of windows, window index of the block's first row)
-        found: dict[tuple[int, int], tuple[np.ndarray, int]] = {}
-        missing: dict[int, list[int]] = {}
-        for record, chunk in sorted(set(zip(records.tolist(), chunks.tolist(), strict=True))):
-            cached = self._cached_chunk((record, chunk))
-            if cached is None:
-                missing.setdefault(record, []).append(chunk)
-            else:
-                found[(record, chunk)] = (cached, self._chunk_range(record, chunk)[0])
-        for record, needed in missing.items():
-            if self.cache_bytes > 0:
-                for first, last in _consecutive_runs(needed):
-                    for chunk, data in self._read_chunk_run(record, first, last).items():
-                        found[(record, chunk)] = (data, self._chunk_range(record, chunk)[0])
-                continue
-            for chunk in needed:
-                wanted = windows[(records == record) & (chunks == chunk)]
-                start, stop = int(wanted.min()), int(wanted.max()) + 1
-                found[(record, chunk)] = (self._read(record, start, stop), start)
-                self.chunks_decoded += 1
+        found = self._fetch_chunks(records, windows)
         batch = np.empty((len(positions), self.n_chans, self.n_times), dtype=np.float32)
         for row, (record, chunk, window) in enumerate(
             zip(records.tolist(), chunks.tolist(), windows.tolist(), strict=True)
