@@ -217,6 +217,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("stage", choices=COMMANDS, help="what to do")
     add_study_arguments(parser, Path("runs/sample_efficiency"), DEFAULT_METHODS)
     add_pool_arguments(parser)
+    parser.add_argument(
+        "--pool",
+        help="pretrain: only this pool's pretrainings (e.g. 320h), so that pools pretrain in "
+        "separate processes side by side; default: every pool, one after another",
+    )
     parser.add_argument("--cell", help="run-cell: METHOD:ARM:BUDGET:SEED[:POOL]")
     parser.add_argument("--cell-index", type=int, help="run-cell: index into the `cells` list")
     parser.add_argument("--jobs", type=int, default=1, help="run: cells in parallel processes")
@@ -243,6 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 #: The options only some commands read: option -> (its attribute, its default, the commands).
 _STAGE_OPTIONS = {
+    "--pool": ("pool", None, ("pretrain",)),
     "--cell": ("cell", None, ("run-cell",)),
     "--cell-index": ("cell_index", None, ("run-cell",)),
     "--jobs": ("jobs", 1, ("run",)),
@@ -350,8 +356,14 @@ def _run_stage(args: argparse.Namespace, rows: list[tuple[str, str]]) -> None:
     args.overwrite = False  # parallel workers reopen the study as it now is
     cells = cell_list(study, rows)
     if args.stage == "pretrain":
+        check(
+            args.pool is None or args.pool in study.pool_names,
+            "--pool",
+            f"one of the study's pools {list(study.pool_names)}",
+            repr(args.pool),
+        )
         for method, pool in dict.fromkeys((cell[0], cell[4]) for cell in cells):
-            if method in list_objectives():
+            if method in list_objectives() and args.pool in (None, pool):
                 study.run_pretraining(method, pool)
     elif args.stage == "cells":
         for cell in cells:

@@ -222,7 +222,9 @@ def test_label_budgets_draws_and_pools_end_to_end(
     )
 
 
-def test_the_command_line_of_the_axes(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_the_command_line_of_the_axes(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Listing the cells reads no data (the sources are not even there)."""
     src, pool_src = tmp_path / "pc18", tmp_path / "unlabelled"
     out = tmp_path / "cli"
@@ -259,7 +261,21 @@ def test_the_command_line_of_the_axes(tmp_path: Path, capsys: pytest.CaptureFixt
     workers = StudyConfig(out=tmp_path / "w", pools=(0.4,), loader_workers=3)
     assert workers.pretrain_config("part_windows", pool=True).num_workers == 3
     assert workers.pretrain_config("mae").num_workers == 3
+    pretrained: list[tuple[str, str | None]] = []
+    monkeypatch.setattr(
+        SleepStudy,
+        "run_pretraining",
+        lambda self, method, pool=None: pretrained.append((method, pool)),
+    )
+    one_pool = ["pretrain", *argv[1:], "--rows", "part_windows:probe", "mae:night", "--pool"]
+    assert sample_efficiency.main([*one_pool, "1.2h"]) == 0
+    assert pretrained == [("part_windows", "1.2h"), ("mae", "1.2h")]  # that pool's, no other
+    assert run_recipe("se", lambda: sample_efficiency.main([*one_pool, "9h"])) == 2
+    assert "se: error: --pool: expected one of the study's pools ['0.4h', '1.2h']" in (
+        capsys.readouterr().err
+    )
     for bad, option in (
+        (["--pool", "1.2h"], "--pool"),  # the cells command does not pretrain
         (["--pools", "20", "4"], "--pools"),
         (["--budgets", "w0"], "--budgets"),
         (["--budgets", "2", "2"], "--budgets"),
