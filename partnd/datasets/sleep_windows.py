@@ -620,7 +620,7 @@ class SleepWindowDataset(_SelectedWindows, Dataset[Sample]):
             return []
         records = np.concatenate([np.full(count, record) for record, _, count in spans])
         windows = np.concatenate([np.arange(first, first + count) for _, first, count in spans])
-        found = self._fetch_chunks(records.astype(np.int64), windows.astype(np.int64))
+        found = self._fetch_chunks(records, windows)
         blocks = []
         for record, first, count in spans:
             size, window = int(self.record_chunk_windows[record]), first
