@@ -17,8 +17,9 @@ The ``classical`` row is the reference the window arm should reach: YASA's singl
 features and LightGBM (:mod:`partnd.classical`, the study's ``classical`` window row) trained on
 the same subjects and scored on the same validation subjects (``val_last3`` is its one score).
 ``--arm sequence`` compares the front-ends inside the study's sequence classifier instead (21
-windows; the classical row then has YASA's context), as a check that the window arm's choice
-does not cost the sequence arm.
+windows), ``--arm night`` inside its night classifier (trained on crops of whole records with the
+time of night, validated on whole nights); the classical row then has YASA's context. They check
+that the window arm's choice does not cost the arms that see context.
 
 The table gives mean +- std over seeds per candidate, budget and step budget. Cells are
 resumable (a finished cell's ``result.json`` is read back), so the same command prints the table
@@ -31,6 +32,8 @@ Usage::
         --candidates linear spectral --budgets 8 --steps 800 2400 --seeds 0 1
     OMP_NUM_THREADS=1 python benchmarks/bench_window_frontend.py --out runs/frontend \
         --arm sequence --candidates linear spectral --budgets 2 --seeds 0
+    OMP_NUM_THREADS=1 python benchmarks/bench_window_frontend.py --out runs/frontend \
+        --arm night --candidates classical linear spectral conv --budgets 2 --seeds 0 1 2
     python benchmarks/bench_window_frontend.py --out runs/frontend --src /data/cohort  # another
 """
 
@@ -76,11 +79,14 @@ CANDIDATES: dict[str, dict[str, Any]] = {
 }
 
 
-def candidate_config(study: SleepStudy, name: str, seed: int, steps: int, arm: str) -> Any:
-    """The study's configuration of the supervised row's ``arm`` with candidate ``name``."""
+def candidate_config(
+    study: SleepStudy, name: str, seed: int, steps: int, arm: str, budget: int
+) -> Any:
+    """The study's configuration of the supervised row's ``arm`` at ``budget`` with candidate
+    ``name`` (``steps`` replaces the budget's step count)."""
     settings = dict(CANDIDATES[name])
     encoder = settings.pop("encoder", {})
-    base = study.config.finetune_config("supervised", seed, arm)
+    base = study.config.finetune_config("supervised", seed, arm, budget)
     return base.replace(
         encoder_overrides={**base.encoder_overrides, **encoder}, min_steps=steps, **settings
     )
@@ -89,8 +95,8 @@ def candidate_config(study: SleepStudy, name: str, seed: int, steps: int, arm: s
 def classical_cell(
     study: SleepStudy, subjects: tuple[str, ...], val_subjects: list[str], seed: int, arm: str
 ) -> dict[str, Any]:
-    """The classical row of ``arm`` (``window``: single-window features, ``sequence``: with
-    YASA's context) on the cell's subjects, scored on its validation subjects."""
+    """The classical row of ``arm`` (``window``: single-window features, ``sequence`` and
+    ``night``: with YASA's context) on the cell's subjects, scored on its validation subjects."""
     from partnd.classical import fit_classical_stager, predict_stages
 
     table = study.classical_features
@@ -130,20 +136,17 @@ def run_cell(
     done = cell / "result.json"
     if done.is_file():
         return dict(json.loads(done.read_text()))
-    subjects = study.subjects(budget, seed)
-    val_subjects = study.validation_subjects(subjects, seed)
+    draw = study.draw(budget, seed)  # the study's own labelled and validation subjects
+    subjects, val_subjects = draw.subjects, list(draw.validation)
     if name == "classical":
         row = {"candidate": name, "arm": arm, "budget": budget, "seed": seed, "steps": steps}
         row.update(classical_cell(study, subjects, val_subjects, seed, arm))
         row["validation_subjects"] = val_subjects
         atomic_write_json(row, done)
         return row
-    config = candidate_config(study, name, seed, steps, arm)
-    if arm == "sequence":
-        train: Any = study.sequences(subjects, config.context)
-        val: Any = study.sequences(val_subjects, config.context)
-    else:
-        train, val = study.windows(subjects), study.windows(val_subjects)
+    config = candidate_config(study, name, seed, steps, arm, budget)
+    train = study.arm_data(arm, subjects, config)
+    val = study.arm_data(arm, val_subjects, config, evaluation=True)
     start = time.perf_counter()
     result = finetune(
         None,
@@ -188,7 +191,8 @@ def print_table(rows: list[dict]) -> None:
     """Mean +- std over seeds per candidate, budget and step budget."""
     groups: dict[tuple[str, int, int], list[dict]] = {}
     for row in rows:
-        label = row["candidate"] + ("+seq" if row.get("arm") == "sequence" else "")
+        suffix = {"sequence": "+seq", "night": "+night"}.get(row.get("arm", "window"), "")
+        label = row["candidate"] + suffix
         groups.setdefault((label, row["budget"], row["steps"]), []).append(row)
     header = (
         f"| {'candidate':<13} | subjects | steps | seeds | {'val κ (selected)':<16} "
@@ -215,6 +219,9 @@ def main(argv: list[str] | None = None) -> None:
         "--study", type=Path, default=None, help="study directory (default OUT/study)"
     )
     parser.add_argument("--src", type=Path, default=None, help="cohort root (default: sample)")
+    parser.add_argument(
+        "--store", type=Path, default=None, help="existing preprocessed store of that cohort"
+    )
     parser.add_argument("--cohort-dir", type=Path, default=None, help="sample cohort cache")
     parser.add_argument(
         "--candidates",
@@ -224,9 +231,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--arm",
-        choices=("window", "sequence"),
+        choices=("window", "sequence", "night"),
         default="window",
-        help="the study's arm (sequence: the demo's 21-window sequence classifier)",
+        help="the study's arm (sequence: the demo's 21-window sequence classifier, night: its "
+        "night classifier)",
     )
     parser.add_argument("--budgets", type=int, nargs="+", default=[2, 8])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
@@ -240,6 +248,7 @@ def main(argv: list[str] | None = None) -> None:
         StudyConfig(
             out=args.study or args.out / "study",
             src=args.src,
+            store=args.store,
             cohort_dir=args.cohort_dir,
             scale="demo",
             device=args.device,
