@@ -56,6 +56,7 @@ from partnd.recipes.sleep_report import (
 from partnd.recipes.sleep_study import (
     ARMS,
     SCALES,
+    STUDY_FRONTENDS,
     CellResult,
     SleepStudy,
     StudyConfig,
@@ -112,6 +113,7 @@ SLEEP_OPTIONS = OptionNames(
         **RECIPE_OPTIONS.options,
         "seed": "--seed",
         "normalize": "--normalize",
+        "frontend": "--frontend",
         "method": "--rows/--methods",
         "arm": "--rows/--arms",
         "FinetuneConfig.context": "--context",
@@ -286,6 +288,14 @@ def add_study_arguments(
         "night's channel scales (record); default: the scale's",
     )
     parser.add_argument(
+        "--frontend",
+        choices=sorted(STUDY_FRONTENDS),
+        default=None,
+        help="how the window encoder of every learned method turns a 1 s patch into a token: "
+        "its samples (linear), their log-power spectrum (spectral) or a convolutional stem "
+        "(conv); default: the scale's",
+    )
+    parser.add_argument(
         "--budgets",
         nargs="+",
         metavar="BUDGET",
@@ -371,6 +381,7 @@ def study_from_args(
         else {"min_steps": args.finetune_steps},
         sequence_overrides={} if args.context is None else {"context": args.context},
         normalize=args.normalize,
+        frontend=args.frontend,
         budgets=None if args.budgets is None else tuple(args.budgets),
         seeds=None if args.seeds is None else tuple(args.seeds),
         **settings,

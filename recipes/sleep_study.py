@@ -93,6 +93,7 @@ from partnd.metrics import ClassificationReport, classification_metrics
 from partnd.models import NightClassifier, SequenceClassifier, ViTEncoder, create_encoder
 from partnd.models.serialization import ENCODER_FILE, load_encoder
 from partnd.objectives import list_objectives
+from partnd.preprocessing.pipeline import PreprocessingConfig
 from partnd.pretraining import pretrain
 from partnd.recipes.study_directory import claim_study_directory
 from partnd.recipes.study_pools import PoolStage, preprocessed, read_jsonl
@@ -104,6 +105,7 @@ __all__ = [
     "DEMO_ENCODER_OVERRIDES",
     "SCALES",
     "SCRATCH_METHODS",
+    "STUDY_FRONTENDS",
     "CellResult",
     "SleepStudy",
     "StudyConfig",
@@ -133,6 +135,19 @@ _EEG_AUGMENTATIONS = ("time_shift", "amplitude_scale", "channel_dropout")
 #: fits 15 minutes on two cores of a CPU without bf16 kernels.
 DEMO_ENCODER_OVERRIDES: dict[str, Any] = {"embed_dim": 128, "depth": 4, "num_heads": 4}
 _DEMO_ENCODER = {"encoder_overrides": DEMO_ENCODER_OVERRIDES}
+_STORE = PreprocessingConfig()
+#: How the window encoder of every learned method turns a 1 s patch into a token
+#: (``StudyConfig.frontend``; :mod:`partnd.models.frontends`): encoder overrides added to the
+#: scale's. ``spectral`` keeps the bins of the study store's pass band (0-30 Hz at 100 Hz), since
+#: bins the band-pass emptied swamp the token (:class:`~partnd.models.SpectralPatchEmbed`).
+STUDY_FRONTENDS: dict[str, dict[str, Any]] = {
+    "linear": {},
+    "spectral": {
+        "frontend": "spectral",
+        "frontend_options": {"max_frequency": _STORE.bandpass.h_freq / _STORE.sfreq},
+    },
+    "conv": {"frontend": "conv"},
+}
 #: Windows per training crop of the demo's night arm (an hour), and per pretraining segment of
 #: PART across windows, so that its temporal level is pretrained on the span the night
 #: classifier trains on.
@@ -152,6 +167,7 @@ SCALES: dict[str, dict[str, Any]] = {
         # chosen on validation subjects: record normalisation gave validation kappa 0.706 / 0.696
         # against 0.634 / 0.638 for window normalisation (supervised, 2 subjects, seeds 0 / 1)
         "normalize": "record",
+        "frontend": "linear",
         "n_test_subjects": 0.34,
         "budgets": (2, 4, 8),
         "val_subjects": 2,
@@ -252,6 +268,7 @@ SCALES: dict[str, dict[str, Any]] = {
     },
     "paper": {
         "normalize": "window",
+        "frontend": "linear",
         "n_test_subjects": 200,
         "budgets": (10, 50, 100, 657),
         "val_subjects": 10,
@@ -346,6 +363,8 @@ class StudyConfig:
             ``{"night_crop": 240}``), applied last.
         normalize: How windows are normalised for every method (``"window"``, ``"record"``,
             see :class:`~partnd.datasets.SleepWindowDataset`); ``None``: the scale's.
+        frontend: The window encoder's patch tokenizer for every learned method, pretrained or
+            not (one of :data:`STUDY_FRONTENDS`); ``None``: the scale's.
         budgets: Label budgets replacing the scale's, as written on the command line: subject
             counts (``2``: every labelled window of 2 subjects) and windows per stage
             (``"w20"``), see :class:`~partnd.datasets.label_budget.LabelBudget`; kept scarcest
@@ -381,6 +400,7 @@ class StudyConfig:
     sequence_overrides: dict[str, Any] = field(default_factory=dict)
     night_overrides: dict[str, Any] = field(default_factory=dict)
     normalize: str | None = None
+    frontend: str | None = None
     budgets: tuple[int | str, ...] | None = None
     seeds: tuple[int, ...] | None = None
     pools: tuple[float, ...] | None = None
@@ -431,6 +451,12 @@ class StudyConfig:
         )
         if self.normalize is not None:
             resolve_normalization(self.normalize, "normalize")
+        check(
+            self.frontend is None or self.frontend in STUDY_FRONTENDS,
+            "frontend",
+            f"one of {sorted(STUDY_FRONTENDS)}",
+            repr(self.frontend),
+        )
         check(self.seed >= 0, "seed", "an int >= 0", repr(self.seed))
         check(
             self.loader_workers >= 0,
@@ -479,6 +505,17 @@ class StudyConfig:
         return str(self.normalize or SCALES[self.scale]["normalize"])
 
     @property
+    def frontend_name(self) -> str:
+        """The window encoder's front-end for every learned method: the config's, else the
+        scale's."""
+        return str(self.frontend or SCALES[self.scale]["frontend"])
+
+    def _with_frontend(self, values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` with the study's front-end added to its encoder overrides."""
+        encoder = {**values.get("encoder_overrides", {}), **STUDY_FRONTENDS[self.frontend_name]}
+        return {**values, "encoder_overrides": encoder}
+
+    @property
     def store_path(self) -> Path:
         """The preprocessed store of this study."""
         return self.store if self.store is not None else self.out / "store.zarr"
@@ -494,7 +531,7 @@ class StudyConfig:
     def settings(self) -> dict[str, Any]:
         """What must agree between commands run on the same study directory (settings added
         after studies were made, ``night_overrides`` and those of the unlabelled axis, only when
-        set: those studies stay valid)."""
+        set, and the front-end only when not ``linear``: those studies stay valid)."""
         keep = (
             "src",
             "store",
@@ -514,6 +551,8 @@ class StudyConfig:
         for key, default in defaults.items():
             if values[key] != default:
                 chosen[key] = str(values[key]) if isinstance(values[key], Path) else values[key]
+        if self.frontend_name != "linear":  # every study before the setting used ``linear``
+            chosen["frontend"] = self.frontend_name
         return dict(json.loads(json.dumps(chosen)))  # the form study.json holds
 
     def pretrain_config(self, method: str, pool: bool = False) -> PretrainConfig:
@@ -529,6 +568,7 @@ class StudyConfig:
             **self.pretrain_overrides,
             **(self.pool_overrides if pool else {}),
         }
+        values = self._with_frontend(values)
         preset = "eeg_sleep_windows" if method == "part_windows" else "eeg_sleep"
         if method == "part_windows":  # drawn windows normalised as the fine-tuning windows
             values = {"normalize": self.normalization, **values}
@@ -562,6 +602,7 @@ class StudyConfig:
             **self.finetune_overrides,
             **arm_overrides.get(arm, {}),
         }
+        values = self._with_frontend(values)
         if method in SCRATCH_METHODS:
             values["layer_decay"] = None
             values["pos_embed"] = SCRATCH_METHODS[method]
@@ -1098,6 +1139,7 @@ class SleepStudy:
         return result.predictions, {
             "encoder": init if pool is None else f"{init} on pool {pool}",
             "features": "[CLS] + mean patch token, standardised",
+            "frontend": self.config.frontend_name,
             "C": result.inverse_regularisation,
             "labelled_windows": len(train),
         }
@@ -1162,6 +1204,7 @@ class SleepStudy:
             "label_smoothing": config.label_smoothing,
             "augmentations": list(config.augmentations or ()),
             "context": config.context,
+            "frontend": self.config.frontend_name,
             "ema_decay": config.ema_decay,
             "budget_settings": budget_settings(self.scale, arm, draw.budget),
             "validation_subjects": list(draw.validation),

@@ -278,6 +278,47 @@ def test_the_night_arm_and_its_settings_per_labelled_subject_budget(tmp_path: Pa
     assert not (tmp_path / "u").exists()
 
 
+def test_the_study_front_end_reaches_every_learned_encoder_and_is_a_setting(
+    tmp_path: Path,
+) -> None:
+    from partnd.models import create_encoder
+    from partnd.models.frontends import ConvPatchEmbed, LinearPatchEmbed, SpectralPatchEmbed
+    from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES
+
+    built = {"linear": LinearPatchEmbed, "spectral": SpectralPatchEmbed, "conv": ConvPatchEmbed}
+    for name, kind in built.items():
+        config = StudyConfig(out=tmp_path / name, progress=False, frontend=name)
+        configs = [
+            config.pretrain_config("part_windows"),
+            config.pretrain_config("mae", pool=True),
+            *(config.finetune_config("supervised", 0, arm) for arm in ("window", "night")),
+            config.finetune_config("part_windows", 1, "sequence", 8),
+        ]
+        for chosen in configs:  # added to the demo's 128-wide encoder, not replacing it
+            assert chosen.encoder_overrides.items() >= DEMO_ENCODER_OVERRIDES.items()
+            encoder = create_encoder(
+                chosen.encoder, in_chans=6, patch_size=100, ndim=1, **chosen.encoder_overrides
+            )
+            assert type(encoder.patch_embed) is kind
+            assert encoder.embed_dim == DEMO_ENCODER_OVERRIDES["embed_dim"]
+        # recorded when not the linear one every earlier study used, so those stay valid
+        assert config.settings.get("frontend") == (None if name == "linear" else name)
+    spectral = StudyConfig(out=tmp_path / "s", progress=False, frontend="spectral")
+    options = spectral.finetune_config("supervised", 0).encoder_overrides["frontend_options"]
+    assert options == {"max_frequency": 0.3}  # the store's 30 Hz band edge at 100 Hz
+    assert StudyConfig(out=tmp_path / "d", progress=False).frontend_name == "linear"
+    with pytest.raises(InputError, match=r"^frontend: expected one of \['conv', 'linear'"):
+        StudyConfig(out=tmp_path / "x", frontend="fft")
+    # a study made with one front-end is not continued with another
+    SleepStudy(StudyConfig(out=tmp_path / "study", progress=False))
+    with pytest.raises(InputError, match=r"frontend: None -> 'spectral'"):
+        SleepStudy(StudyConfig(out=tmp_path / "study", progress=False, frontend="spectral"))
+    args = sleep_staging.build_parser("t").parse_args(
+        ["all", "--out", str(tmp_path / "cli"), "--frontend", "conv"]
+    )
+    assert sleep_staging.study_from_args(args).config.frontend_name == "conv"
+
+
 def test_a_step_budget_override_reaches_every_arm_and_the_sequence_override_comes_last(
     tmp_path: Path,
 ) -> None:
