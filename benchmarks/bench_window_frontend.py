@@ -52,9 +52,15 @@ import numpy as np
 from partnd.engine.checkpoint import atomic_write_json
 from partnd.finetuning import evaluate, finetune
 from partnd.metrics import classification_metrics
-from partnd.recipes.sleep_study import SleepStudy, StudyConfig
+from partnd.recipes.sleep_study import STUDY_FRONTENDS, SleepStudy, StudyConfig
 
-_SPECTRAL = {"frontend": "spectral", "frontend_options": {"max_frequency": 0.3}}
+_SPECTRAL = STUDY_FRONTENDS["spectral"]
+
+
+def _spectral_with(**options: Any) -> dict[str, Any]:
+    """The study's spectral front-end with further ``frontend_options``."""
+    return {**_SPECTRAL, "frontend_options": {**_SPECTRAL["frontend_options"], **options}}
+
 
 #: Candidates: name -> ``encoder`` (encoder overrides on top of the demo's 128-wide ViT) and
 #: other FinetuneConfig fields of the demo's window arm. The spectral front-ends keep 0-30 Hz
@@ -63,18 +69,11 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "linear": {},
     "spectral": {"encoder": _SPECTRAL},
     "spectral_all": {"encoder": {"frontend": "spectral"}},
-    "spectral_raw": {
-        "encoder": {"frontend": "spectral", "frontend_options": {"max_frequency": 0.3, "raw": True}}
-    },
-    "spectral_mlp": {
-        "encoder": {
-            "frontend": "spectral",
-            "frontend_options": {"max_frequency": 0.3, "hidden": 256},
-        }
-    },
+    "spectral_raw": {"encoder": _spectral_with(raw=True)},
+    "spectral_mlp": {"encoder": _spectral_with(hidden=256)},
     "spectral_avg": {"encoder": _SPECTRAL, "global_pool": "avg"},
     "spectral_2s": {"encoder": _SPECTRAL, "patch_size": 200},
-    "conv": {"encoder": {"frontend": "conv"}},
+    "conv": {"encoder": STUDY_FRONTENDS["conv"]},
     "linear_2s": {"patch_size": 200},
 }
 
