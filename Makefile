@@ -11,8 +11,8 @@ DEMO_OUT ?= runs/demo
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install torch==2.14.1 torchvision==0.29.1
-	$(PY) -m pip install -e ".[vision,braindecode,dask,sleep,dev]"
+	$(PY) -m pip install --no-cache-dir torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install --no-cache-dir -e ".[vision,braindecode,dask,sleep,dev]"
 	touch $(STAMP)
 
 install: $(STAMP)
