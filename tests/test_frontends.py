@@ -40,6 +40,7 @@ CASES = [
     ("linear", 3, {}),
     ("spectral", 1, {}),
     ("spectral", 1, {"max_frequency": 0.2, "hidden": 16, "raw": True}),
+    ("spectral", 1, {"standardize": True}),
     ("conv", 1, {}),
     ("conv", 2, {"kernel": 3}),
     ("conv", 3, {"kernel": 3, "layers": 1}),
@@ -129,6 +130,67 @@ def test_spectral_tokens_are_float32_spectra_under_bf16_autocast() -> None:
     assert tokens.shape == (2, 3, 8) and torch.isfinite(tokens).all()
 
 
+def test_standardized_spectra_use_running_estimates_set_by_the_first_training_batch() -> None:
+    torch.manual_seed(0)
+    embed = SpectralPatchEmbed(2, (40,), 8, max_frequency=0.25, standardize=True, momentum=0.5)
+    assert embed.feature_mean.shape == (2 * 11,) and int(embed.feature_batches) == 0
+    # a 1/f-like common shape: every token's features share a large offset per bin
+    scale = torch.linspace(4.0, 0.5, 40)
+    first = torch.randn(6, 5, 2, 40) * scale
+    features = embed.log_power(first).flatten(2)
+    var, mean = torch.var_mean(features.flatten(0, 1), dim=0, correction=0)
+    embed.train()
+    tokens = embed(first)
+    torch.testing.assert_close(embed.feature_mean, mean)
+    torch.testing.assert_close(embed.feature_var, var)
+    standardized = (features - mean) / torch.sqrt(var + 1e-5)
+    torch.testing.assert_close(tokens, embed.proj(standardized))
+    flat = standardized.flatten(0, 1)
+    torch.testing.assert_close(flat.mean(0), torch.zeros(22), atol=1e-5, rtol=0)
+    torch.testing.assert_close(flat.std(0, correction=0), torch.ones(22), atol=1e-3, rtol=0)
+    # later batches: normalised with the estimates from before them, then blended in
+    second = 3.0 * torch.randn(6, 5, 2, 40)
+    before = (embed.feature_mean.clone(), embed.feature_var.clone())
+    tokens = embed(second)
+    features = embed.log_power(second).flatten(2)
+    torch.testing.assert_close(
+        tokens, embed.proj((features - before[0]) / torch.sqrt(before[1] + 1e-5))
+    )
+    var, mean = torch.var_mean(features.flatten(0, 1), dim=0, correction=0)
+    torch.testing.assert_close(embed.feature_mean, 0.5 * before[0] + 0.5 * mean)
+    torch.testing.assert_close(embed.feature_var, 0.5 * before[1] + 0.5 * var)
+    assert int(embed.feature_batches) == 2
+    # so a training-mode token depends on its own patch only, and evaluation leaves them alone
+    changed = second.clone()
+    changed[:, 2] = torch.randn_like(changed[:, 2])
+    estimates = (embed.feature_mean.clone(), embed.feature_var.clone())
+    one = embed(second)
+    embed.feature_mean.copy_(estimates[0])
+    embed.feature_var.copy_(estimates[1])
+    other = embed(changed)
+    embed.eval()
+    updated = embed.feature_mean.clone()
+    torch.testing.assert_close(embed(second), embed(second))
+    torch.testing.assert_close(embed.feature_mean, updated)
+    assert int(embed.feature_batches) == 4
+    keep = [0, 1, 3, 4]
+    torch.testing.assert_close(one[:, keep], other[:, keep])
+
+
+def test_standardized_spectral_estimates_are_saved_with_the_encoder(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = encoder("spectral", options={"standardize": True}).train()
+    model.forward_features(3.0 + torch.randn(4, 5, 2, 20))
+    model.eval()
+    save_encoder(model, tmp_path / "encoder.pt")
+    loaded = load_encoder(tmp_path / "encoder.pt")
+    embed = loaded.patch_embed
+    assert isinstance(embed, SpectralPatchEmbed) and int(embed.feature_batches) == 1
+    torch.testing.assert_close(embed.feature_mean, model.patch_embed.feature_mean)
+    patches = torch.randn(2, 5, 2, 20)
+    torch.testing.assert_close(loaded.forward_features(patches), model.forward_features(patches))
+
+
 def test_conv_stem_output_size_and_convolution_kind_follow_the_patch() -> None:
     one = ConvPatchEmbed(2, (100,), 8)  # 100 -> 50 -> 25 with kernel 5, stride 2
     assert isinstance(one.stem[0], nn.Conv1d) and one.proj.in_features == 32 * 25
@@ -143,17 +205,22 @@ def test_front_ends_refuse_what_they_cannot_read() -> None:
         "hidden": 0,
         "raw": False,
         "eps": 1e-6,
+        "standardize": False,
+        "momentum": 0.01,
     }
     with pytest.raises(InputError, match=r"frontend: .*1-D patches.*got 'spectral' for 2-D"):
         encoder("spectral", ndim=2)
     with pytest.raises(InputError, match=r"frontend: expected one of .*got 'fft'"):
         encoder("fft")
     with pytest.raises(
-        InputError, match=r"frontend_options: .*\(max_frequency, hidden, raw, eps\)"
+        InputError,
+        match=r"frontend_options: .*\(max_frequency, hidden, raw, eps, standardize, momentum\)",
     ):
         encoder("spectral", options={"bins": 3})
     with pytest.raises(InputError, match=r"frontend_options: .*'max_frequency'.*\(0, 0.5\]"):
         encoder("spectral", options={"max_frequency": 0.6})
+    with pytest.raises(InputError, match=r"frontend_options: expected 'momentum' in \(0, 1\]"):
+        encoder("spectral", options={"standardize": True, "momentum": 0.0})
     with pytest.raises(InputError, match="'conv' for 4-D patches"):
         build_frontend("conv", in_chans=1, patch_size=(2, 2, 2, 2), embed_dim=4)
     with pytest.raises(InputError, match="frontend_options: expected 'stride' >= 1, got 0"):
