@@ -285,7 +285,13 @@ def test_the_study_front_end_reaches_every_learned_encoder_and_is_a_setting(
     from partnd.models.frontends import ConvPatchEmbed, LinearPatchEmbed, SpectralPatchEmbed
     from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES
 
-    built = {"linear": LinearPatchEmbed, "spectral": SpectralPatchEmbed, "conv": ConvPatchEmbed}
+    built = {
+        "linear": LinearPatchEmbed,
+        "spectral": SpectralPatchEmbed,
+        "spectral_std": SpectralPatchEmbed,
+        "spectral_std_raw": SpectralPatchEmbed,
+        "conv": ConvPatchEmbed,
+    }
     for name, kind in built.items():
         config = StudyConfig(out=tmp_path / name, progress=False, frontend=name)
         configs = [
@@ -306,6 +312,22 @@ def test_the_study_front_end_reaches_every_learned_encoder_and_is_a_setting(
     spectral = StudyConfig(out=tmp_path / "s", progress=False, frontend="spectral")
     options = spectral.finetune_config("supervised", 0).encoder_overrides["frontend_options"]
     assert options == {"max_frequency": 0.3}  # the store's 30 Hz band edge at 100 Hz
+    for name, extra in (
+        ("spectral_std", {"standardize": True}),
+        ("spectral_std_raw", {"standardize": True, "raw": True}),
+    ):
+        chosen = StudyConfig(out=tmp_path / "s", progress=False, frontend=name)
+        encoder = create_encoder(
+            "vit_eeg_12m",
+            in_chans=6,
+            patch_size=100,
+            ndim=1,
+            **chosen.pretrain_config("part_windows").encoder_overrides,
+        )
+        assert encoder.architecture["frontend_options"] == {"max_frequency": 0.3, **extra}
+        assert encoder.patch_embed.standardize and (encoder.patch_embed.raw is not None) == (
+            "raw" in extra
+        )
     assert StudyConfig(out=tmp_path / "d", progress=False).frontend_name == "linear"
     with pytest.raises(InputError, match=r"^frontend: expected one of \['conv', 'linear'"):
         StudyConfig(out=tmp_path / "x", frontend="fft")
