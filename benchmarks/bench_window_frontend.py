@@ -71,6 +71,8 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "spectral_all": {"encoder": {"frontend": "spectral"}},
     "spectral_raw": {"encoder": _spectral_with(raw=True)},
     "spectral_mlp": {"encoder": _spectral_with(hidden=256)},
+    "spectral_std": {"encoder": STUDY_FRONTENDS["spectral_std"]},
+    "spectral_std_raw": {"encoder": STUDY_FRONTENDS["spectral_std_raw"]},
     "spectral_avg": {"encoder": _SPECTRAL, "global_pool": "avg"},
     "spectral_2s": {"encoder": _SPECTRAL, "patch_size": 200},
     "conv": {"encoder": STUDY_FRONTENDS["conv"]},

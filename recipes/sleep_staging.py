@@ -292,8 +292,9 @@ def add_study_arguments(
         choices=sorted(STUDY_FRONTENDS),
         default=None,
         help="how the window encoder of every learned method turns a 1 s patch into a token: "
-        "its samples (linear), their log-power spectrum (spectral) or a convolutional stem "
-        "(conv); default: the scale's",
+        "its samples (linear), their log-power spectrum (spectral; spectral_std: each "
+        "log-power centred and scaled by running estimates; spectral_std_raw: plus the "
+        "samples' projection) or a convolutional stem (conv); default: the scale's",
     )
     parser.add_argument(
         "--budgets",

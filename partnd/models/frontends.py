@@ -8,7 +8,7 @@ encoder) are therefore tokenised alike, and no front-end can tell a token where 
 | name | token of a patch ``x: [C, *P]`` | ndim |
 |---|---|---|
 | ``linear`` | ``Linear(C * prod(P) -> D)`` of the flattened values (the paper's ViT) | any |
-| ``spectral`` | ``Linear`` (or an MLP) of the log-power spectrum of every channel; with ``raw``, plus the ``linear`` token | 1 |
+| ``spectral`` | ``Linear`` (or an MLP) of the log-power spectrum of every channel (with ``standardize``, each log-power centred and scaled by running estimates); with ``raw``, plus the ``linear`` token | 1 |
 | ``conv`` | a small convolutional stem (``Conv{1,2,3}d`` + GELU layers), then ``Linear`` of its output | 1-3 |
 
 The front-end is part of :attr:`partnd.models.ViTEncoder.architecture` (``frontend`` and
