@@ -147,7 +147,7 @@ _STORE = PreprocessingConfig()
 _SPECTRAL_OPTIONS = {"max_frequency": _STORE.bandpass.h_freq / _STORE.sfreq}
 STUDY_FRONTENDS: dict[str, dict[str, Any]] = {
     "linear": {},
-    "spectral": {"frontend": "spectral", "frontend_options": _SPECTRAL_OPTIONS},
+    "spectral": {"frontend": "spectral", "frontend_options": {**_SPECTRAL_OPTIONS}},
     "spectral_std": {
         "frontend": "spectral",
         "frontend_options": {**_SPECTRAL_OPTIONS, "standardize": True},

@@ -192,7 +192,7 @@ class SpectralPatchEmbed(nn.Module):
         """
         if self.training:
             with torch.no_grad():
-                flat = features.detach().flatten(0, -2)
+                flat = features.flatten(0, -2)
                 batch_var, batch_mean = torch.var_mean(flat, dim=0, correction=0)
                 first = self.feature_batches == 0  # a tensor: no read back to the host
                 mean = torch.where(first, batch_mean, self.feature_mean)
