@@ -5,6 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.partnd-installed
 DEMO_OUT ?= runs/demo
+DEMO_JOBS ?= 2
 
 .PHONY: install test test-fast demo lint format bench clean
 
@@ -24,7 +25,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest tests -m "not slow"
 
 demo: $(STAMP)
-	$(PY) -m partnd.recipes.sleep_staging all --out $(DEMO_OUT) --overwrite
+	$(PY) -m partnd.recipes.sleep_staging all --out $(DEMO_OUT) --jobs $(DEMO_JOBS) --overwrite
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

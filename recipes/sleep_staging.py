@@ -69,6 +69,7 @@ from partnd.recipes.study_directory import (
     released_on_failure,
     run_recipe,
 )
+from partnd.recipes.study_tasks import StudyTask, row_tasks, run_tasks
 
 __all__ = [
     "DEFAULT_METHODS",
@@ -112,6 +113,7 @@ SLEEP_OPTIONS = OptionNames(
     {
         **RECIPE_OPTIONS.options,
         "seed": "--seed",
+        "jobs": "--jobs",
         "normalize": "--normalize",
         "frontend": "--frontend",
         "method": "--rows/--methods",
@@ -215,18 +217,22 @@ def report(study: SleepStudy, rows: Sequence[tuple[str, str]]) -> list[dict]:
     return table
 
 
-def run(study: SleepStudy, stage: str, rows: Sequence[tuple[str, str]]) -> None:
-    """Run one stage (or ``all``) of the recipe for ``rows`` (method, arm)."""
+def run(study: SleepStudy, stage: str, rows: Sequence[tuple[str, str]], jobs: int = 1) -> None:
+    """Run one stage (or ``all``) of the recipe for ``rows`` (method, arm), its pretrainings and
+    cells on ``jobs`` processes (:mod:`partnd.recipes.study_tasks`: in ``all``, a pretrained
+    method's rows follow its pretraining in one process while the other rows train beside it).
+    """
     check(stage in STAGES, "stage", f"one of {STAGES}", stage)
+    check(jobs >= 1 or jobs == -1, "jobs", "a number of processes (>= 1; -1: every core)", jobs)
     methods = list(dict.fromkeys(method for method, _ in rows))
     if stage in ("prepare", "all"):
         print(f"{len(study.store.record_ids())} records; {len(study.split.test)} test subjects")
-    if stage in ("pretrain", "all"):
-        for method in _pretraining_methods(methods):
-            study.run_pretraining(method)
+    budget, seed = _budget(study), study.config.seed
+    if stage == "pretrain":
+        pretrainings = [StudyTask((), method) for method in _pretraining_methods(methods)]
+        run_tasks(study, pretrainings, budget, seed, jobs)
     if stage in ("finetune", "all"):
-        for method, arm in rows:
-            study.run_cell(method, arm, _budget(study), study.config.seed)
+        run_tasks(study, row_tasks(rows, pretrain=stage == "all"), budget, seed, jobs)
     if stage in ("report", "all"):
         report(study, rows)
         print((study.out / "results.md").read_text())
@@ -346,6 +352,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     )
     parser.add_argument("stage", nargs="?", default="all", choices=STAGES, help="stage to run")
     add_study_arguments(parser, Path("runs/demo"), DEFAULT_METHODS)
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="processes the pretrainings and rows run on (-1: every core); a pretrained "
+        "method's rows follow its pretraining in one process while the others train beside it",
+    )
     return parser
 
 
@@ -398,7 +411,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args = build_parser(prog).parse_args(argv)
     rows = selected_rows(args)
     with released_on_failure(args.out):
-        run(study_from_args(args, rows), args.stage, rows)
+        run(study_from_args(args, rows), args.stage, rows, args.jobs)
     return 0
 
 
