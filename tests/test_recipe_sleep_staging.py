@@ -328,11 +328,12 @@ def test_the_study_front_end_reaches_every_learned_encoder_and_is_a_setting(
         assert encoder.patch_embed.standardize and (encoder.patch_embed.raw is not None) == (
             "raw" in extra
         )
-    assert StudyConfig(out=tmp_path / "d", progress=False).frontend_name == "linear"
+    assert StudyConfig(out=tmp_path / "d", progress=False).frontend_name == "spectral_std"
+    assert StudyConfig(out=tmp_path / "p", scale="paper").frontend_name == "linear"
     with pytest.raises(InputError, match=r"^frontend: expected one of \['conv', 'linear'"):
         StudyConfig(out=tmp_path / "x", frontend="fft")
     # a study made with one front-end is not continued with another
-    SleepStudy(StudyConfig(out=tmp_path / "study", progress=False))
+    SleepStudy(StudyConfig(out=tmp_path / "study", progress=False, frontend="linear"))
     with pytest.raises(InputError, match=r"frontend: None -> 'spectral'"):
         SleepStudy(StudyConfig(out=tmp_path / "study", progress=False, frontend="spectral"))
     args = sleep_staging.build_parser("t").parse_args(
