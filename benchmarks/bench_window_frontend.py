@@ -16,6 +16,10 @@ and scores it on the **validation subjects only**; the test subjects are never r
 The ``classical`` row is the reference the window arm should reach: YASA's single-window
 features and LightGBM (:mod:`partnd.classical`, the study's ``classical`` window row) trained on
 the same subjects and scored on the same validation subjects (``val_last3`` is its one score).
+The ``spectra`` row (window arm) asks how much of it is in what the spectral front-ends read:
+the same LightGBM on each window's 0-30 Hz log-power spectrum of its 1 s patches (31 bins per
+channel, their mean and standard deviation over the window's patches: ``2 x 31 x C`` columns),
+from the study's normalised windows.
 ``--arm sequence`` compares the front-ends inside the study's sequence classifier instead (21
 windows), ``--arm night`` inside its night classifier (trained on crops of whole records with the
 time of night, validated on whole nights); the classical row then has YASA's context. They check
@@ -48,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from partnd.engine.checkpoint import atomic_write_json
 from partnd.finetuning import evaluate, finetune
@@ -78,6 +83,11 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "conv": {"encoder": STUDY_FRONTENDS["conv"]},
     "linear_2s": {"patch_size": 200},
 }
+
+
+#: Rows without a trained encoder (no step budget): LightGBM on YASA's features, and on the
+#: patches' log-power spectra (window arm).
+REFERENCES = ("classical", "spectra")
 
 
 def candidate_config(
@@ -123,6 +133,53 @@ def classical_cell(
     }
 
 
+def patch_spectra(windows: torch.Tensor, patch_size: int = 100, bins: int = 31) -> np.ndarray:
+    """Per-window summary of the log-power spectra of its patches.
+
+    Args:
+        windows: ``[N, C, T]`` windows (``T`` a multiple of ``patch_size``).
+        patch_size: Samples per patch (1 s at 100 Hz).
+        bins: Lowest rFFT bins kept (31: 0-30 Hz of 1 s patches).
+
+    Returns:
+        ``[N, 2 * C * bins]``: the mean over the window's patches of every channel's log-power
+        bin, then their standard deviation.
+    """
+    n, channels, length = windows.shape
+    patches = windows.float().reshape(n, channels, length // patch_size, patch_size)
+    log_power = torch.log(torch.fft.rfft(patches, dim=-1).abs().pow(2)[..., :bins] + 1e-6)
+    summary = torch.cat([log_power.mean(2), log_power.std(2)], dim=1)
+    return summary.reshape(n, -1).numpy()
+
+
+def spectra_cell(
+    study: SleepStudy, subjects: tuple[str, ...], val_subjects: list[str], seed: int
+) -> dict[str, Any]:
+    """The ``spectra`` row: LightGBM on :func:`patch_spectra` of the study's normalised windows
+    of ``subjects``, scored on ``val_subjects``."""
+    from partnd.classical import fit_classical_stager, predict_stages
+
+    train, val = study.windows(subjects), study.windows(val_subjects)
+    start = time.perf_counter()
+    train_x, val_x = patch_spectra(train.windows), patch_spectra(val.windows)
+    train_y, val_y = train.labels.astype(np.int64), val.labels.astype(np.int64)
+    model = fit_classical_stager(train_x, train_y, seed=seed)
+    classes = len(study.class_names)
+    kappa = classification_metrics(val_y, predict_stages(model, val_x), classes)
+    fit = classification_metrics(train_y, predict_stages(model, train_x), classes)
+    return {
+        "val_kappa": kappa.cohen_kappa,
+        "val_last3": kappa.cohen_kappa,
+        "val_curve": [],
+        "train_acc": fit.accuracy,
+        "train_kappa": fit.cohen_kappa,
+        "seconds_per_step": time.perf_counter() - start,
+        "parameters": 0,
+        "encoder_overrides": {},
+        "patch_size": None,
+    }
+
+
 def cell_dir(out: Path, arm: str, name: str, budget: int, seed: int, steps: int) -> Path:
     """Where one cell lives (the window arm's cells directly under the candidate)."""
     prefix = "" if arm == "window" else f"{arm}_"
@@ -139,9 +196,12 @@ def run_cell(
         return dict(json.loads(done.read_text()))
     draw = study.draw(budget, seed)  # the study's own labelled and validation subjects
     subjects, val_subjects = draw.subjects, list(draw.validation)
-    if name == "classical":
+    if name in REFERENCES:
         row = {"candidate": name, "arm": arm, "budget": budget, "seed": seed, "steps": steps}
-        row.update(classical_cell(study, subjects, val_subjects, seed, arm))
+        if name == "classical":
+            row.update(classical_cell(study, subjects, val_subjects, seed, arm))
+        else:
+            row.update(spectra_cell(study, subjects, val_subjects, seed))
         row["validation_subjects"] = val_subjects
         atomic_write_json(row, done)
         return row
@@ -227,7 +287,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--candidates",
         nargs="+",
-        choices=sorted([*CANDIDATES, "classical"]),
+        choices=sorted([*CANDIDATES, *REFERENCES]),
         default=["classical", *CANDIDATES],
     )
     parser.add_argument(
@@ -252,12 +312,15 @@ def main(argv: list[str] | None = None) -> None:
             store=args.store,
             cohort_dir=args.cohort_dir,
             scale="demo",
+            frontend="linear",  # every candidate's tokenizer is its own encoder override
             device=args.device,
             progress=False,
         )
     )
-    cells = dict.fromkeys(  # the classical row has no step budget: one cell per seed
-        (name, budget, seed, 0 if name == "classical" else steps)
+    if args.arm != "window" and "spectra" in args.candidates:
+        parser.error("--candidates spectra: the window arm only (a window's own spectra)")
+    cells = dict.fromkeys(  # the reference rows have no step budget: one cell per seed
+        (name, budget, seed, 0 if name in REFERENCES else steps)
         for budget, steps, name, seed in itertools.product(
             args.budgets, args.steps, args.candidates, args.seeds
         )
