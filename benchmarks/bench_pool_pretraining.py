@@ -7,8 +7,8 @@ every record of a store (``--store``), it times, in one run:
    (:class:`~partnd.datasets.segments.SleepSegmentDataset` over the pool's nights, the trainer's
    chunk-aware epoch order, a ``DataLoader`` with 0 or more workers);
 2. **the step**: one PART-across-windows optimiser step (the objective, forward, backward, AdamW)
-   of the study's window and temporal encoders (``--demo``: the demo's 128-wide window ViT) on
-   segments of the same shape;
+   of the study's window and temporal encoders (``--demo``: the demo's 128-wide window ViT and
+   its front-end) on segments of the same shape;
 
 and prints segments/s and hours of EEG/s of both (a segment of ``S`` windows covers ``S`` × 30 s;
 the objective reads ``N`` of its windows), their ratio (the loader should be several times
@@ -38,7 +38,7 @@ from partnd.datasets.store import SleepStore
 from partnd.engine.config import PretrainConfig
 from partnd.engine.sampler import ResumableBatchSampler, epoch_order
 from partnd.objectives import build_objective
-from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES, SCALES
+from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES, SCALES, STUDY_FRONTENDS
 
 
 def loader_rate(dataset: SleepSegmentDataset, batch_size: int, workers: int, batches: int) -> float:
@@ -104,7 +104,9 @@ def main(argv: list[str] | None = None) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--study", type=Path, help="a study directory with pretraining pools")
     source.add_argument("--store", type=Path, help="a store (all its records as one pool)")
-    parser.add_argument("--demo", action="store_true", help="the demo's window encoder")
+    parser.add_argument(
+        "--demo", action="store_true", help="the demo's window encoder (width, depth, front-end)"
+    )
     parser.add_argument("--batch-size", type=int, default=8, help="segments per step")
     parser.add_argument("--steps", type=int, default=3, help="timed optimiser steps")
     parser.add_argument("--batches", type=int, default=20, help="timed loader batches per pool")
@@ -131,8 +133,11 @@ def main(argv: list[str] | None = None) -> None:
         values["segment_windows"] = args.segment_windows
     if not args.demo:
         values.pop("encoder_overrides", None)
-    else:
-        values["encoder_overrides"] = DEMO_ENCODER_OVERRIDES
+    else:  # the demo study's window encoder: its width and depth, and its front-end
+        values["encoder_overrides"] = {
+            **DEMO_ENCODER_OVERRIDES,
+            **STUDY_FRONTENDS[scale["frontend"]],
+        }
     config = PretrainConfig.preset("eeg_sleep_windows", method="part_windows", **values)
     size, window_s = config.segment_windows, float(store.window_seconds)
     segment_hours = size * window_s / 3600
