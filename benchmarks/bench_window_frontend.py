@@ -103,23 +103,17 @@ def candidate_config(
     )
 
 
-def classical_cell(
-    study: SleepStudy, subjects: tuple[str, ...], val_subjects: list[str], seed: int, arm: str
+def lightgbm_row(
+    train: tuple[np.ndarray, np.ndarray], val: tuple[np.ndarray, np.ndarray], seed: int
 ) -> dict[str, Any]:
-    """The classical row of ``arm`` (``window``: single-window features, ``sequence`` and
-    ``night``: with YASA's context) on the cell's subjects, scored on its validation subjects."""
-    from partnd.classical import fit_classical_stager, predict_stages
+    """A reference row: the classical stager's LightGBM fitted on ``train`` (``[N, F]``
+    features, ``[N]`` stages) and scored on ``val``, in the cells' format."""
+    from partnd.classical import NUM_STAGES, fit_classical_stager, predict_stages
 
-    table = study.classical_features
-    if arm == "window":
-        table = table.single_window()
-    train = table.select(study.split.records_of(subjects))
-    val = table.select(study.split.records_of(val_subjects))
     start = time.perf_counter()
-    model = fit_classical_stager(train.features, train.labels, seed=seed)
-    classes = len(study.class_names)
-    kappa = classification_metrics(val.labels, predict_stages(model, val.features), classes)
-    fit = classification_metrics(train.labels, predict_stages(model, train.features), classes)
+    model = fit_classical_stager(train[0], train[1], seed=seed)
+    kappa = classification_metrics(val[1], predict_stages(model, val[0]), NUM_STAGES)
+    fit = classification_metrics(train[1], predict_stages(model, train[0]), NUM_STAGES)
     return {
         "val_kappa": kappa.cohen_kappa,
         "val_last3": kappa.cohen_kappa,
@@ -131,6 +125,19 @@ def classical_cell(
         "encoder_overrides": {},
         "patch_size": None,
     }
+
+
+def classical_cell(
+    study: SleepStudy, subjects: tuple[str, ...], val_subjects: list[str], seed: int, arm: str
+) -> dict[str, Any]:
+    """The classical row of ``arm`` (``window``: single-window features, ``sequence`` and
+    ``night``: with YASA's context) on the cell's subjects, scored on its validation subjects."""
+    table = study.classical_features
+    if arm == "window":
+        table = table.single_window()
+    train = table.select(study.split.records_of(subjects))
+    val = table.select(study.split.records_of(val_subjects))
+    return lightgbm_row((train.features, train.labels), (val.features, val.labels), seed)
 
 
 def patch_spectra(windows: torch.Tensor, patch_size: int = 100, bins: int = 31) -> np.ndarray:
@@ -157,27 +164,12 @@ def spectra_cell(
 ) -> dict[str, Any]:
     """The ``spectra`` row: LightGBM on :func:`patch_spectra` of the study's normalised windows
     of ``subjects``, scored on ``val_subjects``."""
-    from partnd.classical import fit_classical_stager, predict_stages
-
     train, val = study.windows(subjects), study.windows(val_subjects)
-    start = time.perf_counter()
-    train_x, val_x = patch_spectra(train.windows), patch_spectra(val.windows)
-    train_y, val_y = train.labels.astype(np.int64), val.labels.astype(np.int64)
-    model = fit_classical_stager(train_x, train_y, seed=seed)
-    classes = len(study.class_names)
-    kappa = classification_metrics(val_y, predict_stages(model, val_x), classes)
-    fit = classification_metrics(train_y, predict_stages(model, train_x), classes)
-    return {
-        "val_kappa": kappa.cohen_kappa,
-        "val_last3": kappa.cohen_kappa,
-        "val_curve": [],
-        "train_acc": fit.accuracy,
-        "train_kappa": fit.cohen_kappa,
-        "seconds_per_step": time.perf_counter() - start,
-        "parameters": 0,
-        "encoder_overrides": {},
-        "patch_size": None,
-    }
+    return lightgbm_row(
+        (patch_spectra(train.windows), train.labels.astype(np.int64)),
+        (patch_spectra(val.windows), val.labels.astype(np.int64)),
+        seed,
+    )
 
 
 def cell_dir(out: Path, arm: str, name: str, budget: int, seed: int, steps: int) -> Path:
