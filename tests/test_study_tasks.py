@@ -76,3 +76,17 @@ def test_two_processes_write_the_cells_one_process_writes(
     )
     table = json.loads((two.out / "results.json").read_text())
     assert [row["row"] for row in table] == ["part probe", "supervised", "classical"]
+
+
+def test_the_command_names_jobs_and_leaves_no_study_behind(
+    cohort_root: Path,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    out = tmp_path / "cli"
+    argv = ["all", "--src", str(cohort_root), "--out", str(out), "--jobs", "0", "--no-progress"]
+    assert sleep_staging.command(argv) == 2
+    assert "--jobs" in capsys.readouterr().err
+    assert not out.exists()
+    args = sleep_staging.build_parser().parse_args(["all", "--jobs", "2"])
+    assert args.jobs == 2 and sleep_staging.build_parser().parse_args([]).jobs == 1
