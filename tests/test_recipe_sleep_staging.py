@@ -252,10 +252,12 @@ def test_the_night_arm_and_its_settings_per_labelled_subject_budget(tmp_path: Pa
         arm["night_crop"],
         arm["batch_size"],
     )
-    table = SCALES["demo"]["by_budget"]["night"]
-    for budget, changes in table.items():
-        chosen = config.finetune_config("supervised", 0, arm="night", budget=budget)
-        assert {name: getattr(chosen, name) for name in changes} == changes
+    for table_arm, table in SCALES["demo"]["by_budget"].items():
+        for budget, changes in table.items():
+            chosen = config.finetune_config("supervised", 0, arm=table_arm, budget=budget)
+            assert {name: getattr(chosen, name) for name in changes} == changes
+    window_steps = [config.finetune_config("supervised", 0, budget=b).min_steps for b in (2, 4, 8)]
+    assert window_steps == [800, 800, 2400]  # the window arm's steps follow the labels at 8
     # the study's overrides come after the budget's, the night arm's last
     overridden = StudyConfig(
         out=tmp_path / "t",
