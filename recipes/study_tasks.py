@@ -53,8 +53,10 @@ class StudyTask:
     @property
     def name(self) -> str:
         """``"pretrain part_windows, part_windows:probe part_windows:night"``."""
-        rows = " ".join(f"{method}:{arm}" for method, arm in self.rows)
-        return rows if self.pretrain is None else f"pretrain {self.pretrain}, {rows}".strip(", ")
+        parts = [] if self.pretrain is None else [f"pretrain {self.pretrain}"]
+        if self.rows:
+            parts.append(" ".join(f"{method}:{arm}" for method, arm in self.rows))
+        return ", ".join(parts)
 
 
 def row_tasks(rows: Sequence[tuple[str, str]], pretrain: bool = True) -> list[StudyTask]:
@@ -87,17 +89,23 @@ def row_tasks(rows: Sequence[tuple[str, str]], pretrain: bool = True) -> list[St
 
 
 def _run_task(
-    config: StudyConfig, task: StudyTask, budget: int | str, seed: int
+    study: SleepStudy, task: StudyTask, budget: int | str, seed: int
 ) -> tuple[str, float]:
-    """Run ``task`` in this process on the study ``config`` describes (a joblib process reopens
-    the study); returns the task's name and wall time in seconds."""
+    """Run ``task`` on ``study`` in this process; returns the task's name and wall time in
+    seconds."""
     start = time.perf_counter()
-    study = SleepStudy(config)
     if task.pretrain is not None:
         study.run_pretraining(task.pretrain)
     for method, arm in task.rows:
         study.run_cell(method, arm, budget, seed)
     return task.name, time.perf_counter() - start
+
+
+def _run_reopened(
+    config: StudyConfig, task: StudyTask, budget: int | str, seed: int
+) -> tuple[str, float]:
+    """:func:`_run_task` in a joblib process, on the study reopened from ``config``."""
+    return _run_task(SleepStudy(config), task, budget, seed)
 
 
 def run_tasks(
@@ -106,8 +114,9 @@ def run_tasks(
     """Run ``tasks`` (the cells of ``budget`` and ``seed``) on ``jobs`` processes, printing a
     line as each finishes.
 
-    With ``jobs == 1`` they run in this process; otherwise each joblib process trains without
-    progress bars (they would overwrite each other) and the line per task is the progress.
+    With ``jobs == 1`` they run in this process on ``study`` (its loaded data reused); otherwise
+    each joblib process reopens the study and trains without progress bars (they would
+    overwrite each other), and the line per task is the progress.
 
     Raises:
         InputError: ``jobs`` of 0 or below -1.
@@ -118,14 +127,14 @@ def run_tasks(
         print(f"{len(todo)} tasks on {jobs} processes: " + "; ".join(t.name for t in todo))
     if jobs == 1:
         finished: Iterable[tuple[str, float]] = (
-            _run_task(study.config, task, budget, seed) for task in todo
+            _run_task(study, task, budget, seed) for task in todo
         )
     else:
         from joblib import Parallel, delayed
 
         config = dataclasses.replace(study.config, progress=False)
         finished = Parallel(n_jobs=jobs, batch_size=1, return_as="generator_unordered")(
-            delayed(_run_task)(config, task, budget, seed) for task in todo
+            delayed(_run_reopened)(config, task, budget, seed) for task in todo
         )
     for name, elapsed in finished:
         print(f"finished {name} in {elapsed / 60:.1f} min", flush=True)
