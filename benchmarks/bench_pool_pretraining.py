@@ -6,9 +6,10 @@ every record of a store (``--store``), it times, in one run:
 1. **the loader**: batches of segments read from the store exactly as pretraining reads them
    (:class:`~partnd.datasets.segments.SleepSegmentDataset` over the pool's nights, the trainer's
    chunk-aware epoch order, a ``DataLoader`` with 0 or more workers);
-2. **the step**: one PART-across-windows optimiser step (the objective, forward, backward, AdamW)
-   of the study's window and temporal encoders (``--demo``: the demo's 128-wide window ViT and
-   its front-end) on segments of the same shape;
+2. **the step**: one PART-across-windows optimiser step (the objective, forward under autocast,
+   backward, AdamW) of the study's window and temporal encoders (``--demo``: the demo's 128-wide
+   window ViT and its front-end) on segments of the same shape, on ``--device`` (a GPU: the
+   step a pretraining there consumes at, ``--precision`` as the engine resolves it);
 
 and prints segments/s and hours of EEG/s of both (a segment of ``S`` windows covers ``S`` × 30 s;
 the objective reads ``N`` of its windows), their ratio (the loader should be several times
@@ -19,6 +20,8 @@ Usage::
 
     python benchmarks/bench_pool_pretraining.py --study runs/axes --workers 0 2
     python benchmarks/bench_pool_pretraining.py --store runs/pool_store.zarr --demo --steps 5
+    python benchmarks/bench_pool_pretraining.py --study runs/axes --demo --device cuda \
+        --steps 20 --workers 0 2 4 8
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from bench_objective_step import interleaved_times, training_step
 from torch.utils.data import DataLoader
 
 from partnd.data import SignalSpec
@@ -36,6 +40,8 @@ from partnd.datasets.pools import PretrainingPools
 from partnd.datasets.segments import SleepSegmentDataset
 from partnd.datasets.store import SleepStore
 from partnd.engine.config import PretrainConfig
+from partnd.engine.distributed import resolve_device
+from partnd.engine.precision import PRECISIONS, resolve_precision
 from partnd.engine.sampler import ResumableBatchSampler, epoch_order
 from partnd.objectives import build_objective
 from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES, SCALES, STUDY_FRONTENDS
@@ -66,26 +72,20 @@ def loader_rate(dataset: SleepSegmentDataset, batch_size: int, workers: int, bat
     return count / (time.perf_counter() - start)
 
 
-def step_rate(config: PretrainConfig, channels: int, steps: int) -> dict[str, float]:
-    """Segments/s of a PART-across-windows optimiser step (after one untimed)."""
+def step_rate(
+    config: PretrainConfig, channels: int, steps: int, device: torch.device
+) -> dict[str, float]:
+    """Segments/s of a PART-across-windows optimiser step on ``device`` at the config's
+    precision (median of ``steps`` after one untimed; the device synchronised around each)."""
     spec = SignalSpec(channels, (config.segment_windows * config.window_samples,))
     torch.manual_seed(0)
-    model = build_objective(config, spec).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    segments = torch.randn(config.batch_size, *spec.item_shape)
-    generator = torch.Generator().manual_seed(0)
-
-    def step() -> None:
-        loss = model(segments, generator=generator).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
-    step()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    seconds = (time.perf_counter() - start) / steps
+    model = build_objective(config, spec).to(device).train()
+    segments = torch.randn(config.batch_size, *spec.item_shape, device=device)
+    generator = torch.Generator(device=device).manual_seed(0)
+    step = training_step(
+        model, lambda: model(segments, generator=generator).loss, device, config.precision
+    )
+    seconds = interleaved_times({"step": step}, steps, 1, device)["step"]
     return {"segments_per_s": config.batch_size / seconds, "step_s": seconds}
 
 
@@ -118,7 +118,16 @@ def main(argv: list[str] | None = None) -> None:
         help="windows per segment (default: the demo's; at most a night's windows)",
     )
     parser.add_argument("--pc18-nights", type=int, default=1000, help="PhysioNet 2018 nights")
+    parser.add_argument("--device", default="cpu", help="the step's device: cpu, cuda, cuda:K")
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="fp32",
+        help="the step's precision (auto: bf16 where the device runs it fast, as pretraining)",
+    )
     args = parser.parse_args(argv)
+    device = resolve_device(args.device)
+    precision = resolve_precision(args.precision, device)
     store, pools = pools_of(args)
     scale = SCALES["demo"]
     values: dict[str, Any] = {
@@ -127,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         "batch_size": args.batch_size,
         "normalize": "record",
         "progress": False,
-        "precision": "fp32",
+        "precision": precision,
     }
     if args.segment_windows is not None:
         values["segment_windows"] = args.segment_windows
@@ -142,10 +151,11 @@ def main(argv: list[str] | None = None) -> None:
     size, window_s = config.segment_windows, float(store.window_seconds)
     segment_hours = size * window_s / 3600
     drawn_hours = config.num_windows * window_s / 3600
-    step = step_rate(config, len(store.channels), args.steps)
+    step = step_rate(config, len(store.channels), args.steps, device)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(
-        f"step (batch {args.batch_size}, S={size}, N={config.num_windows}, fp32, "
-        f"{torch.get_num_threads()} threads): {step['step_s']:.2f} s = "
+        f"step (batch {args.batch_size}, S={size}, N={config.num_windows}, {precision}, "
+        f"{where}, {torch.get_num_threads()} threads): {step['step_s']:.3f} s = "
         f"{step['segments_per_s']:.2f} segments/s = {step['segments_per_s'] * segment_hours:.2f} "
         f"h of EEG/s covered ({step['segments_per_s'] * drawn_hours:.2f} h drawn)"
     )
