@@ -30,13 +30,16 @@ Commands (each skips what is finished)::
 ``cells`` prints one cell per line (``method:arm:budget:seed``, ``:pool`` added for a pool's
 encoder), in a fixed order, so a cluster job array can run cell ``--cell-index i`` per task after
 one ``pretrain`` job; ``run-cell`` runs only cells of that list (the study's rows, budgets, seeds
-and pools: others would never be aggregated). ``run --jobs N`` runs cells in N parallel processes
-with joblib. ``aggregate`` refuses a study with unfinished cells, naming them
-(``--allow-partial`` writes the tables from the finished cells, with a ``missing`` column); it
-writes ``kappa_by_budget.{csv,md,json}`` (mean ± std over draws, the appendix layout with the
-paper's values), ``difference_to_reference.*`` (the per-draw paired difference to the reference
-row, the classical row with context when run), ``sample_efficiency.png`` and, for the new axes,
-the tables and figures of :mod:`partnd.recipes.sample_efficiency_report`.
+and pools: others would never be aggregated). ``run --jobs N`` runs on N joblib processes: first
+every unfinished pretraining (each pool's its own task, so pools pretrain side by side) beside the
+cells that need none, then the cells of the pretrained encoders
+(:func:`partnd.recipes.study_tasks.cell_tasks`), a line printed as each task finishes. ``aggregate``
+refuses a study with unfinished cells, naming them (``--allow-partial`` writes the tables from the
+finished cells, with a ``missing`` column); it writes ``kappa_by_budget.{csv,md,json}`` (mean ± std
+over draws, the appendix layout with the paper's values), ``difference_to_reference.*`` (the
+per-draw paired difference to the reference row, the classical row with context when run),
+``sample_efficiency.png`` and, for the new axes, the tables and figures of
+:mod:`partnd.recipes.sample_efficiency_report`.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from partnd.recipes.sleep_staging import (
 )
 from partnd.recipes.sleep_study import CellResult, SleepStudy
 from partnd.recipes.study_directory import released_on_failure, run_recipe
+from partnd.recipes.study_tasks import Cell, cell_tasks, format_cell, run_tasks
 
 __all__ = [
     "COMMANDS",
@@ -83,11 +87,6 @@ __all__ = [
 COMMANDS = ("pretrain", "cells", "run-cell", "run", "aggregate")
 
 
-#: A cell: method, arm, budget as written (``2``, ``"w20"``), seed, and the pretraining pool of a
-#: pretrained method's encoder (``None``: the split's pretraining records, or no pretraining).
-Cell = tuple[str, str, int | str, int, str | None]
-
-
 def cell_list(study: SleepStudy, rows: Sequence[tuple[str, str]]) -> list[Cell]:
     """Every (method, arm, budget, seed, pool) of ``rows`` in a fixed order: budgets scarcest
     first; a pretrained method gets one cell per pool of the study."""
@@ -98,12 +97,6 @@ def cell_list(study: SleepStudy, rows: Sequence[tuple[str, str]]) -> list[Cell]:
         for seed in study.scale["seeds"]
         for pool in (study.pool_names if method in list_objectives() else ()) or (None,)
     ]
-
-
-def format_cell(cell: Cell) -> str:
-    """``("part", "sequence", "w20", 3, "24h")`` -> ``"part:sequence:w20:3:24h"`` (no pool part
-    without a pool)."""
-    return ":".join(str(part) for part in cell if part is not None)
 
 
 def parse_cell(text: str) -> Cell:
@@ -120,29 +113,19 @@ def parse_cell(text: str) -> Cell:
     return parts[0], parts[1], budget, int(parts[3]), parts[4] if len(parts) == 5 else None
 
 
-def _run_one(args: argparse.Namespace, cell: Cell) -> None:
-    """One cell in its own process (joblib worker): reopen the study, run, discard the result."""
-    reopened = argparse.Namespace(**{**vars(args), "overwrite": False})
-    study = study_from_args(reopened, **pool_settings(reopened))
-    study.run_cell(*cell)
-
-
-def run_cells(
-    study: SleepStudy, cells: Sequence[Cell], jobs: int, args: argparse.Namespace
-) -> None:
-    """Pretrain what the cells need, then run the unfinished cells (``jobs`` in parallel)."""
-    for method, pool in dict.fromkeys((cell[0], cell[4]) for cell in cells):
-        if method in list_objectives():
-            study.run_pretraining(method, pool)
+def run_cells(study: SleepStudy, cells: Sequence[Cell], jobs: int) -> None:
+    """Run the unfinished ``cells`` and the pretrainings they need on ``jobs`` processes
+    (:func:`partnd.recipes.study_tasks.cell_tasks`: the pretrainings side by side with the cells
+    that need none, then the cells of the pretrained encoders)."""
     todo = [cell for cell in cells if not study.cell_done(*cell)]
     print(f"{len(cells) - len(todo)} of {len(cells)} cells already finished")
-    if jobs == 1:
-        for cell in todo:
-            study.run_cell(*cell)
-        return
-    from joblib import Parallel, delayed
-
-    Parallel(n_jobs=jobs)(delayed(_run_one)(args, cell) for cell in todo)
+    rounds = cell_tasks(todo, study.pretrained)
+    if todo:  # what the processes share is made here, once, not by several at a time
+        _ = study.store, study.split
+    if any(task.pretrain is not None and task.pretrain[1] is not None for task in rounds[0]):
+        _ = study.pools.store, study.pools.plan
+    for tasks in rounds:
+        run_tasks(study, tasks, jobs)
 
 
 def aggregate(
@@ -224,7 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--cell", help="run-cell: METHOD:ARM:BUDGET:SEED[:POOL]")
     parser.add_argument("--cell-index", type=int, help="run-cell: index into the `cells` list")
-    parser.add_argument("--jobs", type=int, default=1, help="run: cells in parallel processes")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="run: pretrainings and cells in parallel processes"
+    )
     parser.add_argument(
         "--allow-partial",
         action="store_true",
@@ -353,7 +338,6 @@ def pool_settings(args: argparse.Namespace) -> dict[str, Any]:
 def _run_stage(args: argparse.Namespace, rows: list[tuple[str, str]]) -> None:
     """The stage ``args.stage`` of the study ``args`` describe, for ``rows``."""
     study = study_from_args(args, rows, **pool_settings(args))
-    args.overwrite = False  # parallel workers reopen the study as it now is
     cells = cell_list(study, rows)
     if args.stage == "pretrain":
         check(
@@ -398,7 +382,7 @@ def _run_stage(args: argparse.Namespace, rows: list[tuple[str, str]]) -> None:
         result = study.run_cell(*cell)
         print(f"{format_cell(cell)}: kappa {result.report.cohen_kappa:.3f}")
     elif args.stage == "run":
-        run_cells(study, cells, args.jobs, args)
+        run_cells(study, cells, args.jobs)
         aggregate(study, rows, args.allow_partial)
     else:
         aggregate(study, rows, args.allow_partial)

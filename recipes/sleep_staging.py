@@ -229,10 +229,10 @@ def run(study: SleepStudy, stage: str, rows: Sequence[tuple[str, str]], jobs: in
         print(f"{len(study.store.record_ids())} records; {len(study.split.test)} test subjects")
     budget, seed = _budget(study), study.config.seed
     if stage == "pretrain":
-        pretrainings = [StudyTask((), method) for method in _pretraining_methods(methods)]
-        run_tasks(study, pretrainings, budget, seed, jobs)
+        pretrainings = [StudyTask((), (method, None)) for method in _pretraining_methods(methods)]
+        run_tasks(study, pretrainings, jobs)
     if stage in ("finetune", "all"):
-        run_tasks(study, row_tasks(rows, pretrain=stage == "all"), budget, seed, jobs)
+        run_tasks(study, row_tasks(rows, budget, seed, pretrain=stage == "all"), jobs)
     if stage in ("report", "all"):
         report(study, rows)
         print((study.out / "results.md").read_text())

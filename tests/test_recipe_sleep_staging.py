@@ -186,7 +186,7 @@ def test_sample_efficiency_cells_resume_and_aggregate(
     assert "partial: 7 of 8 cells missing" in capsys.readouterr().out
     done = (out / "finetune/part/window/b1_s0/result.json").stat().st_mtime
     cells += sample_efficiency.cell_list(study, [("classical", "sequence")])
-    sample_efficiency.run_cells(study, cells, jobs=1, args=None)  # type: ignore[arg-type]
+    sample_efficiency.run_cells(study, cells, jobs=1)
     assert (out / "finetune/part/window/b1_s0/result.json").stat().st_mtime == done
     assert (out / "pretrain/part/encoder.pt").stat().st_mtime == encoder_time
     assert study.load_cell("part", "window", 1, 0).report.cohen_kappa == first.report.cohen_kappa

@@ -101,7 +101,12 @@ def test_label_budgets_draws_and_pools_end_to_end(
     assert all(cell[4] is None for cell in cells if cell[0] in ("supervised", "classical"))
     assert len(cells) == 2 * (3 * 2 + 2)  # seeds x (pooled rows x pools + others)
     assert ("part_windows", "night", "w3", 1, "0.9h") in cells
-    sample_efficiency.run_cells(study, cells, jobs=1, args=None)  # type: ignore[arg-type]
+    # two processes: the four pool pretrainings side by side, then their cells
+    sample_efficiency.run_cells(study, cells, jobs=2)
+    printed = capsys.readouterr().out
+    assert "0 of 16 cells already finished" in printed
+    for name in ("pretrain part_windows on 0.4h", "pretrain mae on 0.9h", "classical:window:w3:0"):
+        assert printed.count(f"finished {name}") == 1
 
     # the pools: nested, sized in hours, no labelled study subject, held-out nights in none
     plan = study.pools.plan
@@ -208,7 +213,7 @@ def test_label_budgets_draws_and_pools_end_to_end(
         monkeypatch.setattr(f"partnd.recipes.sleep_study.{name}", refuse)
     monkeypatch.setattr("partnd.recipes.study_pools.pretrain", refuse)
     again = axes_study(out, cohorts)
-    sample_efficiency.run_cells(again, cells, jobs=1, args=None)  # type: ignore[arg-type]
+    sample_efficiency.run_cells(again, cells, jobs=1)
     assert sample_efficiency.format_cell(pooled[0]) == "part_windows:sequence:w3:0:0.4h"
     with pytest.raises(InputError, match="same settings"):
         axes_study(out, cohorts, pools=(0.4, 2.0))

@@ -11,28 +11,61 @@ import pytest
 
 from partnd._validation import InputError
 from partnd.recipes import sleep_staging
-from partnd.recipes.study_tasks import StudyTask, row_tasks, run_tasks
+from partnd.recipes.study_tasks import Cell, StudyTask, cell_tasks, row_tasks, run_tasks
 from tests.test_recipe_sleep_staging import cohort_root, tiny_study  # noqa: F401
 
 
 def test_the_demo_rows_group_by_what_they_share_and_start_longest_first() -> None:
-    tasks = row_tasks(sleep_staging.DEFAULT_ROWS)
+    tasks = row_tasks(sleep_staging.DEFAULT_ROWS, 2, 0)
+
+    def cells(*rows: str) -> tuple[Cell, ...]:
+        return tuple((*row.split(":"), 2, 0, None) for row in rows)  # type: ignore[misc]
+
     assert tasks == [
-        StudyTask((("part_windows", "probe"), ("part_windows", "night")), "part_windows"),
-        StudyTask((("supervised", "night"),)),
-        StudyTask(
-            (("classical", "window"), ("classical", "sequence"), ("yasa_pretrained", "sequence"))
-        ),
-        StudyTask((("supervised", "window"),)),
-        StudyTask((("supervised", "probe"),)),
+        StudyTask(cells("part_windows:probe", "part_windows:night"), ("part_windows", None)),
+        StudyTask(cells("supervised:night")),
+        StudyTask(cells("classical:window", "classical:sequence", "yasa_pretrained:sequence")),
+        StudyTask(cells("supervised:window")),
+        StudyTask(cells("supervised:probe")),
     ]
-    assert tasks[0].name == "pretrain part_windows, part_windows:probe part_windows:night"
+    assert tasks[0].name == "pretrain part_windows, part_windows:probe:2:0 part_windows:night:2:0"
     assert tasks[0].cost == pytest.approx(2.5 + 0.1 + 7.0)
-    # every row once; without pretraining the chain keeps its rows only
-    rows = [row for task in tasks for row in task.rows]
+    # every row once; without pretraining the chain keeps its cells only
+    rows = [cell[:2] for task in tasks for cell in task.cells]
     assert sorted(rows) == sorted(sleep_staging.DEFAULT_ROWS)
-    assert row_tasks(sleep_staging.DEFAULT_ROWS, pretrain=False)[0].pretrain is None
-    assert StudyTask((), "mae").name == "pretrain mae"
+    assert row_tasks(sleep_staging.DEFAULT_ROWS, 2, 0, pretrain=False)[0].pretrain is None
+    assert StudyTask((), ("mae", None)).name == "pretrain mae"
+    assert StudyTask((), ("mae", "16h")).name == "pretrain mae on 16h"
+
+
+def test_cell_tasks_pretrain_side_by_side_with_the_cells_that_need_no_pretraining() -> None:
+    cells: list[Cell] = [
+        ("part_windows", "night", 1, seed, pool) for pool in ("16h", "320h") for seed in (0, 1)
+    ]
+    cells += [("mae", "probe", 1, 0, "16h"), ("supervised", "night", 1, 0, None)]
+    cells += [("classical", "window", 1, seed, None) for seed in (0, 1)]
+    cells += [("supervised", "probe", 1, 0, None)]
+    finished = {("mae", "16h")}  # mae on 16h has pretrained; part_windows on no pool has
+    first, then = cell_tasks(cells, lambda method, pool: (method, pool) in finished)
+    # the pretrainings come first, one task each, whatever their cost; then the ready cells
+    # alone (the mae cell reads a finished encoder), the classical ones together, longest first
+    assert first == [
+        StudyTask((), ("part_windows", "16h")),
+        StudyTask((), ("part_windows", "320h")),
+        StudyTask((("supervised", "night", 1, 0, None),)),
+        StudyTask((("classical", "window", 1, 0, None), ("classical", "window", 1, 1, None))),
+        StudyTask((("mae", "probe", 1, 0, "16h"),)),
+        StudyTask((("supervised", "probe", 1, 0, None),)),
+    ]
+    # the cells of the pretrainings of the first round, one each, in order
+    assert then == [StudyTask((cell,)) for cell in cells[:4]]
+    # every cell exactly once over both rounds
+    ran = [cell for task in first + then for cell in task.cells]
+    assert sorted(map(str, ran)) == sorted(map(str, cells))
+    # nothing left to pretrain: one round
+    first, then = cell_tasks(cells, lambda method, pool: True)
+    assert then == [] and not any(task.pretrain for task in first)
+    assert cell_tasks([], lambda method, pool: False) == ([], [])
 
 
 def test_a_bad_number_of_jobs_is_refused_before_anything_runs(
@@ -43,7 +76,7 @@ def test_a_bad_number_of_jobs_is_refused_before_anything_runs(
     with pytest.raises(InputError, match="jobs"):
         sleep_staging.run(study, "all", [("classical", "window")], jobs=0)
     with pytest.raises(InputError, match="jobs"):
-        run_tasks(study, [], 1, 0, jobs=-2)
+        run_tasks(study, [], jobs=-2)
     assert not (tmp_path / "study" / "finetune").exists()
 
 
@@ -60,8 +93,8 @@ def test_two_processes_write_the_cells_one_process_writes(
         sleep_staging.run(study, "all", rows, jobs=jobs)
         studies[jobs] = study
     printed = capsys.readouterr().out
-    assert printed.count("finished pretrain part, part:probe in ") == 2
-    assert printed.count("finished supervised:window in ") == 2
+    assert printed.count("finished pretrain part, part:probe:1:0 in ") == 2
+    assert printed.count("finished supervised:window:1:0 in ") == 2
     one, two = studies[1], studies[2]
     assert two.pretrained("part")
     for method, arm in rows:
