@@ -167,6 +167,9 @@ def main(argv: list[str] | None = None) -> None:
         )
         hours = sum(store.n_windows(r) for r in records) * window_s / 3600
         epoch_minutes = len(dataset) / step["segments_per_s"] / 60
+        if len(dataset) < args.batch_size:  # training drops the last incomplete batch
+            print(f"{name:>8}{hours:>8.1f}{len(dataset):>10}  fewer segments than a batch")
+            continue
         for workers in args.workers:
             rate = loader_rate(dataset, args.batch_size, workers, args.batches)
             print(

@@ -469,6 +469,22 @@ def _decodes_with_simulated_workers(path: Path, order: np.ndarray, workers: int,
     return sum(copy.chunks_decoded for copy in copies)
 
 
+def test_more_workers_than_batches_leave_the_idle_workers_no_items(
+    store: tuple[Path, dict],
+) -> None:
+    """Found on a GPU host: a 10-segment pool read by 4 workers in batches of 8 gave two
+    workers empty streams, and shuffling an empty stream raised."""
+    dataset = SleepWindowDataset(store[0])
+    batch = len(dataset) // 2 + 1  # two batches, the second short
+    for workers in (3, 4, 8):
+        sampler = ChunkShuffleSampler(dataset, seed=1, batch_size=batch, num_workers=workers)
+        order = sampler.epoch_indices()
+        _sampler_checks(order, len(dataset))
+        # the first batch is the first worker's, in its chunks' buffer order
+        first = ChunkShuffleSampler(dataset, seed=1, batch_size=batch, num_workers=2)
+        np.testing.assert_array_equal(order, first.epoch_indices())
+
+
 def test_worker_streams_keep_each_chunk_in_one_worker(store: tuple[Path, dict]) -> None:
     path = store[0]
     dataset = SleepWindowDataset(path)

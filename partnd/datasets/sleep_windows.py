@@ -865,7 +865,10 @@ class ChunkShuffleSampler(Sampler[int]):
         return self.num_samples
 
     def _buffer_shuffle(self, indices: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Shuffle ``indices`` (chunk-ordered) inside consecutive buffers of k chunk segments."""
+        """Shuffle ``indices`` (chunk-ordered) inside consecutive buffers of k chunk segments
+        (none: a worker that gets no batch, when there are more workers than batches)."""
+        if len(indices) == 0:
+            return indices
         chunks = self.chunk_ids[indices]
         segment_start = np.concatenate([[True], chunks[1:] != chunks[:-1]])
         buffer_of = (np.cumsum(segment_start) - 1) // self.shuffle_buffer_chunks
