@@ -273,10 +273,11 @@ SCALES: dict[str, dict[str, Any]] = {
             "eval_every_steps": 50,
         },
         "by_budget": {
-            # the window arm at 8 subjects (spectral_std, validation kappa of the selected
-            # checkpoint, draws 0 / 1 / 2): 0.808 / 0.792 / 0.804 with 2400 steps against
-            # 0.779 / 0.763 / 0.727 with 800, whose training accuracy ended at 0.80-0.84
-            "window": {8: {"min_steps": 2400}},
+            # the window arm (spectral_std, validation kappa of the selected checkpoint, draws
+            # 0 / 1 / 2), 2400 steps against 800: at 8 subjects 0.808 / 0.792 / 0.804 against
+            # 0.779 / 0.763 / 0.727 (training accuracy ended at 0.80-0.84 with 800), at 4
+            # subjects 0.796 / 0.820 / 0.731 against 0.744 / 0.798 / 0.678
+            "window": {4: {"min_steps": 2400}, 8: {"min_steps": 2400}},
             "night": {
                 2: {},
                 4: {"min_steps": 1200, "ema_decay": 0.995},

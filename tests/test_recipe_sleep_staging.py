@@ -257,7 +257,7 @@ def test_the_night_arm_and_its_settings_per_labelled_subject_budget(tmp_path: Pa
             chosen = config.finetune_config("supervised", 0, arm=table_arm, budget=budget)
             assert {name: getattr(chosen, name) for name in changes} == changes
     window_steps = [config.finetune_config("supervised", 0, budget=b).min_steps for b in (2, 4, 8)]
-    assert window_steps == [800, 800, 2400]  # the window arm's steps follow the labels at 8
+    assert window_steps == [800, 2400, 2400]  # the window arm's steps follow the labels
     # the study's overrides come after the budget's, the night arm's last
     overridden = StudyConfig(
         out=tmp_path / "t",
