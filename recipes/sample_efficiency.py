@@ -119,12 +119,7 @@ def run_cells(study: SleepStudy, cells: Sequence[Cell], jobs: int) -> None:
     that need none, then the cells of the pretrained encoders)."""
     todo = [cell for cell in cells if not study.cell_done(*cell)]
     print(f"{len(cells) - len(todo)} of {len(cells)} cells already finished")
-    rounds = cell_tasks(todo, study.pretrained)
-    if todo:  # what the processes share is made here, once, not by several at a time
-        _ = study.store, study.split
-    if any(task.pretrain is not None and task.pretrain[1] is not None for task in rounds[0]):
-        _ = study.pools.store, study.pools.plan
-    for tasks in rounds:
+    for tasks in cell_tasks(todo, study.pretrained):
         run_tasks(study, tasks, jobs)
 
 

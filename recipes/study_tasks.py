@@ -141,7 +141,7 @@ def cell_tasks(
     needed = dict.fromkeys((c[0], c[4]) for c in cells if c[0] in objectives)
     pending = [pretraining for pretraining in needed if not pretrained(*pretraining)]
     waiting = [c for c in cells if (c[0], c[4]) in pending]
-    ready = [c for c in cells if c not in waiting]
+    ready = [c for c in cells if (c[0], c[4]) not in pending]
     classical = tuple(c for c in ready if c[0] in CLASSICAL_METHODS)
     first = [StudyTask((), pretraining) for pretraining in pending]
     alone = [StudyTask((c,)) for c in ready if c[0] not in CLASSICAL_METHODS]
@@ -170,12 +170,22 @@ def _run_reopened(config: StudyConfig, task: StudyTask) -> tuple[str, float]:
     return _run_task(SleepStudy(config), task)
 
 
+def _make_shared_data(study: SleepStudy, tasks: Sequence[StudyTask]) -> None:
+    """Build what the processes of ``tasks`` share (the store, the split and, when a task
+    pretrains on a pool, the pool store and ``pools.json``) here, once, so that no two processes
+    build the same store at the same time."""
+    _ = study.store, study.split
+    if any(task.pretrain is not None and task.pretrain[1] is not None for task in tasks):
+        _ = study.pools.store, study.pools.plan
+
+
 def run_tasks(study: SleepStudy, tasks: Iterable[StudyTask], jobs: int) -> None:
     """Run ``tasks`` on ``jobs`` processes, printing a line as each finishes.
 
     With ``jobs == 1`` they run in this process on ``study`` (its loaded data reused); otherwise
-    each joblib process reopens the study and trains without progress bars (they would
-    overwrite each other), and the line per task is the progress.
+    the data the processes share is built first, then each joblib process reopens the study and
+    trains without progress bars (they would overwrite each other), and the line per task is
+    the progress.
 
     Raises:
         InputError: ``jobs`` of 0 or below -1.
@@ -183,6 +193,7 @@ def run_tasks(study: SleepStudy, tasks: Iterable[StudyTask], jobs: int) -> None:
     check(jobs >= 1 or jobs == -1, "jobs", "a number of processes (>= 1; -1: every core)", jobs)
     todo = list(tasks)
     if jobs != 1 and todo:
+        _make_shared_data(study, todo)
         print(f"{len(todo)} tasks on {jobs} processes: " + "; ".join(t.name for t in todo))
     if jobs == 1:
         finished: Iterable[tuple[str, float]] = (_run_task(study, task) for task in todo)
