@@ -189,17 +189,22 @@ def staging_table(
 
 
 def write_table(rows: Sequence[Mapping[str, Any]], out_dir: Path, name: str) -> None:
-    """Write ``<name>.csv``, ``<name>.md`` and ``<name>.json`` (atomically each)."""
-    columns = list(rows[0])
+    """Write ``<name>.csv``, ``<name>.md`` and ``<name>.json`` (atomically each).
+
+    The columns are every key of ``rows`` in the order first met, so rows may hold different
+    columns (a partial study: a pool's cells finished at one budget only); a row's missing
+    columns are left empty in the CSV and Markdown tables.
+    """
+    columns = list(dict.fromkeys(key for row in rows for key in row))
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns)
+    writer = csv.DictWriter(buffer, fieldnames=columns, restval="")
     writer.writeheader()
     writer.writerows(rows)
     atomic_write_text(buffer.getvalue(), out_dir / f"{name}.csv")
     lines = [
         "| " + " | ".join(columns) + " |",
         "|" + "|".join("---" for _ in columns) + "|",
-        *("| " + " | ".join(str(row[c]) for c in columns) + " |" for row in rows),
+        *("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |" for row in rows),
     ]
     atomic_write_text("\n".join(lines) + "\n", out_dir / f"{name}.md")
     atomic_write_text(json.dumps(list(rows), indent=2) + "\n", out_dir / f"{name}.json")

@@ -3,6 +3,8 @@ smaller pool) and line style (arm), budgets scarcest first, paired differences p
 
 from __future__ import annotations
 
+import csv
+import json
 from pathlib import Path
 
 import matplotlib.image
@@ -25,6 +27,7 @@ from partnd.recipes.sleep_report import (
     plot_sample_efficiency,
     sample_efficiency_styles,
     sample_efficiency_tables,
+    write_table,
 )
 from partnd.recipes.sleep_study import ARMS, CLASSICAL_METHODS, CellResult
 
@@ -183,6 +186,35 @@ def test_paired_differences_per_draw_against_the_same_arm_from_scratch() -> None
     assert [(r["budget"], r["seed"]) for r in draws][:3] == [("w20", 0), ("w20", 1), ("w20", 2)]
     assert draws[0]["labelled_windows"] == 14 and draws[0]["per_stage"] == "3/2/3/3/3"
     assert draws[3]["labelled_windows"] == "all" and draws[3]["validation_subjects"] == "v0"
+
+
+def test_a_partial_study_writes_rows_with_different_columns(tmp_path: Path) -> None:
+    """A pool's cells finished at one budget only (``aggregate --allow-partial``): the summary's
+    rows hold different columns, and every table file gets their union, the missing cells empty
+    (the CSV writer used to refuse the second budget's extra column)."""
+    cells = [
+        pooled_cell(method, "night", budget, seed, pool, 0.5 + 0.1 * (method == "mae"))
+        for budget in ("w20", 1)
+        for seed in (0, 1)
+        for method, pool in (("supervised", None), ("mae", "320h"))
+    ]
+    cells += [pooled_cell("mae", "night", 1, seed, "16h", 0.7) for seed in (0, 1)]
+    summary_rows = scratch_summary(paired_differences(cells))
+    extra = "mae+night @16h - supervised+night"
+    assert [extra in row for row in summary_rows] == [False, True]
+    write_table(summary_rows, tmp_path, "summary")
+    with (tmp_path / "summary.csv").open() as handle:
+        written = list(csv.DictReader(handle))
+    assert list(written[0]) == [
+        "budget",
+        "labelled_sets",
+        "mae+night @320h - supervised+night",
+        extra,
+    ]
+    assert written[0][extra] == "" and written[1][extra] == summary_rows[1][extra]
+    markdown = (tmp_path / "summary.md").read_text().splitlines()
+    assert markdown[0].endswith(f"| {extra} |") and markdown[2].endswith("|  |")
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary_rows
 
 
 def test_draws_that_label_the_same_subjects_are_counted_and_named() -> None:
