@@ -1124,7 +1124,7 @@ class SleepStudy:
             "another order",
         )
 
-    def _encoder(self, method: str, seed: int, pool: str | None) -> ViTEncoder:
+    def window_encoder(self, method: str, seed: int, pool: str | None) -> ViTEncoder:
         """A pretrained method's window encoder, or a scratch method's random encoder."""
         if method not in SCRATCH_METHODS:
             return load_encoder(self.pretrain_dir(method, pool))
@@ -1147,7 +1147,7 @@ class SleepStudy:
         """Logistic regression on the frozen encoder's [CLS] + mean patch token features."""
         train = self.windows(draw.subjects, draw.labelled_windows)
         result = linear_probe(
-            self._encoder(method, seed, pool),
+            self.window_encoder(method, seed, pool),
             train,
             self.test_set,
             num_classes=len(self.class_names),

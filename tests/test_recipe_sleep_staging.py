@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from partnd._validation import InputError
 from partnd.cohort.pc18_cohort import make_pc18_cohort
@@ -278,6 +279,23 @@ def test_the_night_arm_and_its_settings_per_labelled_subject_budget(tmp_path: Pa
     with pytest.raises(InputError, match=r"^FinetuneConfig\.night_crop: expected .*got 0"):
         bad.check_settings()
     assert not (tmp_path / "u").exists()
+
+
+def test_window_encoder_of_a_scratch_method_is_random_seeded_and_shaped_as_the_study(
+    tmp_path: Path, cohort_root: Path
+) -> None:
+    """The frozen encoder the probe reads (and ``bench_feature_content`` measures): for a scratch
+    method a random encoder of the study's shape, the same weights for the same seed, in eval
+    mode, with a position embedding only where the method has one."""
+    study = tiny_study(tmp_path / "study", cohort_root)
+    first, again = (study.window_encoder("supervised", 0, None) for _ in range(2))
+    other = study.window_encoder("supervised", 1, None)
+    assert not first.training and first.in_chans == len(study.store.channels)
+    weights, same, different = (e.state_dict() for e in (first, again, other))
+    assert all(torch.equal(weights[name], same[name]) for name in weights)
+    assert not all(torch.equal(weights[name], different[name]) for name in weights)
+    assert first.pos_embed is not None
+    assert study.window_encoder("supervised_no_pos", 0, None).pos_embed is None
 
 
 def test_the_study_front_end_reaches_every_learned_encoder_and_is_a_setting(

@@ -1,0 +1,156 @@
+"""What frozen window features encode: the sleep stage, or the time of night.
+
+A pretext that orders the windows of a night can be solved from anything that changes across the
+night, and not all of that is the stage: the sample cohort's slow waves decay from the first
+cycle to the last (homeostatic decay), and so do real ones. This script asks how much of each
+frozen window encoder's features is stage and how much is the clock.
+
+For the encoders of a sample-efficiency study (``--methods``: a scratch method gives a random
+encoder of the study's shape, seeded; a pretrained method gives its encoder on every pool of the
+study), it encodes the labelled windows of full nights that no pool holds (``--records``; default
+the pools' held-out nights) with the study's normalisation, and reports leave-one-night-out:
+
+- **stage κ**: a logistic regression on the standardised features (``[CLS]`` and mean patch
+  token, as the study's probe; C chosen by cross-validation on the training nights);
+- **hour R²**: a ridge regression of the window's hour of the night on the same features
+  (alpha chosen by cross-validation on the training nights), pooled over the held-out folds;
+- **hour R², stage only**: the same regression on the stage one-hot alone, the part of the
+  clock a perfect stager would know. Features whose hour R² is far above it encode time of night
+  beyond the stage.
+
+Usage (the options after ``--`` are the study's, as given to ``sample_efficiency``)::
+
+    partnd cohort --out runs/fresh8 --records 6 --hours 8 --seed 5
+    partnd preprocess --src runs/fresh8 --out runs/fresh8.zarr
+    python benchmarks/bench_feature_content.py --store runs/fresh8.zarr -- \\
+        --out runs/axes_std --pool-src runs/pool_nights --pool-store runs/pool_store.zarr \\
+        --pool-segment-windows 480 --pools 16 48 320 --held-out-subjects 2 --budgets 1 \\
+        --seeds 0 1 2 3 4 5 6 7 8 --pretrain-steps 800 --frontend spectral_std
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from sklearn.linear_model import RidgeCV
+from sklearn.metrics import r2_score
+from sklearn.preprocessing import StandardScaler
+
+from partnd.datasets.sleep_windows import InMemoryWindows
+from partnd.evaluation import extract_features, logistic_regression_probe
+from partnd.recipes.sample_efficiency import build_parser, pool_settings
+from partnd.recipes.sleep_staging import study_from_args
+from partnd.recipes.sleep_study import SCRATCH_METHODS, SleepStudy
+
+RIDGE_ALPHAS = np.logspace(-2, 4, 13)
+PROBE_CS = (1e-3, 1e-2, 1e-1, 1.0)
+"""The probe's candidate C: the study's without 10 and 100 (thousands of windows fit slowly)."""
+
+
+def leave_one_night_out(
+    features: np.ndarray, stages: np.ndarray, hours: np.ndarray, nights: np.ndarray, seed: int
+) -> dict[str, float]:
+    """Stage κ and hour R² of ``features: [N, F]`` (and the hour R² of the stage one-hot alone),
+    each night predicted by models fitted on the others.
+
+    Args:
+        features: [N, F] frozen features of the windows.
+        stages: [N] stage codes in ``[0, 5)``.
+        hours: [N] hour of the night of each window (its start).
+        nights: [N] night id of each window; at least two distinct.
+        seed: Seed of the probe's cross-validation split.
+
+    Returns:
+        ``stage_kappa`` (mean over folds), ``hour_r2`` and ``hour_r2_stage_only`` (over the
+        pooled held-out predictions).
+    """
+    one_hot = np.eye(5)[stages]
+    kappas, hour_pred, stage_pred = [], np.zeros_like(hours), np.zeros_like(hours)
+    for night in np.unique(nights):
+        test, train = nights == night, nights != night
+        probe = logistic_regression_probe(
+            features[train],
+            stages[train],
+            features[test],
+            stages[test],
+            num_classes=5,
+            inverse_regularisations=PROBE_CS,
+            seed=seed,
+        )
+        kappas.append(probe.report.cohen_kappa)
+        scaler = StandardScaler().fit(features[train])
+        ridge = RidgeCV(alphas=RIDGE_ALPHAS).fit(scaler.transform(features[train]), hours[train])
+        hour_pred[test] = ridge.predict(scaler.transform(features[test]))
+        stage_only = RidgeCV(alphas=RIDGE_ALPHAS).fit(one_hot[train], hours[train])
+        stage_pred[test] = stage_only.predict(one_hot[test])
+    return {
+        "stage_kappa": float(np.mean(kappas)),
+        "hour_r2": float(r2_score(hours, hour_pred)),
+        "hour_r2_stage_only": float(r2_score(hours, stage_pred)),
+    }
+
+
+def held_out_windows(
+    study: SleepStudy, store: Path | None, records: Sequence[str] | None
+) -> InMemoryWindows:
+    """The labelled windows of ``records`` of ``store`` (default: every record of it), or of the
+    nights every pool of the study holds out, normalised as the study normalises."""
+    if store is None:
+        store, records = study.pools.store.path, records or list(study.pools.plan.held_out)
+    return InMemoryWindows(
+        store, records=records, labelled_only=True, normalize=study.config.normalization
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--methods", nargs="+", default=["supervised", "part_windows", "mae"])
+    parser.add_argument(
+        "--store", type=Path, help="a store of nights no encoder saw (default: the pool store)"
+    )
+    parser.add_argument("--records", nargs="+", help="its records (default: all; pools' held out)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="random encoders")
+    args = parser.parse_args(argv[:split])
+    study_args = build_parser().parse_args(["cells", *argv[split + 1 :]])
+    study = study_from_args(study_args, **pool_settings(study_args))
+    windows = held_out_windows(study, args.store, args.records)
+    stages = np.asarray(windows.labels, dtype=np.int64)
+    seconds = windows.n_times / windows.sfreq
+    hours = windows.window_index.astype(np.float64) * seconds / 3600.0
+    nights = np.asarray(windows.record_index)
+    named = [windows.records[night] for night in np.unique(nights)]
+    print(
+        f"{len(windows)} labelled windows of {len(named)} nights no encoder saw "
+        f"({', '.join(named)}), {hours.max():.1f} h long"
+    )
+    print("| encoder | stage κ | hour R² | hour R², stage only |")
+    print("|---|---|---|---|")
+    for method in args.methods:
+        if method in SCRATCH_METHODS:
+            encoders = {
+                f"{method} (random, seed {seed})": study.window_encoder(method, seed, None)
+                for seed in args.seeds
+            }
+        else:
+            encoders = {
+                f"{method} @{pool}": study.window_encoder(method, 0, pool)
+                for pool in study.pool_names
+            }
+        for name, encoder in encoders.items():
+            features, _ = extract_features(encoder, windows)
+            scores = leave_one_night_out(features, stages, hours, nights, seed=0)
+            print(
+                f"| {name} | {scores['stage_kappa']:.3f} | {scores['hour_r2']:.3f} "
+                f"| {scores['hour_r2_stage_only']:.3f} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""The feature-content benchmark's measure: stage and time of night read from frozen features,
+each night predicted by models fitted on the others."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_feature_content.py"
+_SPEC = importlib.util.spec_from_file_location("bench_feature_content", _PATH)
+assert _SPEC is not None and _SPEC.loader is not None
+bench = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(bench)
+
+
+def nights(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Three 4-h nights of 480 windows: stages in bouts of 20 windows, the hour of each window,
+    the night id."""
+    rng = np.random.default_rng(seed)
+    stages = np.concatenate([np.repeat(rng.permutation(24) % 5, 20) for _ in range(3)])
+    hours = np.tile(np.arange(480) * 30 / 3600, 3)
+    return stages, hours, np.repeat(np.arange(3), 480)
+
+
+def test_a_clock_feature_gives_the_hour_and_a_stage_feature_the_stage() -> None:
+    stages, hours, night_ids = nights(0)
+    rng = np.random.default_rng(1)
+    stage_code = np.eye(5)[stages] + 0.1 * rng.standard_normal((len(stages), 5))
+    clock = hours[:, None] + 0.05 * rng.standard_normal((len(stages), 1))
+    noise = rng.standard_normal((len(stages), 4))
+
+    stage_only = bench.leave_one_night_out(
+        np.hstack([stage_code, noise]), stages, hours, night_ids, seed=0
+    )
+    assert stage_only["stage_kappa"] > 0.95
+    assert stage_only["hour_r2"] < 0.05  # the bouts are shuffled: stage says nothing of the hour
+    assert stage_only["hour_r2_stage_only"] == pytest.approx(stage_only["hour_r2"], abs=0.05)
+
+    clock_only = bench.leave_one_night_out(np.hstack([clock, noise]), stages, hours, night_ids, 0)
+    assert clock_only["hour_r2"] > 0.95
+    assert abs(clock_only["stage_kappa"]) < 0.1
+    assert clock_only["hour_r2_stage_only"] == stage_only["hour_r2_stage_only"]  # features unused
