@@ -346,7 +346,7 @@ def plot_sample_efficiency(
         ax.set_xlabel("labels: windows per stage (wK) or subjects")
         ax.set_title(f"{arm} arm")
         ax.grid(alpha=0.3)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), fontsize="small", ncol=1)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize="small", ncol=1)
     axes[0][0].set_ylabel("Cohen's kappa on test subjects")
     fig.suptitle("Sample efficiency (mean, spread and draws)" + (f"\n{note}" if note else ""))
     fig.tight_layout()
