@@ -16,7 +16,11 @@ the pools' held-out nights) with the study's normalisation, and reports leave-on
   (alpha chosen by cross-validation on the training nights), pooled over the held-out folds;
 - **hour R², stage only**: the same regression on the stage one-hot alone, the part of the
   clock a perfect stager would know. Features whose hour R² is far above it encode time of night
-  beyond the stage.
+  beyond the stage;
+- **stage κ with 20 windows per stage** (``--per-stage``): the probe fitted on that many
+  windows of each stage of the training nights (5 draws), the study's scarcest label budget;
+- **effective dimensions**: the participation ratio of the standardised features' covariance
+  spectrum, how many directions share their variance.
 
 Usage (the options after ``--`` are the study's, as given to ``sample_efficiency``)::
 
@@ -52,24 +56,35 @@ PROBE_CS = (1e-3, 1e-2, 1e-1, 1.0)
 
 
 def leave_one_night_out(
-    features: np.ndarray, stages: np.ndarray, hours: np.ndarray, nights: np.ndarray, seed: int
+    features: np.ndarray,
+    stages: np.ndarray,
+    hours: np.ndarray,
+    nights: np.ndarray,
+    seed: int,
+    per_stage: int = 20,
+    draws: int = 5,
 ) -> dict[str, float]:
     """Stage κ and hour R² of ``features: [N, F]`` (and the hour R² of the stage one-hot alone),
-    each night predicted by models fitted on the others.
+    each night predicted by models fitted on the others; and the stage κ of a probe fitted on
+    only ``per_stage`` windows of each stage of the other nights (the study's ``w20`` budget).
 
     Args:
         features: [N, F] frozen features of the windows.
         stages: [N] stage codes in ``[0, 5)``.
         hours: [N] hour of the night of each window (its start).
         nights: [N] night id of each window; at least two distinct.
-        seed: Seed of the probe's cross-validation split.
+        seed: Seed of the probe's cross-validation split and of the drawn windows.
+        per_stage: Labelled windows per stage of the scarce probe (all of a rarer stage).
+        draws: Draws of those windows per held-out night.
 
     Returns:
-        ``stage_kappa`` (mean over folds), ``hour_r2`` and ``hour_r2_stage_only`` (over the
-        pooled held-out predictions).
+        ``stage_kappa`` and ``stage_kappa_scarce`` (means over folds and draws), ``hour_r2`` and
+        ``hour_r2_stage_only`` (over the pooled held-out predictions).
     """
     one_hot = np.eye(5)[stages]
-    kappas, hour_pred, stage_pred = [], np.zeros_like(hours), np.zeros_like(hours)
+    kappas: list[float] = []
+    scarce_kappas: list[float] = []
+    hour_pred, stage_pred = np.zeros_like(hours), np.zeros_like(hours)
     for night in np.unique(nights):
         test, train = nights == night, nights != night
         probe = logistic_regression_probe(
@@ -82,6 +97,24 @@ def leave_one_night_out(
             seed=seed,
         )
         kappas.append(probe.report.cohen_kappa)
+        rng = np.random.default_rng(seed)
+        for _ in range(draws):
+            chosen = np.concatenate(
+                [
+                    rng.permutation(np.flatnonzero(train & (stages == stage)))[:per_stage]
+                    for stage in range(5)
+                ]
+            )
+            scarce = logistic_regression_probe(
+                features[chosen],
+                stages[chosen],
+                features[test],
+                stages[test],
+                num_classes=5,
+                inverse_regularisations=PROBE_CS,
+                seed=seed,
+            )
+            scarce_kappas.append(scarce.report.cohen_kappa)
         scaler = StandardScaler().fit(features[train])
         ridge = RidgeCV(alphas=RIDGE_ALPHAS).fit(scaler.transform(features[train]), hours[train])
         hour_pred[test] = ridge.predict(scaler.transform(features[test]))
@@ -89,9 +122,22 @@ def leave_one_night_out(
         stage_pred[test] = stage_only.predict(one_hot[test])
     return {
         "stage_kappa": float(np.mean(kappas)),
+        "stage_kappa_scarce": float(np.mean(scarce_kappas)),
         "hour_r2": float(r2_score(hours, hour_pred)),
         "hour_r2_stage_only": float(r2_score(hours, stage_pred)),
     }
+
+
+def effective_dimensions(features: np.ndarray) -> float:
+    """Participation ratio ``(Σλ)² / Σλ²`` of the eigenvalues λ of the standardised features'
+    covariance: about F for F independent features, 1 when one direction holds all variance.
+
+    Args:
+        features: [N, F] features.
+    """
+    standardised = StandardScaler().fit_transform(features)
+    eigenvalues = np.clip(np.linalg.eigvalsh(np.cov(standardised, rowvar=False)), 0.0, None)
+    return float(eigenvalues.sum() ** 2 / (eigenvalues**2).sum())
 
 
 def held_out_windows(
@@ -116,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--records", nargs="+", help="its records (default: all; pools' held out)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="random encoders")
+    parser.add_argument("--per-stage", type=int, default=20, help="windows per stage, scarce probe")
     args = parser.parse_args(argv[:split])
     study_args = build_parser().parse_args(["cells", *argv[split + 1 :]])
     study = study_from_args(study_args, **pool_settings(study_args))
@@ -129,8 +176,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{len(windows)} labelled windows of {len(named)} nights no encoder saw "
         f"({', '.join(named)}), {hours.max():.1f} h long"
     )
-    print("| encoder | stage κ | hour R² | hour R², stage only |")
-    print("|---|---|---|---|")
+    print(
+        f"| encoder | stage κ | stage κ, {args.per_stage} windows per stage "
+        "| hour R² | hour R², stage only | effective dimensions |"
+    )
+    print("|---|---|---|---|---|---|")
     for method in args.methods:
         if method in SCRATCH_METHODS:
             encoders = {
@@ -144,10 +194,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             }
         for name, encoder in encoders.items():
             features, _ = extract_features(encoder, windows)
-            scores = leave_one_night_out(features, stages, hours, nights, seed=0)
+            scores = leave_one_night_out(
+                features, stages, hours, nights, seed=0, per_stage=args.per_stage
+            )
             print(
-                f"| {name} | {scores['stage_kappa']:.3f} | {scores['hour_r2']:.3f} "
-                f"| {scores['hour_r2_stage_only']:.3f} |",
+                f"| {name} | {scores['stage_kappa']:.3f} | {scores['stage_kappa_scarce']:.3f} "
+                f"| {scores['hour_r2']:.3f} | {scores['hour_r2_stage_only']:.3f} "
+                f"| {effective_dimensions(features):.1f} |",
                 flush=True,
             )
 

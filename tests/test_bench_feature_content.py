@@ -35,11 +35,36 @@ def test_a_clock_feature_gives_the_hour_and_a_stage_feature_the_stage() -> None:
     stage_only = bench.leave_one_night_out(
         np.hstack([stage_code, noise]), stages, hours, night_ids, seed=0
     )
-    assert stage_only["stage_kappa"] > 0.95
+    assert stage_only["stage_kappa"] > 0.95 and stage_only["stage_kappa_scarce"] > 0.9
     assert stage_only["hour_r2"] < 0.05  # the bouts are shuffled: stage says nothing of the hour
     assert stage_only["hour_r2_stage_only"] == pytest.approx(stage_only["hour_r2"], abs=0.05)
 
     clock_only = bench.leave_one_night_out(np.hstack([clock, noise]), stages, hours, night_ids, 0)
     assert clock_only["hour_r2"] > 0.95
-    assert abs(clock_only["stage_kappa"]) < 0.1
+    assert abs(clock_only["stage_kappa"]) < 0.1 and abs(clock_only["stage_kappa_scarce"]) < 0.1
     assert clock_only["hour_r2_stage_only"] == stage_only["hour_r2_stage_only"]  # features unused
+
+
+def test_the_scarce_probe_reads_only_its_drawn_windows() -> None:
+    """A feature that separates the stages only through a few windows' noise cannot be learned
+    from 2 windows per stage, but from all of them; the draws are seeded."""
+    stages, hours, night_ids = nights(1)
+    rng = np.random.default_rng(2)
+    weak = np.eye(5)[stages] + 1.5 * rng.standard_normal((len(stages), 5))
+    full = bench.leave_one_night_out(weak, stages, hours, night_ids, seed=0, per_stage=2)
+    assert full["stage_kappa"] > full["stage_kappa_scarce"] + 0.1
+    again = bench.leave_one_night_out(weak, stages, hours, night_ids, seed=0, per_stage=2)
+    assert again == full
+
+
+def test_effective_dimensions_count_the_directions_that_share_the_variance() -> None:
+    rng = np.random.default_rng(0)
+    independent = rng.standard_normal((4000, 8))
+    assert bench.effective_dimensions(independent) == pytest.approx(8.0, rel=0.05)
+    one_direction = rng.standard_normal((4000, 1)) @ rng.standard_normal((1, 8))
+    one_direction += 1e-3 * rng.standard_normal((4000, 8))
+    assert bench.effective_dimensions(one_direction) == pytest.approx(1.0, abs=0.01)
+    two = np.hstack(
+        [np.repeat(independent[:, :1], 4, axis=1), np.repeat(independent[:, 1:2], 4, axis=1)]
+    )
+    assert bench.effective_dimensions(two) == pytest.approx(2.0, rel=0.05)
