@@ -20,7 +20,8 @@ the pools' held-out nights) with the study's normalisation, and reports leave-on
 - **stage κ with 20 windows per stage** (``--per-stage``): the probe fitted on that many
   windows of each stage of the training nights (5 draws), the study's scarcest label budget;
 - **effective dimensions**: the participation ratio of the standardised features' covariance
-  spectrum, how many directions share their variance.
+  spectrum, how many directions share their variance;
+- **night share**: how much of the features' within-stage variance is between nights.
 
 Usage (the options after ``--`` are the study's, as given to ``sample_efficiency``)::
 
@@ -140,6 +141,27 @@ def effective_dimensions(features: np.ndarray) -> float:
     return float(eigenvalues.sum() ** 2 / (eigenvalues**2).sum())
 
 
+def night_share(features: np.ndarray, stages: np.ndarray, nights: np.ndarray) -> float:
+    """Share of the standardised features' within-stage variance that is between nights: 0 when
+    every night's windows of a stage look alike on average, 1 when a stage's windows differ only
+    by their night (what a probe trained on a few nights' windows cannot generalise over).
+
+    Args:
+        features: [N, F] features.
+        stages: [N] stage codes.
+        nights: [N] night ids.
+    """
+    residual = StandardScaler().fit_transform(features)
+    between = np.zeros(residual.shape[1])
+    for stage in np.unique(stages):
+        mine = stages == stage
+        residual[mine] -= residual[mine].mean(axis=0)
+        for night in np.unique(nights[mine]):
+            cell = mine & (nights == night)
+            between += cell.sum() * residual[cell].mean(axis=0) ** 2
+    return float(between.sum() / (residual**2).sum())
+
+
 def held_out_windows(
     study: SleepStudy, store: Path | None, records: Sequence[str] | None
 ) -> InMemoryWindows:
@@ -178,9 +200,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     print(
         f"| encoder | stage κ | stage κ, {args.per_stage} windows per stage "
-        "| hour R² | hour R², stage only | effective dimensions |"
+        "| hour R² | hour R², stage only | effective dimensions | night share |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for method in args.methods:
         if method in SCRATCH_METHODS:
             encoders = {
@@ -200,7 +222,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(
                 f"| {name} | {scores['stage_kappa']:.3f} | {scores['stage_kappa_scarce']:.3f} "
                 f"| {scores['hour_r2']:.3f} | {scores['hour_r2_stage_only']:.3f} "
-                f"| {effective_dimensions(features):.1f} |",
+                f"| {effective_dimensions(features):.1f} "
+                f"| {night_share(features, stages, nights):.3f} |",
                 flush=True,
             )
 

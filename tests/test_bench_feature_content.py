@@ -68,3 +68,15 @@ def test_effective_dimensions_count_the_directions_that_share_the_variance() -> 
         [np.repeat(independent[:, :1], 4, axis=1), np.repeat(independent[:, 1:2], 4, axis=1)]
     )
     assert bench.effective_dimensions(two) == pytest.approx(2.0, rel=0.05)
+
+
+def test_night_share_is_the_between_night_part_of_the_within_stage_variance() -> None:
+    stages, _hours, night_ids = nights(2)
+    rng = np.random.default_rng(3)
+    stage_code = 3.0 * np.eye(5)[stages]
+    noise = rng.standard_normal((len(stages), 5))
+    assert bench.night_share(stage_code + noise, stages, night_ids) < 0.01
+    offset = np.array([-1.0, 0.0, 1.0])[night_ids][:, None]  # variance 2/3 between nights
+    share = bench.night_share(stage_code + noise + offset, stages, night_ids)
+    assert share == pytest.approx((2 / 3) / (2 / 3 + 1), abs=0.03)
+    assert bench.night_share(stage_code + 100 * offset, stages, night_ids) > 0.999
