@@ -88,34 +88,28 @@ def leave_one_night_out(
     hour_pred, stage_pred = np.zeros_like(hours), np.zeros_like(hours)
     for night in np.unique(nights):
         test, train = nights == night, nights != night
-        probe = logistic_regression_probe(
-            features[train],
-            stages[train],
-            features[test],
-            stages[test],
-            num_classes=5,
-            inverse_regularisations=PROBE_CS,
-            seed=seed,
-        )
-        kappas.append(probe.report.cohen_kappa)
-        rng = np.random.default_rng(seed)
-        for _ in range(draws):
-            chosen = np.concatenate(
-                [
-                    rng.permutation(np.flatnonzero(train & (stages == stage)))[:per_stage]
-                    for stage in range(5)
-                ]
-            )
-            scarce = logistic_regression_probe(
-                features[chosen],
-                stages[chosen],
+
+        def kappa_of_probe(fitted: np.ndarray, test: np.ndarray = test) -> float:
+            """κ on ``test`` of the probe fitted on the windows ``fitted`` (mask or indices)."""
+            probe = logistic_regression_probe(
+                features[fitted],
+                stages[fitted],
                 features[test],
                 stages[test],
                 num_classes=5,
                 inverse_regularisations=PROBE_CS,
                 seed=seed,
             )
-            scarce_kappas.append(scarce.report.cohen_kappa)
+            return probe.report.cohen_kappa
+
+        kappas.append(kappa_of_probe(train))
+        rng = np.random.default_rng(seed)
+        for _ in range(draws):
+            chosen = [
+                rng.permutation(np.flatnonzero(train & (stages == stage)))[:per_stage]
+                for stage in range(5)
+            ]
+            scarce_kappas.append(kappa_of_probe(np.concatenate(chosen)))
         scaler = StandardScaler().fit(features[train])
         ridge = RidgeCV(alphas=RIDGE_ALPHAS).fit(scaler.transform(features[train]), hours[train])
         hour_pred[test] = ridge.predict(scaler.transform(features[test]))
