@@ -7,8 +7,10 @@ frozen window encoder's features is stage and how much is the clock.
 
 For the encoders of a sample-efficiency study (``--methods``: a scratch method gives a random
 encoder of the study's shape, seeded; a pretrained method gives its encoder on every pool of the
-study), it encodes the labelled windows of full nights that no pool holds (``--records``; default
-the pools' held-out nights) with the study's normalisation, and reports leave-one-night-out:
+study, or its single pretraining when it has no pools), it encodes the labelled windows of full
+nights that no encoder saw (``--store``, e.g. a cohort generated with another seed, all its
+records or ``--records``; default the pools' held-out nights, whose PC18 test records carry no
+labels) with the study's normalisation, and reports leave-one-night-out:
 
 - **stage κ**: a logistic regression on the standardised features (``[CLS]`` and mean patch
   token, as the study's probe; C chosen by cross-validation on the training nights);
@@ -204,9 +206,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                 for seed in args.seeds
             }
         else:
+            pools: list[str | None] = list(study.pool_names) or [None]  # a study without pools
             encoders = {
-                f"{method} @{pool}": study.window_encoder(method, 0, pool)
-                for pool in study.pool_names
+                method + (f" @{pool}" if pool else ""): study.window_encoder(method, 0, pool)
+                for pool in pools
             }
         for name, encoder in encoders.items():
             features, _ = extract_features(encoder, windows)
