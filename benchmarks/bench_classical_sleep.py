@@ -1,6 +1,7 @@
 """Benchmark: the classical sleep-staging reference rows on a sleep study's split.
 
-Rows (see :mod:`partnd.classical`), Cohen's kappa on the split's test subjects (labelled windows):
+Rows (see :mod:`partnd.evaluation.classical`), Cohen's kappa on the split's test subjects (labelled
+windows):
 
 * **single-window**: YASA's per-epoch features of every EEG channel + LightGBM (YASA's settings);
 * **context**: YASA's full feature set (7.5 min centred and 2 min past rolling means, per-night
@@ -41,7 +42,9 @@ from pathlib import Path
 
 import numpy as np
 
-from partnd.classical import (
+from partnd.datasets.splits import SubjectSplit
+from partnd.datasets.store import SleepStore
+from partnd.evaluation.classical import (
     TIME_COLUMNS,
     FeatureTable,
     fit_classical_stager,
@@ -49,9 +52,7 @@ from partnd.classical import (
     sleep_features,
     yasa_pretrained_stages,
 )
-from partnd.datasets.splits import SubjectSplit
-from partnd.datasets.store import SleepStore
-from partnd.metrics import classification_metrics
+from partnd.evaluation.metrics import classification_metrics
 
 
 def kappa(labels: np.ndarray, predictions: np.ndarray) -> float:

@@ -58,7 +58,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from partnd.data import SignalSpec, as_signal_dataset
+from partnd.datasets.adapters import as_signal_dataset
 from partnd.engine.checkpoint import CheckpointManager
 from partnd.engine.compilation import COMPILE_MODES, resolve_compile
 from partnd.engine.config import PretrainConfig
@@ -67,6 +67,7 @@ from partnd.engine.precision import LOADER_DTYPES, resolve_loader_dtype, resolve
 from partnd.engine.trainer import Trainer, move_to
 from partnd.objectives import build_objective, list_objectives
 from partnd.pretraining import ObjectiveTask, pretrain
+from partnd.signal_info import SignalSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_loader import build_synthetic_store

@@ -48,7 +48,7 @@ from sklearn.metrics import r2_score
 from sklearn.preprocessing import StandardScaler
 
 from partnd.datasets.sleep_windows import InMemoryWindows
-from partnd.evaluation import extract_features, logistic_regression_probe
+from partnd.evaluation.probes import extract_features, logistic_regression_probe
 from partnd.recipes.sample_efficiency import build_parser, pool_settings
 from partnd.recipes.sleep_staging import study_from_args
 from partnd.recipes.sleep_study import SCRATCH_METHODS, SleepStudy

@@ -30,12 +30,12 @@ import torch.nn.functional as F
 from bench_objective_step import interleaved_times, training_step
 from bench_window_frontend import CANDIDATES
 
-from partnd.data import SignalSpec
 from partnd.engine.config import PretrainConfig
 from partnd.engine.precision import PRECISIONS, resolve_precision
 from partnd.models import PatchClassifier, create_encoder
 from partnd.objectives import build_objective
 from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES
+from partnd.signal_info import SignalSpec
 
 CHANNELS, SAMPLES, CLASSES = 6, 3000, 5
 

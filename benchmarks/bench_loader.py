@@ -9,7 +9,8 @@ is given):
    (``__getitems__`` decodes each chunk a batch touches once) and chunk-aware
    (:class:`ChunkShuffleSampler` + chunk cache + batched fetches);
 3. windows/s one training step consumes: 40 off-grid 1 s patches (6 × 100) per window are cut with
-   ``partnd.sampling.OffGridSampler`` and pass forward + backward + AdamW through the paper's
+   ``partnd.patches.sampling.OffGridSampler`` and pass forward + backward + AdamW through the
+   paper's
    12.9 M-parameter ``vit_eeg_12m`` encoder (fp32, batch 256 by default).
 
 It prints each loader's windows/s, the training steps/s it could feed, and the ratio
@@ -35,10 +36,11 @@ from scipy import signal as scipy_signal
 from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
 from tqdm.auto import tqdm
 
-from partnd.datasets.sleep_windows import ChunkShuffleSampler, SleepWindowDataset
+from partnd.datasets.sleep_windows import SleepWindowDataset
 from partnd.datasets.store import STAGE_NAMES, SleepStore, create_store, write_record
+from partnd.engine.sampler import ChunkShuffleSampler
 from partnd.models.registry import create_encoder
-from partnd.sampling import OffGridSampler
+from partnd.patches.sampling import OffGridSampler
 
 __all__ = [
     "build_synthetic_store",

@@ -41,13 +41,13 @@ from typing import Any
 
 import torch
 
-from partnd.data import SignalSpec
 from partnd.engine.compilation import COMPILE_MODES, compile_module, mark_step
 from partnd.engine.config import PretrainConfig
 from partnd.engine.distributed import resolve_device
 from partnd.engine.optim import build_optimizer
 from partnd.engine.precision import PRECISIONS, autocast, resolve_precision
 from partnd.objectives import build_encoder, build_objective, list_objectives
+from partnd.signal_info import SignalSpec
 
 SHAPES = {"eeg_sleep": (6, (3000,)), "images_cifar": (3, (32, 32))}
 

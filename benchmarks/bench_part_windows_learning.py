@@ -11,7 +11,7 @@ Pretrains ``part_windows`` on the pretraining pool of a sleep study's split (seg
   (alike to ``nmse``: the error falls through content, not shared samples);
 * the same objective's ``nmse`` on white-noise segments (its floor is 1 whatever it learned from
   sleep: below 1 would mean it matches the waveforms of overlapping windows, a shortcut);
-* a linear probe (Banville et al.'s protocol, :func:`partnd.evaluation.linear_probe`) of the
+* a linear probe (Banville et al.'s protocol, :func:`partnd.evaluation.probes.linear_probe`) of the
   frozen window encoder against the same encoder before pretraining (its random initialisation):
   trained on the labelled windows of ``--probe-subjects``, evaluated on ``--val-subjects`` (both
   from the split's fine-tuning pool, never its test subjects);
@@ -35,16 +35,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from partnd.data import SignalSpec
 from partnd.datasets.segments import SleepSegmentDataset
 from partnd.datasets.sleep_windows import InMemoryWindows
 from partnd.datasets.splits import SubjectSplit
 from partnd.engine.config import PretrainConfig
 from partnd.engine.precision import autocast
-from partnd.evaluation import linear_probe
+from partnd.evaluation.probes import linear_probe
 from partnd.objectives import CrossWindowPART, build_objective
 from partnd.pretraining import pretrain
 from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES
+from partnd.signal_info import SignalSpec
 
 
 def _config(args: argparse.Namespace, steps_per_epoch: int) -> PretrainConfig:

@@ -30,12 +30,12 @@ from typing import Any
 import torch
 from bench_objective_step import interleaved_times, training_step
 
-from partnd.data import SignalSpec
 from partnd.engine.config import PretrainConfig
 from partnd.engine.distributed import resolve_device
 from partnd.engine.precision import PRECISIONS, autocast, resolve_precision
 from partnd.objectives import CrossWindowPART, build_objective
 from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES
+from partnd.signal_info import SignalSpec
 
 CHANNELS = 6
 

@@ -35,7 +35,6 @@ import torch
 from bench_objective_step import interleaved_times, training_step
 from torch.utils.data import DataLoader
 
-from partnd.data import SignalSpec
 from partnd.datasets.pools import PretrainingPools
 from partnd.datasets.segments import SleepSegmentDataset
 from partnd.datasets.store import SleepStore
@@ -45,6 +44,7 @@ from partnd.engine.precision import PRECISIONS, resolve_precision
 from partnd.engine.sampler import ResumableBatchSampler, epoch_order
 from partnd.objectives import build_objective
 from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES, SCALES, STUDY_FRONTENDS
+from partnd.signal_info import SignalSpec
 
 
 def loader_rate(dataset: SleepSegmentDataset, batch_size: int, workers: int, batches: int) -> float:

@@ -5,7 +5,7 @@ prints its held-out pretext error over the content-free floor (1.0: nothing read
 on non-overlapping segments of each store given, split into the first hour of each night (sleep
 onset: wake, then N1, N2 and N3 in a fixed order) and the later hours, next to an untrained model
 of the same shape. Each value is the mean of three seeded evaluations of the same segments
-(:class:`partnd.evaluation.PretextMonitor`).
+(:class:`partnd.evaluation.probes.PretextMonitor`).
 
 It answers whether the pretext learned the night or only its stereotyped start: the demo cohort's
 2-h records hold sleep onset and the first cycle, so a segment's window order is largely given by
@@ -35,13 +35,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from partnd.data import SignalSpec
 from partnd.datasets.segments import SleepSegmentDataset
 from partnd.datasets.store import SleepStore
 from partnd.engine.checkpoint import load_checkpoint
 from partnd.engine.config import PretrainConfig
-from partnd.evaluation import PretextMonitor
+from partnd.evaluation.probes import PretextMonitor
 from partnd.objectives import build_objective
+from partnd.signal_info import SignalSpec
 
 SEEDS = (0, 1, 2)
 

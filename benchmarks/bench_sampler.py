@@ -2,9 +2,11 @@
 
 Side by side in one run, one thread (``torch.set_num_threads(1)``), median of interleaved repeats:
 
-* **sampler**: :class:`partnd.sampling.OffGridSampler` on a batch (integer boxes; fixed-size boxes
+* **sampler**: :class:`partnd.patches.sampling.OffGridSampler` on a batch (integer boxes;
+fixed-size boxes
   are exact slices, scaled boxes an anti-aliased separable resample by the compiled kernel that
-  applies each box's filter taps, :mod:`partnd.integer_box_resize`; with scaled boxes the same
+  applies each box's filter taps, :mod:`partnd.patches.integer_box_resize`; with scaled boxes the
+  same
   sampler forced to the kernel's fallback, dense matrix products grouped by extent, is timed in
   the same turns) against the authors' style,
   a Python loop over images and boxes that crops each box and resizes it with
@@ -43,11 +45,11 @@ import numpy as np
 import torch
 
 from partnd import sampling
-from partnd.data import SignalSpec
 from partnd.engine.config import PretrainConfig
-from partnd.integer_box_resize import resize_integer_boxes
 from partnd.objectives import build_encoder, build_objective
-from partnd.sampling import OffGridSampler
+from partnd.patches.integer_box_resize import resize_integer_boxes
+from partnd.patches.sampling import OffGridSampler
+from partnd.signal_info import SignalSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_objective_step import (

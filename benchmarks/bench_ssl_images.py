@@ -37,8 +37,8 @@ import torch
 
 from partnd.datasets.real_images import load_mnist_digits, low_label_split
 from partnd.engine.config import FinetuneConfig, PretrainConfig
-from partnd.evaluation import knn_eval, linear_probe, logistic_regression_probe
-from partnd.finetuning import evaluate, finetune
+from partnd.evaluation.probes import knn_eval, linear_probe, logistic_regression_probe
+from partnd.finetuning.training import evaluate, finetune
 from partnd.models import create_encoder
 from partnd.pretraining import load_encoder, pretrain
 

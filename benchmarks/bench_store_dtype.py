@@ -33,15 +33,11 @@ import torch
 
 from partnd.cohort.pc18_cohort import make_pc18_cohort
 from partnd.datasets.segments import SleepSegmentDataset
-from partnd.datasets.sleep_windows import (
-    InMemoryWindows,
-    SleepWindowDataset,
-    instance_normalize,
-    record_normalize,
-)
+from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
 from partnd.datasets.store import SleepStore
 from partnd.engine.config import PretrainConfig
-from partnd.evaluation import PretextMonitor, linear_probe
+from partnd.engine.normalization import instance_normalize, record_normalize
+from partnd.evaluation.probes import PretextMonitor, linear_probe
 from partnd.preprocessing.physionet2018 import preprocess_physionet2018
 from partnd.pretraining import pretrain
 from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES

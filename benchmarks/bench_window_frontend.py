@@ -14,7 +14,8 @@ and scores it on the **validation subjects only**; the test subjects are never r
 * seconds per optimiser step.
 
 The ``classical`` row is the reference the window arm should reach: YASA's single-window
-features and LightGBM (:mod:`partnd.classical`, the study's ``classical`` window row) trained on
+features and LightGBM (:mod:`partnd.evaluation.classical`, the study's ``classical`` window row)
+trained on
 the same subjects and scored on the same validation subjects (``val_last3`` is its one score).
 The ``spectra`` row (window arm) asks how much of it is in what the spectral front-ends read:
 the same LightGBM on each window's 0-30 Hz log-power spectrum of its 1 s patches (31 bins per
@@ -55,8 +56,8 @@ import numpy as np
 import torch
 
 from partnd.engine.checkpoint import atomic_write_json
-from partnd.finetuning import evaluate, finetune
-from partnd.metrics import classification_metrics
+from partnd.evaluation.metrics import classification_metrics
+from partnd.finetuning.training import evaluate, finetune
 from partnd.recipes.sleep_study import STUDY_FRONTENDS, SleepStudy, StudyConfig
 
 _SPECTRAL = STUDY_FRONTENDS["spectral"]
@@ -108,7 +109,7 @@ def lightgbm_row(
 ) -> dict[str, Any]:
     """A reference row: the classical stager's LightGBM fitted on ``train`` (``[N, F]``
     features, ``[N]`` stages) and scored on ``val``, in the cells' format."""
-    from partnd.classical import NUM_STAGES, fit_classical_stager, predict_stages
+    from partnd.evaluation.classical import NUM_STAGES, fit_classical_stager, predict_stages
 
     start = time.perf_counter()
     model = fit_classical_stager(train[0], train[1], seed=seed)

@@ -25,8 +25,8 @@ from matplotlib.axes import Axes
 from matplotlib.patches import Rectangle
 from sklearn.datasets import load_sample_image
 
-from partnd.sampling import GridSampler, OffGridSampler, PatchBatch
-from partnd.targets import relative_targets
+from partnd.patches.sampling import GridSampler, OffGridSampler, PatchBatch
+from partnd.patches.targets import relative_targets
 
 __all__ = ["draw_figure", "main"]
 

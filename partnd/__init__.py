@@ -28,25 +28,25 @@ from partnd._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from partnd._validation import InputError
-    from partnd.capabilities import (
+    from partnd.engine.config import FinetuneConfig, PretrainConfig
+    from partnd.engine.trainer import NonFiniteLossError
+    from partnd.evaluation.capabilities import (
         antisymmetry_score,
         negative_symmetry,
         offgrid_reconstruction,
         patch_uncertainty,
         scale_prediction,
     )
-    from partnd.engine.config import FinetuneConfig, PretrainConfig
-    from partnd.engine.trainer import NonFiniteLossError
-    from partnd.evaluation import (
+    from partnd.evaluation.metrics import ClassificationReport, classification_metrics
+    from partnd.evaluation.probes import (
         KNNMonitor,
         PretextMonitor,
         extract_features,
         knn_eval,
         linear_probe,
     )
-    from partnd.finetuning import FinetuneResult, evaluate, finetune
+    from partnd.finetuning.training import FinetuneResult, evaluate, finetune
     from partnd.inference import Prediction, predict, predict_records
-    from partnd.metrics import ClassificationReport, classification_metrics
     from partnd.models import (
         PatchClassifier,
         ViTEncoder,
@@ -56,33 +56,33 @@ if TYPE_CHECKING:
     )
     from partnd.models.serialization import load_classifier, load_encoder
     from partnd.objectives import PARTModel, list_objectives
+    from partnd.patches.sampling import GridSampler, OffGridSampler, PatchBatch, crop_and_resize
+    from partnd.patches.targets import all_pairs, relative_targets, sample_pairs
     from partnd.pretraining import PretrainResult, pretrain
-    from partnd.sampling import GridSampler, OffGridSampler, PatchBatch, crop_and_resize
     from partnd.signal_info import SignalInfo
-    from partnd.targets import all_pairs, relative_targets, sample_pairs
 
 from partnd._version import __version__
 
 _EXPORTS: dict[str, str] = {
     "InputError": "partnd._validation",
-    "OffGridSampler": "partnd.sampling",
-    "GridSampler": "partnd.sampling",
-    "PatchBatch": "partnd.sampling",
-    "crop_and_resize": "partnd.sampling",
-    "relative_targets": "partnd.targets",
-    "sample_pairs": "partnd.targets",
-    "all_pairs": "partnd.targets",
+    "OffGridSampler": "partnd.patches.sampling",
+    "GridSampler": "partnd.patches.sampling",
+    "PatchBatch": "partnd.patches.sampling",
+    "crop_and_resize": "partnd.patches.sampling",
+    "relative_targets": "partnd.patches.targets",
+    "sample_pairs": "partnd.patches.targets",
+    "all_pairs": "partnd.patches.targets",
     "ViTEncoder": "partnd.models",
     "create_encoder": "partnd.models",
     "list_encoders": "partnd.models",
     "build_head": "partnd.models",
     "PARTModel": "partnd.objectives",
     "list_objectives": "partnd.objectives",
-    "linear_probe": "partnd.evaluation",
-    "knn_eval": "partnd.evaluation",
-    "KNNMonitor": "partnd.evaluation",
-    "PretextMonitor": "partnd.evaluation",
-    "extract_features": "partnd.evaluation",
+    "linear_probe": "partnd.evaluation.probes",
+    "knn_eval": "partnd.evaluation.probes",
+    "KNNMonitor": "partnd.evaluation.probes",
+    "PretextMonitor": "partnd.evaluation.probes",
+    "extract_features": "partnd.evaluation.probes",
     "PatchClassifier": "partnd.models",
     "PretrainConfig": "partnd.engine.config",
     "FinetuneConfig": "partnd.engine.config",
@@ -95,16 +95,16 @@ _EXPORTS: dict[str, str] = {
     "predict_records": "partnd.inference",
     "Prediction": "partnd.inference",
     "SignalInfo": "partnd.signal_info",
-    "finetune": "partnd.finetuning",
-    "FinetuneResult": "partnd.finetuning",
-    "evaluate": "partnd.finetuning",
-    "classification_metrics": "partnd.metrics",
-    "ClassificationReport": "partnd.metrics",
-    "offgrid_reconstruction": "partnd.capabilities",
-    "patch_uncertainty": "partnd.capabilities",
-    "negative_symmetry": "partnd.capabilities",
-    "scale_prediction": "partnd.capabilities",
-    "antisymmetry_score": "partnd.capabilities",
+    "finetune": "partnd.finetuning.training",
+    "FinetuneResult": "partnd.finetuning.training",
+    "evaluate": "partnd.finetuning.training",
+    "classification_metrics": "partnd.evaluation.metrics",
+    "ClassificationReport": "partnd.evaluation.metrics",
+    "offgrid_reconstruction": "partnd.evaluation.capabilities",
+    "patch_uncertainty": "partnd.evaluation.capabilities",
+    "negative_symmetry": "partnd.evaluation.capabilities",
+    "scale_prediction": "partnd.evaluation.capabilities",
+    "antisymmetry_score": "partnd.evaluation.capabilities",
 }
 
 __all__ = [

@@ -20,7 +20,7 @@ def lazy_exports(
 
     Args:
         package: The package's name (``__name__`` of its ``__init__``).
-        exports: Public name -> the module defining it, absolute (``"partnd.sampling"``) or
+        exports: Public name -> the module defining it, absolute (``"partnd.patches.sampling"``) or
             relative to ``package`` (``".store"``).
 
     Returns:

@@ -36,7 +36,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from partnd._validation import check, renamed_arguments
-from partnd.data import as_signal_dataset, source_positions
+from partnd.datasets.adapters import as_signal_dataset, source_positions
 from partnd.datasets.nights import SleepNightDataset, time_of_night
 from partnd.datasets.sequences import SleepSequenceDataset
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
@@ -44,9 +44,9 @@ from partnd.datasets.stages import ANNOTATION_PREFIX, stage_description
 from partnd.datasets.store import SleepStore
 from partnd.engine.checkpoint import atomic_write_text
 from partnd.engine.distributed import resolve_device
+from partnd.finetuning.sequence import EVALUATION_CROP, predict_nights
 from partnd.models.night import NightClassifier
 from partnd.models.sequence import SequenceClassifier
-from partnd.sequence_training import EVALUATION_CROP, predict_nights
 
 __all__ = ["EDF_UNKNOWN_START", "Prediction", "predict", "predict_logits", "predict_records"]
 
@@ -65,7 +65,7 @@ def predict_logits(
     Args:
         model: Maps ``x: [B, C, *spatial]`` to logits ``[B, K]``.
         dataset: Items ``x [C, *spatial]`` (already checked, e.g. a
-            :class:`~partnd.data.SignalDataset`).
+            :class:`~partnd.datasets.adapters.SignalDataset`).
         batch_size: Batch size.
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:K"``.
 

@@ -34,7 +34,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from partnd._validation import InputError
-from partnd.data import as_signal_dataset, data_fingerprint
+from partnd.datasets.adapters import as_signal_dataset, data_fingerprint
 from partnd.engine.checkpoint import load_checkpoint
 from partnd.engine.config import PretrainConfig
 from partnd.engine.session import open_session
@@ -144,8 +144,9 @@ def pretrain(
         init_weights: Start the encoder from these weights: an ``encoder.pt``, a run directory, a
             training checkpoint or an encoder state dict.
         monitor: Called after every epoch with the objective (EMA weights when on) and the epoch;
-            its metrics are logged as ``phase="val"`` (e.g. :class:`partnd.evaluation.KNNMonitor`,
-            :class:`partnd.evaluation.PretextMonitor`).
+            its metrics are logged as ``phase="val"`` (e.g.
+            :class:`partnd.evaluation.probes.KNNMonitor`,
+            :class:`partnd.evaluation.probes.PretextMonitor`).
         select_metric: A metric of ``monitor`` to choose the pretraining budget on: the weights
             of its best evaluation are returned and saved, and ``patience`` (a config field)
             stops the run once it stops improving (the configured steps are then a cap).

@@ -19,7 +19,30 @@ from typing import Any
 
 from partnd._validation import InputError, check
 
-__all__ = ["SignalInfo", "channel_names", "match_signal"]
+__all__ = ["SignalInfo", "SignalSpec", "channel_names", "match_signal"]
+
+
+@dataclass(frozen=True)
+class SignalSpec:
+    """Shape of every item of a dataset.
+
+    Attributes:
+        in_chans: Channels C.
+        spatial_shape: Spatial extent, e.g. ``(3000,)`` for a 30 s EEG window at 100 Hz.
+    """
+
+    in_chans: int
+    spatial_shape: tuple[int, ...]
+
+    @property
+    def ndim(self) -> int:
+        """Number of spatial dimensions."""
+        return len(self.spatial_shape)
+
+    @property
+    def item_shape(self) -> tuple[int, ...]:
+        """``(C, *spatial)``."""
+        return (self.in_chans, *self.spatial_shape)
 
 
 @dataclass(frozen=True)
@@ -32,7 +55,7 @@ class SignalInfo:
         ch_names: Channel names in item order, or ``None`` when unknown.
         sfreq: Sampling rate in Hz of a 1-D signal, or ``None`` when unknown.
         normalization: How the windows of a sleep store were normalised (``"window"``,
-            ``"record"`` or ``"none"``, see :data:`partnd.datasets.sleep_windows.NORMALIZATIONS`),
+            ``"record"`` or ``"none"``, see :data:`partnd.engine.normalization.NORMALIZATIONS`),
             or ``None`` when unknown (arrays are used as given).
     """
 

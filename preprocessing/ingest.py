@@ -45,7 +45,7 @@ import mne
 import numpy as np
 
 from partnd._validation import InputError, check
-from partnd.cli_errors import OptionNames, run_command
+from partnd.cli.errors import OptionNames, run_command
 from partnd.datasets.stages import STAGE_ALIASES
 from partnd.datasets.store import RECORDS_GROUP, SIGNAL_DTYPES, SleepStore, check_record_id
 

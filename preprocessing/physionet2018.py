@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from partnd._validation import check
-from partnd.cli_errors import OptionNames, run_command
+from partnd.cli.errors import OptionNames, run_command
 from partnd.datasets.store import SIGNAL_DTYPES, SleepStore, remove_incomplete_records
 
 from .errors import FLAT_CHANNEL, UNEXPECTED_ERROR, RecordError

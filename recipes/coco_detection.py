@@ -2,7 +2,7 @@
 
 The paper fine-tunes "Mask R-CNN ... with 1x schedule (12 epochs) and 1024x1024 resolution ... the
 configuration of ViTDet ... ViT-B/16" and reports AP^b, AP^b_50 and AP^b_75 (appendix, "Object
-detection"). This recipe does that on a local COCO copy with :func:`partnd.detection.build_vitdet_mask_rcnn`:
+detection"). This recipe does that on a local COCO copy with :func:`partnd.models.vitdet.build_vitdet_mask_rcnn`:
 
 * **data**: ``ROOT/annotations/instances_{train,val}2017.json`` and ``ROOT/{train,val}2017/``
   images, read by ``torchvision.datasets.CocoDetection`` wrapped for ``transforms.v2`` (boxes,
@@ -29,7 +29,7 @@ The run directory holds ``settings.json``, ``checkpoints/last.pt``, ``metrics.js
 ``model.pt`` and ``train_result.json`` (training finished), ``detections_{bbox,segm}.json``,
 ``metrics.json`` and the table ``detection.{csv,md,json}`` (measured next to the paper's numbers).
 Without ``--encoder`` the backbone is a randomly initialised ``--set encoder=...`` (from scratch).
-Not reproduced: ViTDet's relative position biases (see :mod:`partnd.detection`) and its 100-epoch
+Not reproduced: ViTDet's relative position biases (see :mod:`partnd.models.vitdet`) and its 100-epoch
 schedule; the per-sample augmentation of worker processes (``num_workers > 0``) is not restored
 exactly on resume (with 0 workers it is).
 """  # noqa: E501
@@ -55,7 +55,6 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
 from partnd._validation import check
-from partnd.detection import build_vitdet_mask_rcnn
 from partnd.engine.checkpoint import (
     atomic_save,
     atomic_write_json,
@@ -67,6 +66,7 @@ from partnd.engine.optim import build_optimizer
 from partnd.engine.precision import autocast
 from partnd.models import ViTEncoder, create_encoder
 from partnd.models.serialization import encoder_from_spec, encoder_spec, load_encoder
+from partnd.models.vitdet import build_vitdet_mask_rcnn
 from partnd.recipes.sleep_report import write_table
 from partnd.recipes.study_directory import run_recipe
 
@@ -572,7 +572,8 @@ def evaluate(
     """COCO box and mask AP of ``model`` on the validation split.
 
     Args:
-        model: A Mask R-CNN from :func:`partnd.detection.build_vitdet_mask_rcnn` whose labels are
+        model: A Mask R-CNN from :func:`partnd.models.vitdet.build_vitdet_mask_rcnn` whose labels
+        are
             the contiguous ``1..K`` of :func:`coco_categories`.
         root: COCO root (``annotations/instances_val2017.json``, ``val2017/``).
         out: Where to write ``detections_bbox.json`` and ``detections_segm.json`` (``None``: no

@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
 from partnd._validation import check
-from partnd.data import as_labelled_dataset, data_fingerprint
+from partnd.datasets.adapters import as_labelled_dataset, data_fingerprint
 from partnd.engine.checkpoint import atomic_write_json
 from partnd.engine.config import FinetuneConfig
 from partnd.engine.session import open_session

@@ -17,9 +17,9 @@ import numpy as np
 
 from partnd.datasets.label_budget import LabelBudget
 from partnd.engine.checkpoint import atomic_save, atomic_write_text
-from partnd.metrics import ClassificationReport
+from partnd.evaluation.bootstrap import bootstrap_metric, kappa_metric, paired_bootstrap_difference
+from partnd.evaluation.metrics import ClassificationReport
 from partnd.objectives.diagnostics import pretext_error
-from partnd.stats import bootstrap_metric, kappa_metric, paired_bootstrap_difference
 
 __all__ = [
     "ARM_LINESTYLES",

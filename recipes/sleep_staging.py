@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from partnd._validation import check
-from partnd.cli_errors import OptionNames
+from partnd.cli.errors import OptionNames
 from partnd.objectives import list_objectives
 from partnd.recipes.sleep_report import (
     plot_confusion_matrices,

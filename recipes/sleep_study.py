@@ -41,7 +41,7 @@ Methods:
 | ``part``, ``part_grid``, ``mae``, ``mp3``, ``droppos``, ``part_windows`` | ``pretrain(method=name)`` on the pool | window, sequence and night (``part_windows``: both its levels), probe |
 | ``supervised`` | none: from scratch, with position embedding | window, sequence, night, probe (a random encoder) |
 | ``supervised_no_pos`` | none: from scratch, without position embedding | window, probe |
-| ``classical`` | none: YASA's features + LightGBM (:mod:`partnd.classical`) | window (the epoch's features), sequence (with YASA's context) |
+| ``classical`` | none: YASA's features + LightGBM (:mod:`partnd.evaluation.classical`) | window (the epoch's features), sequence (with YASA's context) |
 | ``yasa_pretrained`` | YASA's shipped classifier, no labels | sequence |
 
 Every neural cell uses the same protocol for every initialisation: a step budget, the EEG
@@ -72,24 +72,22 @@ import torch
 
 from partnd._validation import check, renamed_arguments
 from partnd.cohort.pc18_cohort import ensure_sample_cohort
-from partnd.data import as_labelled_dataset
+from partnd.datasets.adapters import as_labelled_dataset
 from partnd.datasets.label_budget import LabelBudget, LabelDraw, draw_labels
 from partnd.datasets.nights import SleepNightDataset
 from partnd.datasets.pools import pool_name
 from partnd.datasets.sequences import SleepSequenceDataset
-from partnd.datasets.sleep_windows import (
-    InMemoryWindows,
-    SleepWindowDataset,
-    resolve_normalization,
-)
+from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
 from partnd.datasets.splits import SubjectSplit, make_subject_split
 from partnd.datasets.store import SIGNAL_DTYPES, SleepStore
 from partnd.engine.checkpoint import atomic_write_json
 from partnd.engine.config import FinetuneConfig, PretrainConfig
-from partnd.evaluation import linear_probe
-from partnd.finetuning import FinetuneResult, finetune
+from partnd.engine.normalization import resolve_normalization
+from partnd.evaluation.metrics import ClassificationReport, classification_metrics
+from partnd.evaluation.probes import linear_probe
+from partnd.finetuning.sequence import EVALUATION_CROP, predict_nights
+from partnd.finetuning.training import FinetuneResult, finetune
 from partnd.inference import predict_logits
-from partnd.metrics import ClassificationReport, classification_metrics
 from partnd.models import NightClassifier, SequenceClassifier, ViTEncoder, create_encoder
 from partnd.models.serialization import ENCODER_FILE, load_encoder
 from partnd.objectives import list_objectives
@@ -97,7 +95,6 @@ from partnd.preprocessing.pipeline import PreprocessingConfig
 from partnd.pretraining import pretrain
 from partnd.recipes.study_directory import claim_study_directory
 from partnd.recipes.study_pools import PoolStage, preprocessed, read_jsonl
-from partnd.sequence_training import EVALUATION_CROP, predict_nights
 
 __all__ = [
     "ARMS",
@@ -917,7 +914,7 @@ class SleepStudy:
     def classical_features(self) -> Any:
         """YASA's features (with context) of every labelled window of the split's labelled
         records, computed once (``features.npz``)."""
-        from partnd.classical import FeatureTable, sleep_features
+        from partnd.evaluation.classical import FeatureTable, sleep_features
 
         path = self.out / "features.npz"
         if path.is_file():
@@ -1081,7 +1078,11 @@ class SleepStudy:
         self, method: str, arm: str, draw: LabelDraw, seed: int
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """A classical row: YASA's features + LightGBM, or YASA's pretrained classifier."""
-        from partnd.classical import fit_classical_stager, predict_stages, yasa_pretrained_stages
+        from partnd.evaluation.classical import (
+            fit_classical_stager,
+            predict_stages,
+            yasa_pretrained_stages,
+        )
 
         test_records = list(self.split.test_records)
         if method == "yasa_pretrained":  # no labels: one prediction shared by every cell

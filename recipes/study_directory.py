@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from partnd._validation import check
-from partnd.cli_errors import OptionNames, run_command
+from partnd.cli.errors import OptionNames, run_command
 from partnd.engine.checkpoint import atomic_write_json
 
 __all__ = [
@@ -63,7 +63,7 @@ def run_recipe(
 ) -> int:
     """Run a recipe's command ``body``: bad input, a non-finite loss or Ctrl-C end with one line
     naming its ``options`` and an exit status (2, 1, 130), not a traceback (see
-    :func:`partnd.cli_errors.run_command`); after Ctrl-C the line says to re-run the command
+    :func:`partnd.cli.errors.run_command`); after Ctrl-C the line says to re-run the command
     (its stages resume)."""
     from partnd.engine.trainer import TrainingInterrupted
 

@@ -11,7 +11,8 @@ subjects' nights are held out of every pool.
 Each (method, pool) pretraining (``OUT/pretrain_pools/<pool>/<method>/``, an engine run) trains
 at most the scale's ``pool_pretrain`` step cap (``--pretrain-steps``), evaluates the pretext
 error on the held-out nights every ``eval_every_steps`` (at epoch ends;
-:class:`partnd.evaluation.PretextMonitor`: the same segments or windows, pairs and masks at every
+:class:`partnd.evaluation.probes.PretextMonitor`: the same segments or windows, pairs and masks at
+every
 evaluation) and stops after ``patience`` evaluations without a lower error; the encoder kept is
 the best evaluation's. ``selection.json``, written last, marks it finished and records the pool,
 the chosen step, the steps trained, the cap and the throughput (segments or windows per second
@@ -35,7 +36,7 @@ from partnd.datasets.sleep_windows import SleepWindowDataset
 from partnd.datasets.store import SleepStore
 from partnd.engine.checkpoint import atomic_write_json
 from partnd.engine.config import PretrainConfig
-from partnd.evaluation import PretextMonitor
+from partnd.evaluation.probes import PretextMonitor
 from partnd.objectives.diagnostics import pretext_error
 from partnd.preprocessing.physionet2018 import preprocess_physionet2018
 from partnd.preprocessing.pipeline import without_overwrite_remedy

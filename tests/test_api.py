@@ -21,14 +21,14 @@ def test_unknown_name_raises_attribute_error():
 
 
 def test_top_level_names_are_the_implementations():
-    import partnd.finetuning
+    import partnd.finetuning.training
     import partnd.pretraining
-    from partnd.sampling import OffGridSampler
+    from partnd.patches.sampling import OffGridSampler
 
     # Importing the implementing modules must not shadow the functions of the same role.
     assert partnd.pretrain is partnd.pretraining.pretrain
-    assert partnd.finetune is partnd.finetuning.finetune
-    assert partnd.evaluate is partnd.finetuning.evaluate
+    assert partnd.finetune is partnd.finetuning.training.finetune
+    assert partnd.evaluate is partnd.finetuning.training.evaluate
     assert partnd.OffGridSampler is OffGridSampler
 
 

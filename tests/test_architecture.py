@@ -99,9 +99,9 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_graph_is_read_from_real_imports() -> None:
     graph = import_graph()
-    assert "partnd.sampling" in graph["partnd.objectives"]
+    assert "partnd.patches.sampling" in graph["partnd.objectives"]
     assert "partnd.datasets.store" in graph["partnd.datasets.sleep_windows"]
-    assert "partnd.resampling" in graph["partnd.integer_box_resize"]
+    assert "partnd.patches.resampling" in graph["partnd.patches.integer_box_resize"]
 
 
 def test_no_import_circle() -> None:
@@ -144,3 +144,52 @@ def test_no_module_under_datasets_synthesises_signals() -> None:
 def test_public_cohort_names_import_from_their_documented_places(where: str, name: str) -> None:
     module = __import__(where, fromlist=[name])
     assert callable(getattr(module, name))
+
+
+LOWER_LAYERS = ("partnd.patches", "partnd.models", "partnd.objectives", "partnd.engine")
+UPPER_LAYERS = (
+    "partnd.datasets",
+    "partnd.cohort",
+    "partnd.recipes",
+    "partnd.preprocessing",
+    "partnd.finetuning",
+    "partnd.evaluation",
+    "partnd.cli",
+)
+
+
+def _under(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == package or name.startswith(package + ".") for package in packages)
+
+
+def test_the_core_models_objectives_and_engine_never_import_data_readers_or_recipes() -> None:
+    graph = import_graph()
+    lower = [name for name in graph if _under(name, LOWER_LAYERS)]
+    assert "partnd.engine.sampler" in lower and "partnd.patches.sampling" in lower
+    leaks = {
+        name: sorted(t for t in graph[name] if _under(t, UPPER_LAYERS))
+        for name in lower
+        if any(_under(t, UPPER_LAYERS) for t in graph[name])
+    }
+    assert leaks == {}
+
+
+def test_the_patch_core_imports_nothing_of_the_layers_above_it() -> None:
+    graph = import_graph()
+    above = ("partnd.models", "partnd.objectives", "partnd.engine", *UPPER_LAYERS)
+    leaks = {
+        name: sorted(t for t in graph[name] if _under(t, above))
+        for name in graph
+        if _under(name, ("partnd.patches",)) and any(_under(t, above) for t in graph[name])
+    }
+    assert leaks == {}
+
+
+def test_the_layering_check_catches_a_leak() -> None:
+    graph = {"partnd.engine.sampler": {"partnd.datasets.sleep_windows"}}
+    assert any(_under(t, UPPER_LAYERS) for t in graph["partnd.engine.sampler"])
+
+
+def test_the_package_top_level_holds_few_modules() -> None:
+    top = sorted(path.stem for path in (ROOT / "partnd").glob("*.py"))
+    assert len(top) <= 8, top

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from partnd._validation import InputError
-from partnd.augment import (
+from partnd.engine.augment import (
     AUGMENTATIONS,
     build_augmentation,
     hflip,
@@ -17,7 +17,7 @@ from partnd.augment import (
     time_shift,
 )
 from partnd.engine.config import FinetuneConfig
-from partnd.finetuning import finetune
+from partnd.finetuning.training import finetune
 
 
 def generator(seed: int = 0) -> torch.Generator:

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 import partnd
 from partnd._validation import InputError
-from partnd.capabilities import (
+from partnd.evaluation.capabilities import (
     antisymmetry_score,
     negative_symmetry,
     offgrid_reconstruction,
@@ -24,8 +24,8 @@ from partnd.capabilities import (
 from partnd.models.heads import build_head
 from partnd.models.registry import create_encoder
 from partnd.objectives import PARTModel
-from partnd.sampling import OffGridSampler, PatchBatch
-from partnd.targets import all_pairs, relative_targets
+from partnd.patches.sampling import OffGridSampler, PatchBatch
+from partnd.patches.targets import all_pairs, relative_targets
 
 # (ndim, spatial shape, patch size, patches per example, channels)
 SETTINGS = {1: ((64,), 8, 10, 2), 2: ((16, 12), 4, 12, 3)}
@@ -385,9 +385,9 @@ def test_figures_are_written(ndim: int, tmp_path: Path) -> None:
 
 
 def test_pretraining_on_digits_improves_placement(tmp_path: Path) -> None:
-    from partnd.data import SignalSpec
     from partnd.datasets.real_images import load_sklearn_digits
     from partnd.objectives import build_objective
+    from partnd.signal_info import SignalSpec
 
     images, _ = load_sklearn_digits()
     config = partnd.PretrainConfig.preset(

@@ -1,4 +1,5 @@
-"""Classical sleep-staging rows (:mod:`partnd.classical`): YASA's features against hand-computed
+"""Classical sleep-staging rows (:mod:`partnd.evaluation.classical`): YASA's features against
+hand-computed
 values, their alignment with ``InMemoryWindows``, the LightGBM stager and YASA's pretrained path."""
 
 from __future__ import annotations
@@ -13,7 +14,11 @@ import scipy.signal
 from scipy.integrate import simpson, trapezoid
 
 from partnd._validation import InputError
-from partnd.classical import (
+from partnd.cohort.hypnogram import hypnogram_from_string
+from partnd.cohort.pc18_cohort import plan_cohort, synthesize_record
+from partnd.datasets.sleep_windows import InMemoryWindows
+from partnd.datasets.store import create_store, write_record
+from partnd.evaluation.classical import (
     YASA_CLASS_WEIGHT,
     YASA_LGBM_PARAMS,
     FeatureTable,
@@ -24,11 +29,7 @@ from partnd.classical import (
     sleep_features,
     yasa_pretrained_stages,
 )
-from partnd.cohort.hypnogram import hypnogram_from_string
-from partnd.cohort.pc18_cohort import plan_cohort, synthesize_record
-from partnd.datasets.sleep_windows import InMemoryWindows
-from partnd.datasets.store import create_store, write_record
-from partnd.metrics import classification_metrics
+from partnd.evaluation.metrics import classification_metrics
 
 SFREQ = 100.0
 T = 3000

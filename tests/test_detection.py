@@ -1,4 +1,5 @@
-"""ViTDet backbone and Mask R-CNN (partnd.detection) and the COCO recipe, on a small COCO-format set
+"""ViTDet backbone and Mask R-CNN (partnd.models.vitdet) and the COCO recipe, on a small
+COCO-format set
 of real MNIST digits pasted onto a real photograph (boxes, polygon and RLE masks, a crowd object,
 an image without objects)."""
 
@@ -13,15 +14,15 @@ import torch
 from torch import Tensor, nn
 
 from partnd._validation import InputError
-from partnd.detection import (
+from partnd.models import create_encoder
+from partnd.models.serialization import save_encoder
+from partnd.models.vitdet import (
     SimpleFeaturePyramid,
     ViTDetBackbone,
     build_vitdet_mask_rcnn,
     default_global_blocks,
     interpolate_position_embedding,
 )
-from partnd.models import create_encoder
-from partnd.models.serialization import save_encoder
 
 pycocotools = pytest.importorskip("pycocotools")
 from pycocotools import mask as mask_utils  # noqa: E402

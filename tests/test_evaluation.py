@@ -11,7 +11,7 @@ import torch
 from partnd._validation import InputError
 from partnd.datasets.real_images import load_sklearn_digits, low_label_split
 from partnd.engine.config import PretrainConfig
-from partnd.evaluation import (
+from partnd.evaluation.probes import (
     KNNMonitor,
     extract_features,
     knn_eval,

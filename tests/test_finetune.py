@@ -1,4 +1,4 @@
-"""Tests of ``partnd.finetuning`` and ``partnd.evaluate``."""
+"""Tests of ``partnd.finetuning.training`` and ``partnd.evaluate``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from torch import nn
 
 from partnd._validation import InputError
 from partnd.engine.config import FinetuneConfig, PretrainConfig
-from partnd.finetuning import balanced_class_weights, evaluate, finetune
+from partnd.finetuning.training import balanced_class_weights, evaluate, finetune
 from partnd.models import create_encoder
 from partnd.pretraining import pretrain
 

@@ -13,7 +13,7 @@ from torch import nn
 
 from partnd._validation import InputError
 from partnd.engine.config import FinetuneConfig
-from partnd.finetuning import finetune
+from partnd.finetuning.training import finetune
 from partnd.models import PatchClassifier, create_encoder
 from partnd.models.frontends import (
     ConvPatchEmbed,

@@ -192,7 +192,7 @@ def test_part_step_loss_and_gradients_equal_the_textbook_head(anchored: bool) ->
     gives the loss and every gradient of the same step with the paper's textbook head."""
     from partnd.models.registry import create_encoder
     from partnd.objectives import PARTModel
-    from partnd.sampling import OffGridSampler
+    from partnd.patches.sampling import OffGridSampler
 
     position = {"num_positions": 8, "pos_mask_ratio": 0.25} if anchored else {}
     encoder = create_encoder("vit_test", in_chans=2, patch_size=5, ndim=1, **position)

@@ -1,4 +1,5 @@
-"""Tests for partnd.integer_box_resize: whole-sample boxes on the CPU, equal to crop_and_resize."""
+"""Tests for partnd.patches.integer_box_resize: whole-sample boxes on the CPU, equal to
+crop_and_resize."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import partnd.integer_box_resize as integer_box_resize
-from partnd.integer_box_resize import (
+import partnd.patches.integer_box_resize as integer_box_resize
+from partnd.patches.integer_box_resize import (
     _pad_channels_last,
     extent_table,
     resize_integer_boxes,
     taps_kernel_available,
 )
-from partnd.sampling import OffGridSampler, crop_and_resize
+from partnd.patches.sampling import OffGridSampler, crop_and_resize
 
 needs_numba = pytest.mark.skipif(not taps_kernel_available(), reason="numba is not installed")
 Method = Literal["taps", "products"]
@@ -205,7 +206,7 @@ def test_off_grid_sampler_takes_this_path_on_the_cpu(monkeypatch: pytest.MonkeyP
         calls.append(list(args[4]))  # type: ignore[call-overload]
         return resize_integer_boxes(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr("partnd.sampling.resize_integer_boxes", spy)
+    monkeypatch.setattr("partnd.patches.sampling.resize_integer_boxes", spy)
     x = torch.randn(2, 3, 40, 36)
     generator = torch.Generator().manual_seed(3)
     batch = OffGridSampler(2, (8, 6), 30, scale_range=(0.5, 2.0))(x, generator)

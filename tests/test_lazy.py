@@ -12,10 +12,10 @@ from partnd._lazy import lazy_exports
 
 def test_lazy_exports_resolve_relative_and_absolute_modules() -> None:
     from partnd.datasets.store import SleepStore
-    from partnd.sampling import OffGridSampler
+    from partnd.patches.sampling import OffGridSampler
 
     module_getattr, module_dir = lazy_exports(
-        "partnd.datasets", {"SleepStore": ".store", "OffGridSampler": "partnd.sampling"}
+        "partnd.datasets", {"SleepStore": ".store", "OffGridSampler": "partnd.patches.sampling"}
     )
     assert module_getattr("SleepStore") is SleepStore
     assert module_getattr("OffGridSampler") is OffGridSampler
@@ -41,7 +41,7 @@ def test_a_package_face_imports_a_module_only_when_its_name_is_used() -> None:
 
 
 def test_the_command_line_starts_without_torch() -> None:
-    # torch loads inside the command's guard (partnd.cli_errors.run_command): Ctrl-C while it
+    # torch loads inside the command's guard (partnd.cli.errors.run_command): Ctrl-C while it
     # loads ends with one line and status 130, not a KeyboardInterrupt traceback
     code = (
         "import sys, partnd.cli, partnd.engine as e\n"

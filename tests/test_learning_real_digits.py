@@ -16,7 +16,7 @@ import torch
 
 from partnd.datasets.real_images import load_mnist_digits, low_label_split
 from partnd.engine.config import PretrainConfig
-from partnd.evaluation import knn_eval, linear_probe
+from partnd.evaluation.probes import knn_eval, linear_probe
 from partnd.models import create_encoder
 from partnd.pretraining import pretrain
 

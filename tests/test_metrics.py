@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from partnd._validation import InputError
-from partnd.metrics import classification_metrics, cohen_kappa, confusion_matrix
+from partnd.evaluation.metrics import classification_metrics, cohen_kappa, confusion_matrix
 
 Y_TRUE = [0, 0, 0, 1, 1, 2, 2, 2, 2, 0]
 Y_PRED = [0, 1, 0, 1, 2, 2, 2, 0, 2, 0]

@@ -14,8 +14,8 @@ from partnd.datasets.nights import SleepNightDataset, time_of_night
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
 from partnd.datasets.store import STAGE_NAMES, create_store, write_record
 from partnd.engine.config import FinetuneConfig
+from partnd.finetuning.sequence import build_sequence_classifier, predict_nights
 from partnd.models import NightClassifier
-from partnd.sequence_training import build_sequence_classifier, predict_nights
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -155,7 +155,7 @@ def test_save_load_and_predict_give_the_same_nights(gappy_store, tmp_path: Path)
 
 
 def test_finetune_learns_a_planted_task_and_evaluates_whole_nights(tmp_path: Path) -> None:
-    from partnd.finetuning import evaluate, finetune
+    from partnd.finetuning.training import evaluate, finetune
 
     store = _staged_store(tmp_path / "store.zarr")
     train = InMemoryWindows(store, records=["r0", "r1", "r2"], progress=False)
@@ -192,7 +192,7 @@ def test_finetune_learns_a_planted_task_and_evaluates_whole_nights(tmp_path: Pat
 def test_part_across_windows_initialises_both_levels_from_its_run_directory(
     gappy_store, tmp_path: Path
 ) -> None:
-    from partnd.finetuning import finetune
+    from partnd.finetuning.training import finetune
     from partnd.models import HierarchicalEncoder, create_encoder, create_temporal_encoder
     from partnd.models.serialization import save_hierarchical_encoder
 

@@ -22,7 +22,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from partnd.data import SignalSpec
 from partnd.engine import compilation
 from partnd.engine.config import PretrainConfig
 from partnd.models.frontends import list_frontends
@@ -39,6 +38,7 @@ from partnd.objectives import (
 from partnd.objectives.droppos import grid_coordinates, position_smoothing, smoothed_labels
 from partnd.objectives.mae import decoder_width, masked_count, normalized_patch_targets
 from partnd.pretraining import pretrain
+from partnd.signal_info import SignalSpec
 
 METHODS = list_objectives()
 BASELINES = ["mae", "mp3", "droppos"]

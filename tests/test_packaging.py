@@ -86,14 +86,24 @@ def test_wheel_installs_only_the_partnd_namespace(tmp_path: Path) -> None:
         archive.extractall(site)
     (Path(site) / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     check = (
-        "import importlib.util, partnd, partnd.preprocessing.pipeline, partnd.recipes.sleep_study;"
+        "import importlib, importlib.util, pkgutil, partnd, partnd.preprocessing.pipeline;"
         f"assert partnd.__file__.startswith({site!r}), partnd.__file__;"
         "assert importlib.util.find_spec('preprocessing') is None;"
         "assert importlib.util.find_spec('recipes') is None;"
-        "print('ok')"
+        "missing = [n for n in partnd.__all__ if getattr(partnd, n, None) is None];"
+        "assert not missing, missing;"
+        "names = [m.name for m in pkgutil.walk_packages(partnd.__path__, 'partnd.')];"
+        "names = [n for n in names if not n.endswith('__main__')];"
+        "modules = [importlib.import_module(n) for n in names];"
+        "unbound = [f'{m.__name__}.{n}' for m in modules for n in getattr(m, '__all__', ())"
+        " if not hasattr(m, n)];"
+        "assert not unbound, unbound;"
+        "assert 'partnd.recipes.sleep_study' in names and 'partnd.patches.sampling' in names;"
+        "print('ok', len(names))"
     )
     out = subprocess.run(
         [str(python), "-c", check], cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
+    assert out.stdout.strip().startswith("ok ")
+    assert int(out.stdout.split()[1]) > 100  # every module of the installed package imported

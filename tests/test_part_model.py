@@ -12,8 +12,8 @@ from partnd.models.frontends import list_frontends
 from partnd.models.heads import build_head
 from partnd.models.registry import create_encoder
 from partnd.objectives import PARTModel
-from partnd.sampling import GridSampler, OffGridSampler
-from partnd.targets import relative_targets
+from partnd.patches.sampling import GridSampler, OffGridSampler
+from partnd.patches.targets import relative_targets
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -13,17 +13,18 @@ import pytest
 import torch
 
 from partnd._validation import InputError
-from partnd.data import SignalSpec
 from partnd.datasets.segments import SleepSegmentDataset
-from partnd.datasets.sleep_windows import SleepWindowDataset, instance_normalize
+from partnd.datasets.sleep_windows import SleepWindowDataset
 from partnd.datasets.store import create_store, write_record
 from partnd.engine.config import PretrainConfig
+from partnd.engine.normalization import instance_normalize
 from partnd.models.frontends import list_frontends
 from partnd.models.sequence import HierarchicalEncoder
 from partnd.models.serialization import load_encoder, load_hierarchical_encoder
 from partnd.objectives import CrossWindowPART, build_objective
 from partnd.objectives.part_windows import ScaledHead, isolated_windows, sincos_positions
 from partnd.pretraining import pretrain
+from partnd.signal_info import SignalSpec
 
 WINDOW, SEGMENT = 40, 8  # windows of 40 samples (4 tiles of 10), segments of 8 windows
 CHANNELS = ["C3-M2", "C4-M1"]

@@ -11,7 +11,7 @@ import torch
 from partnd._validation import InputError
 from partnd.engine.checkpoint import load_checkpoint
 from partnd.engine.config import PretrainConfig
-from partnd.evaluation import PretextMonitor
+from partnd.evaluation.probes import PretextMonitor
 from partnd.objectives.diagnostics import pretext_error
 from partnd.pretraining import pretrain
 

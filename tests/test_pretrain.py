@@ -11,14 +11,14 @@ import torch
 from torch.utils.data import Dataset
 
 from partnd._validation import InputError
-from partnd.data import as_signal_dataset
+from partnd.datasets.adapters import as_signal_dataset
 from partnd.engine import compilation
 from partnd.engine.checkpoint import load_checkpoint
 from partnd.engine.config import PretrainConfig
 from partnd.engine.trainer import NonFiniteLossError
+from partnd.patches.sampling import OffGridSampler
+from partnd.patches.targets import relative_targets, sample_pairs
 from partnd.pretraining import load_encoder, pretrain
-from partnd.sampling import OffGridSampler
-from partnd.targets import relative_targets, sample_pairs
 
 
 def ramp_1d(n: int, seed: int = 0) -> np.ndarray:
@@ -483,7 +483,7 @@ def test_worker_processes_give_the_same_run(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("shape", [(4, 2, 400), (4, 1, 16, 16), (4, 1, 8, 8, 8)])
 def test_no_position_embedding_for_any_ndim(shape: tuple[int, ...]) -> None:
-    from partnd.data import as_signal_dataset
+    from partnd.datasets.adapters import as_signal_dataset
     from partnd.objectives import build_objective
 
     _, spec = as_signal_dataset(torch.randn(*shape))

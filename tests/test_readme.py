@@ -29,7 +29,7 @@ def test_readme_example_runs_and_the_ema_follows_the_training(
     from partnd.objectives import build_objective
 
     torch.manual_seed(result.config.seed)
-    from partnd.data import SignalSpec
+    from partnd.signal_info import SignalSpec
 
     initial = build_objective(result.config, SignalSpec(6, (3000,))).encoder.state_dict()
     trained = {k[8:]: v for k, v in checkpoint["model"].items() if k.startswith("encoder.")}

@@ -1,4 +1,5 @@
-"""Tests for partnd.sampling: box geometry, resampling conventions, grid tiling and validation."""
+"""Tests for partnd.patches.sampling: box geometry, resampling conventions, grid tiling and
+validation."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from partnd._validation import InputError
-from partnd.sampling import GridSampler, OffGridSampler, PatchBatch, crop_and_resize
+from partnd.patches.sampling import GridSampler, OffGridSampler, PatchBatch, crop_and_resize
 
 INTERPOLATION_MODES = {1: "linear", 2: "bilinear", 3: "trilinear"}
 
@@ -150,7 +151,7 @@ def test_offgrid_patches_are_exact_slices_and_an_on_grid_box_equals_its_tile(ndi
 def test_sampling_needs_no_host_synchronisation(host_syncs, monkeypatch) -> None:
     # the accelerator path: on the CPU whole-sample scale boxes take resize_integer_boxes, which
     # reads the extents back (free there)
-    monkeypatch.setattr("partnd.sampling._resample_by_extent", lambda x: False)
+    monkeypatch.setattr("partnd.patches.sampling._resample_by_extent", lambda x: False)
     x = torch.randn(2, 3, 30, 26)
     generator = _generator(8)
     samplers = [

@@ -10,14 +10,14 @@ from partnd._validation import InputError
 from partnd.datasets.sequences import SleepSequenceDataset
 from partnd.datasets.sleep_windows import InMemoryWindows
 from partnd.engine.config import FinetuneConfig
-from partnd.models import HierarchicalEncoder, create_encoder, create_temporal_encoder
-from partnd.sequence_training import (
+from partnd.finetuning.sequence import (
     SequenceClassificationTask,
     as_sequence_dataset,
     build_sequence_classifier,
     evaluate_sequences,
     predict_nights,
 )
+from partnd.models import HierarchicalEncoder, create_encoder, create_temporal_encoder
 
 TILE = 10
 
@@ -138,7 +138,7 @@ def test_whole_nights_are_predicted_and_scored_on_labelled_windows(gappy_store):
 
 
 def test_finetune_with_context_trains_saves_reloads_and_evaluates(gappy_store, tmp_path):
-    from partnd.finetuning import evaluate, finetune
+    from partnd.finetuning.training import evaluate, finetune
     from partnd.models import SequenceClassifier
     from partnd.models.serialization import load_classifier
 

@@ -9,7 +9,7 @@ import torch
 
 from partnd._validation import InputError
 from partnd.datasets.sequences import SleepSequenceDataset
-from partnd.datasets.sleep_windows import instance_normalize
+from partnd.engine.normalization import instance_normalize
 
 N_TIMES = 50
 

@@ -11,7 +11,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from partnd.metrics import classification_metrics
+from partnd.evaluation.metrics import classification_metrics
 from partnd.recipes.sample_efficiency_report import (
     draw_rows,
     paired_differences,

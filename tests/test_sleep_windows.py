@@ -12,16 +12,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from partnd._validation import InputError
-from partnd.datasets.sleep_windows import (
-    NORMALIZE_EPS,
-    ChunkShuffleSampler,
-    InMemoryWindows,
-    SleepWindowDataset,
-    instance_normalize,
-    item_position,
-    record_normalize,
-)
+from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset, item_position
 from partnd.datasets.store import SleepStore, create_store, write_record
+from partnd.engine.normalization import NORMALIZE_EPS, instance_normalize, record_normalize
+from partnd.engine.sampler import ChunkShuffleSampler
 
 CHANNELS = ["F3-M2", "F4-M1", "C3-M2", "C4-M1", "O1-M2", "O2-M1"]
 CHUNK = 8

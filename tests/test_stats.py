@@ -7,7 +7,7 @@ import pytest
 from sklearn.metrics import cohen_kappa_score
 
 from partnd._validation import InputError
-from partnd.stats import bootstrap_metric, kappa_metric, paired_bootstrap_difference
+from partnd.evaluation.bootstrap import bootstrap_metric, kappa_metric, paired_bootstrap_difference
 
 
 def predictions(n_subjects: int, accuracy: float, seed: int) -> tuple[np.ndarray, ...]:

@@ -1,4 +1,4 @@
-"""Tests for partnd.targets: relative translation/scale targets and pair sampling."""
+"""Tests for partnd.patches.targets: relative translation/scale targets and pair sampling."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from partnd._validation import InputError
-from partnd.sampling import GridSampler, OffGridSampler
-from partnd.targets import all_pairs, relative_targets, sample_pairs
+from partnd.patches.sampling import GridSampler, OffGridSampler
+from partnd.patches.targets import all_pairs, relative_targets, sample_pairs
 
 
 def _generator(seed: int) -> torch.Generator:

@@ -353,7 +353,7 @@ _FEATURES = ("std", "sdelta", "fdelta", "theta", "alpha", "sigma", "beta", "hmob
 
 
 def _yasa_feature_medians(store: SleepStore, records: Sequence[str]) -> dict[str, dict[str, float]]:
-    from partnd.classical import sleep_features
+    from partnd.evaluation.classical import sleep_features
 
     table = sleep_features(store, records, context=False, channels=["C4-M1"])
     columns = [f"C4-M1_eeg_{name}" for name in _FEATURES]
@@ -398,9 +398,9 @@ def realism_report(
     Returns:
         The :class:`RealismReport`.
     """
-    from partnd.classical import yasa_pretrained_stages
     from partnd.datasets.store import SleepStore
-    from partnd.metrics import classification_metrics
+    from partnd.evaluation.classical import yasa_pretrained_stages
+    from partnd.evaluation.metrics import classification_metrics
     from partnd.preprocessing.physionet2018 import preprocess_physionet2018
 
     check(n_planned >= 0, "n_planned", "a count >= 0", n_planned)

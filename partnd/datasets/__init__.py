@@ -25,13 +25,7 @@ if TYPE_CHECKING:
     from partnd.datasets.nights import SleepNightDataset, time_of_night
     from partnd.datasets.pools import PretrainingPools, make_pretraining_pools
     from partnd.datasets.sequences import Night, SleepSequenceDataset
-    from partnd.datasets.sleep_windows import (
-        NORMALIZE_EPS,
-        ChunkShuffleSampler,
-        InMemoryWindows,
-        SleepWindowDataset,
-        instance_normalize,
-    )
+    from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
     from partnd.datasets.splits import (
         RecordInfo,
         SubjectSplit,
@@ -39,6 +33,8 @@ if TYPE_CHECKING:
         records_from_store,
     )
     from partnd.datasets.store import STAGE_NAMES, SleepStore, create_store, write_record
+    from partnd.engine.normalization import NORMALIZE_EPS, instance_normalize
+    from partnd.engine.sampler import ChunkShuffleSampler
 
 _EXPORTS: dict[str, str] = {
     "LabelBudget": ".label_budget",
@@ -52,11 +48,11 @@ _EXPORTS: dict[str, str] = {
     "SleepSequenceDataset": ".sequences",
     "SleepNightDataset": ".nights",
     "time_of_night": ".nights",
-    "NORMALIZE_EPS": ".sleep_windows",
-    "ChunkShuffleSampler": ".sleep_windows",
+    "NORMALIZE_EPS": "partnd.engine.normalization",
+    "ChunkShuffleSampler": "partnd.engine.sampler",
     "InMemoryWindows": ".sleep_windows",
     "SleepWindowDataset": ".sleep_windows",
-    "instance_normalize": ".sleep_windows",
+    "instance_normalize": "partnd.engine.normalization",
     "RecordInfo": ".splits",
     "SubjectSplit": ".splits",
     "make_subject_split": ".splits",

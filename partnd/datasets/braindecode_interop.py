@@ -38,8 +38,8 @@ from braindecode.datasets import BaseConcatDataset, EEGWindowsDataset, WindowsDa
 from tqdm.auto import tqdm
 
 from partnd._validation import InputError, check
-from partnd.datasets.sleep_windows import instance_normalize
 from partnd.datasets.store import STAGE_NAMES, UNLABELLED, SleepStore, create_store, write_record
+from partnd.engine.normalization import instance_normalize
 
 __all__ = [
     "MAX_MEDIAN_VOLTS",

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from partnd._validation import InputError, check
-from partnd.data import source_positions
+from partnd.datasets.adapters import source_positions
 from partnd.datasets.sequences import SleepSequenceDataset
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
 

@@ -37,13 +37,9 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from partnd._validation import InputError, check
-from partnd.datasets.sleep_windows import (
-    NORMALIZE_EPS,
-    InMemoryWindows,
-    SleepWindowDataset,
-    item_position,
-)
+from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset, item_position
 from partnd.datasets.store import SleepStore
+from partnd.engine.normalization import NORMALIZE_EPS
 
 __all__ = ["SleepSegmentDataset", "as_segment_dataset"]
 

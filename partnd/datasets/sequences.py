@@ -36,13 +36,11 @@ from partnd.datasets.sleep_windows import (
     _resolve_channels,
     _resolve_records,
     _store_path,
-    instance_normalize,
     item_position,
     keep_labels,
-    record_normalize,
-    resolve_normalization,
 )
 from partnd.datasets.store import SleepStore
+from partnd.engine.normalization import instance_normalize, record_normalize, resolve_normalization
 
 __all__ = ["Night", "SequenceItem", "SleepSequenceDataset"]
 

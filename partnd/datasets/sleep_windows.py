@@ -26,23 +26,29 @@ from __future__ import annotations
 import math
 import os
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from partnd._validation import InputError, check
 from partnd.datasets.store import UNLABELLED, SleepStore
+from partnd.engine.normalization import (
+    NORMALIZATIONS,
+    NORMALIZE_EPS,
+    instance_normalize,
+    record_normalize,
+    resolve_normalization,
+)
 
 __all__ = [
     "NORMALIZATIONS",
     "NORMALIZE_EPS",
-    "ChunkShuffleSampler",
     "InMemoryWindows",
     "SleepWindowDataset",
     "instance_normalize",
@@ -51,9 +57,6 @@ __all__ = [
     "record_normalize",
     "resolve_normalization",
 ]
-
-NORMALIZE_EPS = 1e-6
-"""``eps`` of :func:`instance_normalize`, ``(x - mean) / (std + eps)``: a flat channel maps to 0."""
 
 SPLITS = ("training", "test")
 
@@ -73,68 +76,6 @@ def item_position(index: int, length: int) -> int:
     if not 0 <= position < length:
         raise IndexError(f"index: expected -{length} <= index < {length}, got {index}")
     return position
-
-
-def instance_normalize(x: Tensor, eps: float = NORMALIZE_EPS) -> Tensor:
-    """Standardise every channel of every window over time (instance normalisation, as the paper).
-
-    Args:
-        x: ``[..., C, T]`` floating point windows.
-        eps: Added to the standard deviation, so that a flat channel maps to zeros.
-
-    Returns:
-        ``[..., C, T]`` tensor ``(x - mean) / (std + eps)`` with mean and (population, ``ddof=0``)
-        standard deviation taken over the last axis, same dtype as ``x``.
-    """
-    check(x.is_floating_point(), "x", "a floating point tensor [..., C, T]", x)
-    check(x.ndim >= 1 and x.shape[-1] >= 1, "x", "a tensor [..., C, T] with T >= 1", x)
-    centred = x - x.mean(dim=-1, keepdim=True)  # two passes (numpy's std): ~4x torch.std_mean
-    std = torch.linalg.vector_norm(centred, dim=-1, keepdim=True).div_(math.sqrt(x.shape[-1]))
-    return centred.div_(std.add_(eps))
-
-
-#: How windows are normalised: ``"window"`` (each window and channel standardised over time,
-#: instance normalisation, the paper's), ``"record"`` (each window's mean removed and divided by
-#: its record's channel scale, so amplitude differences between windows of a night are kept and
-#: differences between nights and subjects removed, as YASA's per-night z-scores), ``"none"``.
-NORMALIZATIONS = ("window", "record", "none")
-
-
-def resolve_normalization(normalize: bool | str, argument: str = "normalize") -> str:
-    """The normalisation named by ``normalize``: ``True`` is ``"window"``, ``False``
-    ``"none"``, else one of :data:`NORMALIZATIONS`."""
-    if isinstance(normalize, bool):
-        return "window" if normalize else "none"
-    check(
-        normalize in NORMALIZATIONS,
-        argument,
-        f"True, False or one of {list(NORMALIZATIONS)}",
-        repr(normalize),
-    )
-    return str(normalize)
-
-
-def record_normalize(x: Tensor, scale: Tensor, eps: float = NORMALIZE_EPS) -> Tensor:
-    """Remove each window's mean and divide by its record's channel scale.
-
-    Args:
-        x: ``[..., C, T]`` floating point windows.
-        scale: ``[..., C]`` scale of each channel of each window's record (broadcast against
-            ``x``'s leading dimensions), e.g. :meth:`SleepStore.channel_scale`.
-        eps: Added to the scale, so that a flat channel maps to zeros.
-
-    Returns:
-        ``[..., C, T]`` ``(x - mean_t(x)) / (scale + eps)``, same dtype as ``x``.
-    """
-    check(x.is_floating_point(), "x", "a floating point tensor [..., C, T]", x)
-    check(
-        scale.shape[-1] == x.shape[-2],
-        "scale",
-        f"one scale per channel ({x.shape[-2]})",
-        scale,
-    )
-    divisor = scale.to(x.dtype).unsqueeze(-1).add(eps)
-    return x.sub(x.mean(dim=-1, keepdim=True)).div_(divisor)
 
 
 def _store_path(store: str | Path | SleepStore, argument: str) -> Path:
@@ -748,163 +689,3 @@ class InMemoryWindows(_SelectedWindows, Dataset[Sample]):
         positions = [self._check_index(i) for i in indices]
         xs = self.windows[positions]
         return [self._sample(x, p) for x, p in zip(xs, positions, strict=True)]
-
-
-class _HasChunkIds(Protocol):
-    chunk_ids: np.ndarray
-
-
-class ChunkShuffleSampler(Sampler[int]):
-    """Shuffle chunks, then windows inside buffers of a few chunks: cheap, chunk-local shuffling.
-
-    Each epoch: (1) the storage chunks are put in a random order; (2) with several replicas (DDP),
-    the resulting window sequence is cut into ``num_replicas`` equal contiguous shards, so ranks get
-    disjoint chunks (at most ``num_replicas - 1`` chunks are split between two neighbouring ranks);
-    (3) each rank shuffles its windows inside consecutive buffers of ``shuffle_buffer_chunks``
-    chunks. A chunk's windows therefore appear within a span of at most
-    ``shuffle_buffer_chunks * chunk_size`` positions, so a dataset cache holding that many chunks
-    decodes every chunk once. The order depends only on ``(seed, epoch, rank)``.
-
-    ``DataLoader`` workers each keep their own cache and receive batches round-robin. Given
-    ``batch_size`` and ``num_workers`` (the loader's), step (3) runs on ``num_workers`` contiguous
-    streams of the shard, one per worker, sized in whole batches, and their batches are
-    interleaved: batch ``i`` comes from stream ``i % num_workers``, so each worker still decodes
-    each of its chunks once (at most ``num_workers - 1`` chunks are split between two streams).
-
-    Args:
-        dataset: A dataset with a ``chunk_ids: [N]`` array (storage chunk of every item, as
-            :class:`SleepWindowDataset` provides), or that array itself.
-        shuffle_buffer_chunks: Number of chunks whose windows are shuffled together (``k``).
-        seed: Base seed, shared by all ranks.
-        shuffle: ``False`` keeps the stored order (still sharded), e.g. for evaluation.
-        num_replicas: Number of DDP ranks; default the initialised process group's world size,
-            else 1.
-        rank: This process' rank; default the process group's rank, else 0.
-        drop_last: With several replicas, drop the tail so every rank gets ``N // num_replicas``
-            items; otherwise pad with items from the start of the epoch's order (as
-            ``torch.utils.data.DistributedSampler``) to ``ceil(N / num_replicas)`` items per rank.
-        batch_size: The ``DataLoader``'s batch size; needed for worker streams.
-        num_workers: The ``DataLoader``'s ``num_workers``; streams are used when ``>= 2`` and
-            ``batch_size`` is given.
-    """
-
-    def __init__(
-        self,
-        dataset: _HasChunkIds | np.ndarray | Sequence[int],
-        *,
-        shuffle_buffer_chunks: int = 4,
-        seed: int = 0,
-        shuffle: bool = True,
-        num_replicas: int | None = None,
-        rank: int | None = None,
-        drop_last: bool = False,
-        batch_size: int | None = None,
-        num_workers: int = 0,
-    ) -> None:
-        chunk_ids = np.asarray(getattr(dataset, "chunk_ids", dataset))
-        check(
-            chunk_ids.ndim == 1
-            and len(chunk_ids) > 0
-            and np.issubdtype(chunk_ids.dtype, np.integer),
-            "dataset",
-            "a dataset with a non-empty integer chunk_ids array [N], or such an array",
-            chunk_ids,
-        )
-        check(
-            isinstance(shuffle_buffer_chunks, int) and shuffle_buffer_chunks >= 1,
-            "shuffle_buffer_chunks",
-            "an int >= 1",
-            shuffle_buffer_chunks,
-        )
-        check(
-            batch_size is None or (isinstance(batch_size, int) and batch_size >= 1),
-            "batch_size",
-            "None or an int >= 1",
-            batch_size,
-        )
-        check(
-            isinstance(num_workers, int) and num_workers >= 0,
-            "num_workers",
-            "an int >= 0",
-            num_workers,
-        )
-        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-        if num_replicas is None:
-            num_replicas = torch.distributed.get_world_size() if distributed else 1
-        if rank is None:
-            rank = torch.distributed.get_rank() if distributed else 0
-        check(num_replicas >= 1, "num_replicas", "an int >= 1", num_replicas)
-        check(0 <= rank < num_replicas, "rank", f"an int in [0, {num_replicas})", rank)
-        check(
-            not drop_last or len(chunk_ids) >= num_replicas,
-            "drop_last",
-            f"False when the dataset has fewer items ({len(chunk_ids)}) than replicas",
-            drop_last,
-        )
-        self.chunk_ids = chunk_ids
-        self.shuffle_buffer_chunks = shuffle_buffer_chunks
-        self.seed = int(seed)
-        self.shuffle = bool(shuffle)
-        self.num_replicas = int(num_replicas)
-        self.rank = int(rank)
-        self.drop_last = bool(drop_last)
-        self.batch_size = batch_size
-        self.num_workers = num_workers
-        self.epoch = 0
-        order = np.argsort(chunk_ids, kind="stable")
-        starts = np.flatnonzero(np.diff(chunk_ids[order]) != 0) + 1
-        self._chunks = np.split(order, starts)
-        n = len(chunk_ids)
-        self.num_samples = n // self.num_replicas if drop_last else math.ceil(n / self.num_replicas)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Set the epoch, which (with ``seed``) determines the order of the next iteration."""
-        self.epoch = int(epoch)
-
-    def __len__(self) -> int:
-        return self.num_samples
-
-    def _buffer_shuffle(self, indices: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Shuffle ``indices`` (chunk-ordered) inside consecutive buffers of k chunk segments
-        (none: a worker that gets no batch, when there are more workers than batches)."""
-        if len(indices) == 0:
-            return indices
-        chunks = self.chunk_ids[indices]
-        segment_start = np.concatenate([[True], chunks[1:] != chunks[:-1]])
-        buffer_of = (np.cumsum(segment_start) - 1) // self.shuffle_buffer_chunks
-        return indices[np.lexsort((rng.random(len(indices)), buffer_of))]
-
-    def epoch_indices(self) -> np.ndarray:
-        """Return this rank's ``[num_samples]`` int64 indices for the current epoch."""
-        shared = np.random.default_rng([self.seed, self.epoch])
-        chunk_order = (
-            shared.permutation(len(self._chunks)) if self.shuffle else range(len(self._chunks))
-        )
-        sequence = np.concatenate([self._chunks[c] for c in chunk_order])
-        total = self.num_samples * self.num_replicas
-        if total > len(sequence):
-            sequence = np.resize(sequence, total)
-        shard = sequence[self.rank * self.num_samples : (self.rank + 1) * self.num_samples]
-        if not self.shuffle:
-            return shard
-        local = np.random.default_rng([self.seed, self.epoch, self.rank])
-        if self.batch_size is None or self.num_workers < 2:
-            return self._buffer_shuffle(shard, local)
-        size, workers = self.batch_size, self.num_workers
-        n_batches = math.ceil(len(shard) / size)
-        batch_sizes = np.full(n_batches, size)
-        batch_sizes[-1] = len(shard) - (n_batches - 1) * size
-        stream_sizes = [int(batch_sizes[w::workers].sum()) for w in range(workers)]
-        streams = [
-            self._buffer_shuffle(stream, local)
-            for stream in np.split(shard, np.cumsum(stream_sizes)[:-1])
-        ]
-        return np.concatenate(
-            [
-                streams[i % workers][(i // workers) * size : (i // workers + 1) * size]
-                for i in range(n_batches)
-            ]
-        )
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.epoch_indices().tolist())

@@ -134,8 +134,9 @@ class TrainConfig:
             include the compilation. The run's ``meta.json`` records what it resolved to.
         num_workers: DataLoader worker processes (0 loads in the main process).
         loader_dtype: Dtype in which the loader ships input batches to the training process,
-            for datasets read a batch at a time (pretraining's, :meth:`partnd.data.SignalDataset.
-            batch`): ``"auto"`` (``"bfloat16"`` when the step runs in bf16 on CUDA fed by
+            for datasets read a batch at a time (pretraining's,
+            :meth:`~partnd.datasets.adapters.SignalDataset.batch`): ``"auto"`` (``"bfloat16"`` when
+            the step runs in bf16 on CUDA fed by
             worker processes, else ``"float32"``), ``"float32"`` or ``"bfloat16"``. bf16 halves
             the bytes the training process receives, pins and copies to the GPU per batch; the
             batch is cast back to float32 on the device, so the model sees the float32 inputs
@@ -578,7 +579,8 @@ class FinetuneConfig(TrainConfig):
             ``lr * layer_decay ** (L + 1)``.
         eval_batch_size: Batch size of the per-epoch validation.
         augmentations: Batch augmentations applied in training, in order (see
-            :mod:`partnd.augment`): ``random_resized_crop``, ``hflip`` (images), ``time_shift``,
+            :mod:`partnd.engine.augment`): ``random_resized_crop``, ``hflip`` (images),
+            ``time_shift``,
             ``amplitude_scale``, ``channel_dropout`` (signals); ``None`` (the paper) for none.
         global_pool: Classify the [CLS] token (``"token"``, the paper) or the mean patch token
             (``"avg"``, MAE's fine-tuning default).

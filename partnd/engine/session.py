@@ -92,7 +92,7 @@ def _records_change(before: list[str], after: list[str]) -> str:
 
 
 def _data_change(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
-    """What differs between two fingerprints (:func:`partnd.data.data_fingerprint`)."""
+    """What differs between two fingerprints (:func:`partnd.datasets.adapters.data_fingerprint`)."""
     if before is None or after is None:
         return "none before" if before is None else "none now"
     changes = []
@@ -141,7 +141,8 @@ class Session(Generic[ConfigT]):
         """On resume, refuse data other than the interrupted run's (``meta.json``'s ``data``).
 
         Args:
-            data: Data argument name -> fingerprint (:func:`partnd.data.data_fingerprint`), or
+            data: Data argument name -> fingerprint
+            (:func:`partnd.datasets.adapters.data_fingerprint`), or
                 ``None`` for an argument not given.
 
         Raises:

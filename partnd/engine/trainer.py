@@ -10,7 +10,8 @@ trustworthy:
   python and the per-rank sampling generator) and the position in the epoch. Resuming skips the
   consumed batches and continues bit-identically to an uninterrupted run on the same hardware and
   world size.
-* **Failure.** The data are validated where they enter (:mod:`partnd.data` checks every item); the
+* **Failure.** The data are validated where they enter (:mod:`partnd.datasets.adapters` checks
+every item); the
   loop itself synchronises with the host once per step, to read the rank-averaged loss. A
   non-finite loss stops the run before the optimiser step: with :class:`~partnd._validation.
   InputError` naming the batch and the dataset items if the batch holds NaN/Inf, else with
@@ -155,8 +156,9 @@ def move_to(batch: Any, device: torch.device) -> Any:
 
 
 class _Batches(Dataset[Any]):
-    """A dataset with a batched read (``batch(indices, dtype)``, e.g. :class:`~partnd.data.
-    SignalDataset`) as the ``DataLoader`` sees it: ``__getitems__`` returns the whole batch
+    """A dataset with a batched read (``batch(indices, dtype)``, e.g.
+    :class:`~partnd.datasets.adapters.SignalDataset`) as the ``DataLoader`` sees it:
+    ``__getitems__`` returns the whole batch
     tensor, which the collation (:func:`_batch_as_read`) passes through."""
 
     def __init__(self, dataset: Any, dtype: torch.dtype) -> None:

@@ -2,7 +2,8 @@
 
 Follows the paper's fine-tuning protocol (Ayoughi et al., Sec. 3, "Finetuning"): the relative head
 is dropped, a randomly initialised learnable position embedding is added, the input is tiled on
-the regular grid (:class:`~partnd.sampling.GridSampler`) instead of sampled off-grid, and a linear
+the regular grid (:class:`~partnd.patches.sampling.GridSampler`) instead of sampled off-grid, and a
+linear
 layer classifies the [CLS] token. ``pos_embed=False`` gives the supervised-without-position-
 embedding baseline.
 """
@@ -16,7 +17,7 @@ from torch import Tensor, nn
 
 from partnd._validation import check
 from partnd.models.vit import ViTEncoder, to_size_tuple
-from partnd.sampling import GridSampler
+from partnd.patches.sampling import GridSampler
 from partnd.signal_info import SignalInfo
 
 __all__ = ["PatchClassifier"]

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from partnd._validation import check
 from partnd.models.vit import ViTEncoder
-from partnd.sampling import GridSampler
+from partnd.patches.sampling import GridSampler
 from partnd.signal_info import SignalInfo
 
 __all__ = [

@@ -499,7 +499,7 @@ class ViTEncoder(nn.Module):
         Returns:
             [B, 1 + N, D] tokens, [CLS] first, N = ``prod(L_d // P_d)``.
         """
-        from partnd.sampling import GridSampler
+        from partnd.patches.sampling import GridSampler
 
         patches = GridSampler(self.ndim, self.patch_size)(x)
         positions = patches.grid_index if self.pos_embed is not None else None

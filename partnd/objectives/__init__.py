@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 
 from partnd._validation import InputError, check
-from partnd.data import SignalSpec
 from partnd.engine.config import PretrainConfig
 from partnd.models import build_head
 from partnd.objectives.base import (
@@ -46,7 +45,8 @@ from partnd.objectives.registry import (
     register_objective,
     registered,
 )
-from partnd.sampling import GridSampler, OffGridSampler
+from partnd.patches.sampling import GridSampler, OffGridSampler
+from partnd.signal_info import SignalSpec
 
 __all__ = [
     "CrossWindowPART",

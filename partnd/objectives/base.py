@@ -19,11 +19,11 @@ from torch import Tensor, nn
 from partnd._validation import check
 from partnd.models.registry import create_encoder
 from partnd.models.vit import ViTEncoder, check_tiles
-from partnd.sampling import GridSampler, PatchBatch
+from partnd.patches.sampling import GridSampler, PatchBatch
 
 if TYPE_CHECKING:
-    from partnd.data import SignalSpec
     from partnd.engine.config import PretrainConfig
+    from partnd.signal_info import SignalSpec
 
 __all__ = ["GridObjective", "Objective", "ObjectiveOutput", "build_encoder", "patch_shape"]
 
@@ -71,7 +71,7 @@ class GridObjective(Objective):
     """An objective on the on-grid tiling of inputs of one fixed shape (MAE, MP3, DropPos).
 
     Checks that the encoder has no classifier, keeps it as ``self.encoder``, and fixes the grid:
-    ``sampler`` (a :class:`~partnd.sampling.GridSampler`), ``spatial_shape`` and
+    ``sampler`` (a :class:`~partnd.patches.sampling.GridSampler`), ``spatial_shape`` and
     ``num_positions`` (the number of grid slots N).
 
     Args:

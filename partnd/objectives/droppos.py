@@ -6,7 +6,7 @@
 
 One training step, for inputs ``x: [B, C, *spatial]``:
 
-1. the input is tiled on the regular grid (:class:`~partnd.sampling.GridSampler`, N slots);
+1. the input is tiled on the regular grid (:class:`~partnd.patches.sampling.GridSampler`, N slots);
 2. per example ``round(mask_ratio * N)`` patches (clamped to ``[1, N - 1]``; at least 2 must
    remain) are dropped; the encoder sees the ``K`` kept ones (``random_masking`` in
    ``models_DropPos_mae.py``);
@@ -60,8 +60,8 @@ from partnd.objectives.diagnostics import classification_diagnostics
 from partnd.objectives.mae import TokenDecoder, decoder_width, masked_count, random_split
 
 if TYPE_CHECKING:
-    from partnd.data import SignalSpec
     from partnd.engine.config import PretrainConfig
+    from partnd.signal_info import SignalSpec
 
 __all__ = [
     "DropPosDecoder",

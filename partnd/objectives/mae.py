@@ -3,7 +3,7 @@
 One training step, for inputs ``x: [B, C, *spatial]`` (He et al., Sec. 3; official code
 ``facebookresearch/mae``, ``models_mae.py``):
 
-1. the input is tiled on the regular grid (:class:`~partnd.sampling.GridSampler`, N slots,
+1. the input is tiled on the regular grid (:class:`~partnd.patches.sampling.GridSampler`, N slots,
    row-major);
 2. per example, ``M = round(mask_ratio * N)`` patches (clamped to ``[1, N - 1]``: at least one
    visible, at least one masked), chosen uniformly at random with the step's generator, are
@@ -49,8 +49,8 @@ from partnd.objectives.base import GridObjective, ObjectiveOutput, build_encoder
 from partnd.objectives.diagnostics import reconstruction_diagnostics
 
 if TYPE_CHECKING:
-    from partnd.data import SignalSpec
     from partnd.engine.config import PretrainConfig
+    from partnd.signal_info import SignalSpec
 
 __all__ = [
     "MAEDecoder",

@@ -8,7 +8,7 @@ Transformer has to place every patch, masked or not, from a reduced context.
 
 One training step, for inputs ``x: [B, C, *spatial]``:
 
-1. the input is tiled on the regular grid (:class:`~partnd.sampling.GridSampler`, N slots,
+1. the input is tiled on the regular grid (:class:`~partnd.patches.sampling.GridSampler`, N slots,
    row-major, no position embedding);
 2. per example ``M = round(mask_ratio * N)`` patch tokens (clamped to ``[1, N - 1]``) drawn with
    the step's generator are removed from the keys and values of **every** attention layer
@@ -46,8 +46,8 @@ from partnd.objectives.diagnostics import classification_diagnostics
 from partnd.objectives.mae import masked_count, random_split
 
 if TYPE_CHECKING:
-    from partnd.data import SignalSpec
     from partnd.engine.config import PretrainConfig
+    from partnd.signal_info import SignalSpec
 
 __all__ = ["MP3Model", "MP3Output", "build_mp3"]
 

@@ -3,8 +3,9 @@
 One training step, for inputs ``x: [B, C, *spatial]`` (Ayoughi et al., Sec. 3):
 
 1. the sampler cuts N boxes per example (no gradient): off-grid boxes at random integer positions
-   for PART (:class:`~partnd.sampling.OffGridSampler`), the fixed on-grid tiles for the PART-grid
-   ablation (:class:`~partnd.sampling.GridSampler`);
+   for PART (:class:`~partnd.patches.sampling.OffGridSampler`), the fixed on-grid tiles for the
+   PART-grid
+   ablation (:class:`~partnd.patches.sampling.GridSampler`);
 2. the ViT encodes the patches **without position embedding** (``[B, 1 + N, D]``, [CLS] first),
    so the only way to the answer is the patches' content;
 3. ``num_pairs`` (reference, target) index pairs are drawn, shared by the batch (as in the authors'
@@ -53,14 +54,15 @@ from partnd._validation import check
 from partnd.models.vit import ViTEncoder
 from partnd.objectives.base import Objective, ObjectiveOutput
 from partnd.objectives.diagnostics import regression_diagnostics, target_names
-from partnd.sampling import PatchBatch
-from partnd.targets import all_pairs, relative_targets, sample_pairs
+from partnd.patches.sampling import PatchBatch
+from partnd.patches.targets import all_pairs, relative_targets, sample_pairs
 
 __all__ = ["PARTModel", "PARTOutput", "PatchSampler"]
 
 
 class PatchSampler(Protocol):
-    """Anything that cuts a :class:`~partnd.sampling.PatchBatch` out of ``x: [B, C, *spatial]``."""
+    """Anything that cuts a :class:`~partnd.patches.sampling.PatchBatch` out of ``x: [B, C,
+    *spatial]``."""
 
     ndim: int
     patch_size: tuple[int, ...]
@@ -82,7 +84,7 @@ class PARTOutput(ObjectiveOutput):
         target: [B, K, out_dim] float ground truth.
         ref: [K] (shared pairs) or [B, K] reference patch indices.
         tgt: Target patch indices, same shape as ``ref``.
-        patches: The sampled :class:`~partnd.sampling.PatchBatch`.
+        patches: The sampled :class:`~partnd.patches.sampling.PatchBatch`.
         baseline: [B, K, out_dim] predictions of the content-free predictor that knows the
             visible slots (anchored PART), ``None`` when that predictor is the best constant.
     """
@@ -103,8 +105,9 @@ class PARTModel(Objective):
             position embedding.
         head: A relative head (see :mod:`partnd.models.heads`) with ``out_dim`` equal to
             ``encoder.ndim * (2 if scale_targets else 1)`` and ``embed_dim == encoder.embed_dim``.
-        sampler: Patch sampler (e.g. :class:`~partnd.sampling.OffGridSampler` for PART,
-            :class:`~partnd.sampling.GridSampler` for PART-grid) with the encoder's ``ndim`` and
+        sampler: Patch sampler (e.g. :class:`~partnd.patches.sampling.OffGridSampler` for PART,
+            :class:`~partnd.patches.sampling.GridSampler` for PART-grid) with the encoder's
+            ``ndim`` and
             ``patch_size``.
         num_pairs: Pairs K drawn per step (the paper's sweet spot is 2048 for CIFAR-100).
         scale_targets: Also regress the extent ratios ``s_tgt / s_ref`` (scale/aspect extension).
@@ -185,7 +188,7 @@ class PARTModel(Objective):
         """Encode a patch batch and drop the prefix ([CLS]) token.
 
         Args:
-            patches: A :class:`~partnd.sampling.PatchBatch` with ``patches: [B, N, C, *P]``.
+            patches: A :class:`~partnd.patches.sampling.PatchBatch` with ``patches: [B, N, C, *P]``.
             position_mask: Anchored PART: [B, N] bool, True where the slot is hidden (``None``:
                 every slot hidden, so no position reaches the encoder).
 
@@ -361,7 +364,8 @@ class PARTModel(Objective):
 
         Args:
             x_or_patches: [B, C, *spatial] inputs (patches are sampled, with ``generator``) or an
-                already sampled :class:`~partnd.sampling.PatchBatch` (pass one to know the boxes).
+                already sampled :class:`~partnd.patches.sampling.PatchBatch` (pass one to know the
+                boxes).
             ref: [K] or [B, K] reference patch indices.
             tgt: Target patch indices, same shape as ``ref``.
             generator: Random source for sampling when ``x_or_patches`` is a tensor.
@@ -384,7 +388,7 @@ class PARTModel(Objective):
         ``j``'s position as seen from every reference).
 
         Args:
-            patches: A :class:`~partnd.sampling.PatchBatch` with N patches per example.
+            patches: A :class:`~partnd.patches.sampling.PatchBatch` with N patches per example.
 
         Returns:
             [B, N, N, out_dim]; entry ``[b, i, j]`` is the prediction for reference ``i``, target

@@ -7,10 +7,11 @@ randomly-sampled, unequally-spaced windows from longer sequences"). One step, fo
 segments ``x: [B, C, S*T]`` (``S`` consecutive windows of ``T`` samples of one record,
 :class:`~partnd.datasets.segments.SleepSegmentDataset`):
 
-1. :class:`~partnd.sampling.OffGridSampler` draws ``N`` windows of ``T`` samples at random integer
+1. :class:`~partnd.patches.sampling.OffGridSampler` draws ``N`` windows of ``T`` samples at random
+integer
    starts inside each segment (exact slices; off the stored 30 s grid);
 2. every drawn window is normalised as fine-tuning windows will be (``PretrainConfig.normalize``):
-   instance-normalised (``"window"``, :func:`~partnd.datasets.sleep_windows.instance_normalize`),
+   instance-normalised (``"window"``, :func:`~partnd.engine.normalization.instance_normalize`),
    or, with segments already divided by their night's channel scales (``"record"``), only its
    mean removed, so its amplitude relative to the night stays visible;
 3. the :class:`~partnd.models.sequence.HierarchicalEncoder` embeds each window with the window
@@ -60,14 +61,14 @@ import torch
 from torch import Tensor, nn
 
 from partnd._validation import check
-from partnd.data import SignalSpec
 from partnd.engine.config import PretrainConfig
 from partnd.models.heads import build_head
 from partnd.models.sequence import TEMPORAL_PRESETS, HierarchicalEncoder, create_temporal_encoder
 from partnd.models.vit import ViTEncoder
 from partnd.objectives.base import build_encoder
 from partnd.objectives.part import PARTModel, PARTOutput
-from partnd.sampling import OffGridSampler, PatchBatch
+from partnd.patches.sampling import OffGridSampler, PatchBatch
+from partnd.signal_info import SignalSpec
 
 __all__ = [
     "CrossWindowPART",
@@ -224,11 +225,11 @@ class CrossWindowPART(PARTModel):
             generator: Random source of the window starts.
 
         Returns:
-            A :class:`~partnd.sampling.PatchBatch` with ``patches: [B, N, C, T]`` normalised
+            A :class:`~partnd.patches.sampling.PatchBatch` with ``patches: [B, N, C, T]`` normalised
             per window and channel, centres and sizes in samples, ``grid_index`` the slot of
             each window's centre.
         """
-        from partnd.datasets.sleep_windows import instance_normalize  # the reader pulls zarr
+        from partnd.engine.normalization import instance_normalize  # the reader pulls zarr
 
         hierarchical = self.hierarchical
         length = self.segment_windows * hierarchical.window_samples

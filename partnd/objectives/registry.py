@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from partnd.data import SignalSpec
     from partnd.engine.config import PretrainConfig
     from partnd.objectives.base import Objective
+    from partnd.signal_info import SignalSpec
 
 __all__ = [
     "DATA_KINDS",

@@ -27,8 +27,8 @@ import torch
 from torch import Tensor
 
 from partnd._validation import check, check_finite
-from partnd.integer_box_resize import resize_integer_boxes
-from partnd.resampling import resampling_taps
+from partnd.patches.integer_box_resize import resize_integer_boxes
+from partnd.patches.resampling import resampling_taps
 
 __all__ = ["GridSampler", "OffGridSampler", "PatchBatch", "crop_and_resize"]
 

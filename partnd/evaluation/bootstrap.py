@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from partnd._validation import check
-from partnd.metrics import cohen_kappa, confusion_matrix
+from partnd.evaluation.metrics import cohen_kappa, confusion_matrix
 
 __all__ = ["BootstrapResult", "bootstrap_metric", "kappa_metric", "paired_bootstrap_difference"]
 

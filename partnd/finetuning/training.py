@@ -1,4 +1,5 @@
-"""``partnd.finetuning`` and ``partnd.evaluate``: supervised classification on top of an encoder.
+"""``partnd.finetuning.training`` and ``partnd.evaluate``: supervised classification on top of an
+encoder.
 
 Fine-tuning follows the paper (Sec. 3, "Finetuning"): the relative head is dropped, a fresh
 learnable position embedding is added, inputs are tiled on the regular grid, and a linear layer
@@ -28,15 +29,26 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from partnd._validation import check
-from partnd.augment import Augmentation, build_augmentation
-from partnd.data import LabelledDataset, SignalSpec, as_labelled_dataset, data_fingerprint
+from partnd.datasets.adapters import LabelledDataset, as_labelled_dataset, data_fingerprint
 from partnd.datasets.overlap import check_disjoint
+from partnd.engine.augment import Augmentation, build_augmentation
 from partnd.engine.checkpoint import atomic_save, atomic_write_json, load_checkpoint
 from partnd.engine.config import FinetuneConfig
 from partnd.engine.session import open_session
 from partnd.engine.trainer import Trainer
+from partnd.evaluation.metrics import ClassificationReport, classification_metrics
+from partnd.finetuning.sequence import (
+    SequenceClassificationTask,
+    as_sequence_dataset,
+    backbone_signal,
+    build_sequence_classifier,
+    check_stage_codes,
+    evaluate_sequences,
+    fit_to_signal,
+    sequence_fingerprint,
+    sequence_signal_info,
+)
 from partnd.inference import predict_logits
-from partnd.metrics import ClassificationReport, classification_metrics
 from partnd.models import PatchClassifier, ViTEncoder, create_encoder, list_encoders
 from partnd.models.night import ContextClassifier, NightClassifier
 from partnd.models.sequence import HierarchicalEncoder, SequenceClassifier
@@ -50,18 +62,7 @@ from partnd.models.serialization import (
 )
 from partnd.models.vit import check_tiles
 from partnd.objectives.diagnostics import classification_diagnostics
-from partnd.sequence_training import (
-    SequenceClassificationTask,
-    as_sequence_dataset,
-    backbone_signal,
-    build_sequence_classifier,
-    check_stage_codes,
-    evaluate_sequences,
-    fit_to_signal,
-    sequence_fingerprint,
-    sequence_signal_info,
-)
-from partnd.signal_info import SignalInfo
+from partnd.signal_info import SignalInfo, SignalSpec
 
 __all__ = [
     "ClassificationTask",
@@ -109,7 +110,7 @@ class ClassificationTask:
         num_classes: Number of classes K.
         class_weights: ``[K]`` weights or ``None``.
         label_smoothing: Label smoothing in ``[0, 1)``.
-        augment: Batch augmentation (see :mod:`partnd.augment`) or ``None``.
+        augment: Batch augmentation (see :mod:`partnd.engine.augment`) or ``None``.
     """
 
     def __init__(
@@ -311,7 +312,7 @@ def evaluate(
         labels: Labels ``[N]`` when ``dataset`` is an array.
 
     Returns:
-        A :class:`~partnd.metrics.ClassificationReport` (with ``loss``).
+        A :class:`~partnd.evaluation.metrics.ClassificationReport` (with ``loss``).
     """
     if isinstance(model, SequenceClassifier | NightClassifier):  # the data's form first
         night = isinstance(model, NightClassifier)

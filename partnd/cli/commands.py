@@ -10,7 +10,7 @@ Other subcommands live in their own modules and are registered by import path in
 only when invoked, so a missing optional module only breaks its own subcommand. Add one with
 :func:`register_subcommand`.
 
-Failures end with one line and an exit status (:func:`partnd.cli_errors.run_command`): the
+Failures end with one line and an exit status (:func:`partnd.cli.errors.run_command`): the
 library's messages name the Python arguments, and each subcommand's :class:`OptionNames` maps
 them to its options (``out_dir`` -> ``--out``, ``overwrite=True`` -> ``--overwrite``).
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from partnd._validation import check, renamed_arguments
-from partnd.cli_errors import OptionNames, run_command
+from partnd.cli.errors import OptionNames, run_command
 from partnd.engine.config import FinetuneConfig, PretrainConfig, TrainConfig
 
 __all__ = ["SUBCOMMANDS", "Subcommand", "main", "register_subcommand"]
@@ -282,7 +282,7 @@ def _open(
 ) -> Any:
     """The data of ``flag`` (``--data``, ``--val-data``); selection errors name its options.
     ``normalize`` applies to a store (its windows' normalisation)."""
-    from partnd.data import load_signals
+    from partnd.datasets.adapters import load_signals
 
     options = dict(selection)
     if labelled and path.is_dir():
@@ -301,7 +301,7 @@ def _labels(path: Path | None, flag: str, data: Path | None) -> list[int] | None
     refused for a store ``data`` (its stages are the labels)."""
     if path is None:
         return None
-    from partnd.data import integer_labels, load_npy
+    from partnd.datasets.adapters import integer_labels, load_npy
 
     data_flag = flag.replace("labels", "data")
     check(
@@ -392,7 +392,7 @@ def _finetune_main(argv: list[str]) -> int:
     _add_config_arguments(parser, FinetuneConfig, argv)
     args = parser.parse_args(argv)
     config, overrides = _config_from_args(args, FinetuneConfig)
-    from partnd.finetuning import finetune
+    from partnd.finetuning.training import finetune
 
     _check_normalize(args.normalize, args.data)
     normalize = args.normalize or "window"
@@ -467,7 +467,7 @@ def _evaluate_main(argv: list[str]) -> int:
     _bool_flag(parser, "overwrite", "replace an existing report at --out")
     args = parser.parse_args(argv)
     from partnd.engine.checkpoint import atomic_write_json
-    from partnd.finetuning import evaluate
+    from partnd.finetuning.training import evaluate
     from partnd.models.serialization import load_classifier
 
     check(
@@ -697,7 +697,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(str(error), file=sys.stderr)
         return 1
     return run_command(f"partnd {name}", SUBCOMMANDS[name].options, lambda: function(rest))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,5 @@
-"""Compiled kernel of :mod:`partnd.integer_box_resize`: each box resampled by its filter taps alone.
+"""Compiled kernel of :mod:`partnd.patches.integer_box_resize`: each box resampled by its filter
+taps alone.
 
 Imported only where numba is installed (it is compiled on first use, and cached next to this file
 or in numba's user-wide cache; where neither can be written it is compiled once per process). One

@@ -6,7 +6,8 @@ resolution ... the configuration of ViTDet [Li et al., 2022] ... ViT-B/16" (appe
 feature map alone (the *simple feature pyramid*); this module does the same on a
 :class:`~partnd.models.ViTEncoder` and plugs into ``torchvision.models.detection.MaskRCNN``:
 
-* the image is tiled into P x P patches (:class:`~partnd.sampling.GridSampler`), embedded by the
+* the image is tiled into P x P patches (:class:`~partnd.patches.sampling.GridSampler`), embedded
+by the
   encoder's own patch projection, given a position embedding (the encoder's, interpolated to the
   image's grid, or a fresh one for encoders pretrained without: PART, MP3) and run through the
   encoder's blocks, windowed or global as in ViTDet; [CLS] and the final norm are not used
@@ -47,7 +48,7 @@ from torch import Tensor, nn
 
 from partnd._validation import InputError, check
 from partnd.models.vit import DropPath, ViTEncoder
-from partnd.sampling import GridSampler
+from partnd.patches.sampling import GridSampler
 
 __all__ = [
     "IMAGENET_MEAN",

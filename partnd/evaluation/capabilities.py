@@ -16,7 +16,7 @@ dataclass); with ``path`` it also saves a PNG figure:
 * :func:`negative_symmetry` (iv): the predicted ``N x N`` translation matrices beside the ground
   truth and how antisymmetric they are (:func:`antisymmetry_score`).
 
-Conventions (those of :mod:`partnd.sampling`): coordinates are continuous, in input samples
+Conventions (those of :mod:`partnd.patches.sampling`): coordinates are continuous, in input samples
 (pixels), one per spatial dimension in the order of ``x``'s axes (row, then column for an image);
 sample ``k`` covers ``[k, k + 1)``; a box covers ``[start, start + size)``. Every function accepts
 one example ``[C, *spatial]`` or a batch ``[B, C, *spatial]``: the numbers are computed over the
@@ -45,8 +45,8 @@ from partnd._validation import check, check_finite
 from partnd.engine.checkpoint import atomic_save
 from partnd.objectives.diagnostics import regression_diagnostics
 from partnd.objectives.part import PARTModel
-from partnd.sampling import PatchBatch
-from partnd.targets import all_pairs, relative_targets
+from partnd.patches.sampling import PatchBatch
+from partnd.patches.targets import all_pairs, relative_targets
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

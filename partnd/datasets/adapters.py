@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,14 +26,13 @@ import torch
 from torch.utils.data import Dataset, Subset, get_worker_info
 
 from partnd._validation import InputError, check, check_finite, describe, renamed_arguments
-from partnd.signal_info import SignalInfo, channel_names, match_signal
+from partnd.signal_info import SignalInfo, SignalSpec, channel_names, match_signal
 
 __all__ = [
     "ArrayDataset",
     "ChannelSelection",
     "LabelledDataset",
     "SignalDataset",
-    "SignalSpec",
     "as_labelled_dataset",
     "as_signal_dataset",
     "data_fingerprint",
@@ -48,29 +46,6 @@ __all__ = [
 
 SourceT = TypeVar("SourceT")
 _NPY_MAGIC = b"\x93NUMPY"
-
-
-@dataclass(frozen=True)
-class SignalSpec:
-    """Shape of every item of a dataset.
-
-    Attributes:
-        in_chans: Channels C.
-        spatial_shape: Spatial extent, e.g. ``(3000,)`` for a 30 s EEG window at 100 Hz.
-    """
-
-    in_chans: int
-    spatial_shape: tuple[int, ...]
-
-    @property
-    def ndim(self) -> int:
-        """Number of spatial dimensions."""
-        return len(self.spatial_shape)
-
-    @property
-    def item_shape(self) -> tuple[int, ...]:
-        """``(C, *spatial)``."""
-        return (self.in_chans, *self.spatial_shape)
 
 
 def _to_tensor(value: Any, where: str) -> torch.Tensor:

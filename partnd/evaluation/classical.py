@@ -243,7 +243,7 @@ def _import_yasa() -> Any:
         import yasa
     except ImportError as error:  # pragma: no cover - depends on the environment
         raise ImportError(
-            'partnd.classical needs YASA and LightGBM: pip install "partnd[sleep]"'
+            'partnd.evaluation.classical needs YASA and LightGBM: pip install "partnd[sleep]"'
         ) from error
     return yasa
 

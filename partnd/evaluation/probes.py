@@ -19,7 +19,8 @@ beat):
 * :class:`PretextMonitor`: the pretext error on held-out data, logged after pretraining epochs
   and used to choose the pretraining budget (``select_metric="heldout_error"``).
 
-Each returns a :class:`~partnd.metrics.ClassificationReport` (accuracy, Cohen's kappa, F1).
+Each returns a :class:`~partnd.evaluation.metrics.ClassificationReport` (accuracy, Cohen's kappa,
+F1).
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from partnd._validation import check
-from partnd.data import as_labelled_dataset, as_signal_dataset
+from partnd.datasets.adapters import as_labelled_dataset, as_signal_dataset
 from partnd.engine.distributed import resolve_device
-from partnd.metrics import ClassificationReport, classification_metrics
+from partnd.evaluation.metrics import ClassificationReport, classification_metrics
 from partnd.models.vit import ViTEncoder
 from partnd.objectives.diagnostics import pretext_error
 
@@ -324,7 +325,7 @@ def knn_eval(
         device: Where to encode (``None``: where the encoder is).
 
     Returns:
-        The test set's :class:`~partnd.metrics.ClassificationReport`.
+        The test set's :class:`~partnd.evaluation.metrics.ClassificationReport`.
     """
     train_x, train_y = extract_features(
         encoder, train, train_labels, batch_size=batch_size, device=device

@@ -15,7 +15,7 @@ except the two EEG transforms taken from braindecode, which draw from numpy's gl
 * ``channel_dropout`` (signals): zero each channel with probability 0.2, with probability 0.5
   (braindecode ``ChannelsDropout``).
 
-The crops use :func:`partnd.sampling.crop_and_resize`'s vectorised core, so a whole batch is
+The crops use :func:`partnd.patches.sampling.crop_and_resize`'s vectorised core, so a whole batch is
 cropped in one call on its device.
 """
 
@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from partnd._validation import check
-from partnd.sampling import _crop_and_resize
+from partnd.patches.sampling import _crop_and_resize
 
 __all__ = ["AUGMENTATIONS", "Augmentation", "build_augmentation"]
 

@@ -1,15 +1,18 @@
 """Anti-aliased resampling of whole-sample boxes on the CPU: a compiled kernel, or matrix products.
 
-The result is :func:`partnd.sampling.crop_and_resize`'s (the same triangle filter, edge samples
+The result is :func:`partnd.patches.sampling.crop_and_resize`'s (the same triangle filter, edge
+samples
 repeated) up to float rounding, for boxes whose starts and extents are whole samples, the
-default of :class:`partnd.sampling.OffGridSampler`. It exists for speed on the CPU, where the
+default of :class:`partnd.patches.sampling.OffGridSampler`. It exists for speed on the CPU, where
+the
 general path's per-tap gathers move several times the output through memory. With a whole-sample
 start, the filter taps of a box relative to its start depend only on its extent: one table per
 dimension holds, for every extent the sampler can draw, the dense resampling matrix
 ``[P_d, span]`` over the samples the taps reach (:func:`extent_table`).
 
 **The compiled kernel** (``method="taps"``, the default where numba is installed;
-:mod:`partnd.box_taps_kernel`) applies only the non-zero taps of those matrices, box by box: it
+:mod:`partnd.patches.box_taps_kernel`) applies only the non-zero taps of those matrices, box by
+box: it
 copies the box's window (edge samples repeated), resamples every dimension but the last as
 weighted sums of the 2-4 rows each output row's taps reach (contiguous runs of the later
 dimensions and the channels), then weighs each output sample's taps along the last dimension.
@@ -51,7 +54,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from partnd.resampling import resampling_taps
+from partnd.patches.resampling import resampling_taps
 
 __all__ = [
     "CHUNK_ELEMENTS",
@@ -111,14 +114,16 @@ class ExtentTable:
 def extent_table(out_size: int, low: int, high: int, antialias: bool) -> ExtentTable:
     """Dense resampling matrices for every whole-sample extent in ``[low, high]``.
 
-    Built from :func:`partnd.resampling.resampling_taps` on boxes that start far from the input's
+    Built from :func:`partnd.patches.resampling.resampling_taps` on boxes that start far from the
+    input's
     edges (no tap is clamped), in float64.
 
     Args:
         out_size: Output samples ``P``.
         low: Smallest extent (>= 1).
         high: Largest extent (>= low).
-        antialias: Widen the filter when downsampling, as :func:`partnd.sampling.crop_and_resize`.
+        antialias: Widen the filter when downsampling, as
+        :func:`partnd.patches.sampling.crop_and_resize`.
 
     Returns:
         The :class:`ExtentTable`.
@@ -352,10 +357,11 @@ def _tap_tables(
 
 @functools.cache
 def _kernel() -> Callable[..., None] | None:
-    """:func:`partnd.box_taps_kernel.resample_boxes`, or ``None`` where numba is not installed
+    """:func:`partnd.patches.box_taps_kernel.resample_boxes`, or ``None`` where numba is not
+    installed
     (imported on first use: numba takes a fraction of a second to import)."""
     try:
-        from partnd.box_taps_kernel import resample_boxes
+        from partnd.patches.box_taps_kernel import resample_boxes
     except ImportError:
         return None
     return resample_boxes
@@ -418,7 +424,8 @@ def resize_integer_boxes(
 ) -> Tensor:
     """Cut whole-sample boxes out of ``x`` and resample each one to the patch size.
 
-    Same contract and result as :func:`partnd.sampling.crop_and_resize` (up to float rounding)
+    Same contract and result as :func:`partnd.patches.sampling.crop_and_resize` (up to float
+    rounding)
     for boxes inside the input with whole-sample ``starts`` and ``sizes``; unvalidated and not
     differentiable (a sampler's call: the patches never require grad).
 

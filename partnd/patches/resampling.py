@@ -1,7 +1,9 @@
 """Filter taps of the separable triangle resampling that every crop and resize in partnd uses.
 
-One leaf module that both the general sampler (:func:`partnd.sampling.crop_and_resize`) and the
-whole-sample fast path (:mod:`partnd.integer_box_resize`) import, so they share one definition of
+One leaf module that both the general sampler (:func:`partnd.patches.sampling.crop_and_resize`) and
+the
+whole-sample fast path (:mod:`partnd.patches.integer_box_resize`) import, so they share one
+definition of
 the filter and neither imports the other for it.
 """
 

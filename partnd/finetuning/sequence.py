@@ -33,13 +33,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from partnd._validation import check, describe
-from partnd.augment import Augmentation
 from partnd.datasets.nights import SleepNightDataset, time_of_night
 from partnd.datasets.sequences import Night, SleepSequenceDataset
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
+from partnd.engine.augment import Augmentation
 from partnd.engine.config import FinetuneConfig
 from partnd.engine.distributed import resolve_device
-from partnd.metrics import ClassificationReport, classification_metrics
+from partnd.evaluation.metrics import ClassificationReport, classification_metrics
 from partnd.models import create_encoder
 from partnd.models.night import ContextClassifier, NightClassifier
 from partnd.models.sequence import HierarchicalEncoder, SequenceClassifier, hierarchical_from_window

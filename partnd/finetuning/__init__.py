@@ -1,0 +1,10 @@
+"""Fine-tuning a pretrained encoder into a classifier, and evaluating it.
+
+- :mod:`partnd.finetuning.training`: :func:`~partnd.finetuning.training.finetune` and
+  :func:`~partnd.finetuning.training.evaluate` for the window, sequence and night set-ups, behind
+  one shared data check.
+- :mod:`partnd.finetuning.sequence`: the sequence and night classifiers' data, task and whole-night
+  prediction.
+"""
+
+__all__: list[str] = []
