@@ -723,6 +723,14 @@ def build_parser() -> argparse.ArgumentParser:
         "docs/sample_cohort.md.",
     )
     parser.add_argument("--out", type=Path, required=True, help="cohort directory to write")
+    parser.add_argument(
+        "--profile",
+        choices=("pc18", "sleep_edf", "nsrr"),
+        default="pc18",
+        help="dataset profile: pc18 (WFDB, six derivations at 200 Hz; the default), sleep_edf "
+        "(SC4ssNE0-PSG.edf with Fpz-Cz, Pz-Oz, horizontal EOG at 100 Hz + R&K Hypnogram.edf) or "
+        "nsrr (shhs1-NNNNNN.edf with C4-A1/C3-A2 at 125 Hz + NSRR XML); see docs/sample_cohort.md",
+    )
     parser.add_argument("--records", type=int, default=24, help="number of records (subjects)")
     parser.add_argument(
         "--hours", type=float, default=2.0, help=f"length of each record (at least {MIN_HOURS})"
@@ -752,6 +760,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _error(prog: str, error: InputError) -> int:
+    message = str(error).replace("overwrite=True", "--overwrite")
+    name, sep, rest = message.partition(":")
+    if sep and name in _CLI_NAMES:
+        message = _CLI_NAMES[name] + sep + rest
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _profile_main(prog: str, args: argparse.Namespace) -> int:
+    """``partnd cohort --profile sleep_edf|nsrr``: write a dataset profile's files."""
+    from partnd.cohort.profiles import PROFILES, make_profile_cohort
+
+    try:
+        root = make_profile_cohort(
+            args.profile,
+            args.out,
+            n_records=args.records,
+            hours=args.hours,
+            seed=args.seed,
+            n_jobs=args.n_jobs,
+            overwrite=args.overwrite,
+        )
+    except InputError as error:
+        return _error(prog, error)
+    channels = ",".join(f"{k}={v}" for k, v in PROFILES[args.profile].store_channels.items())
+    print(
+        f"{prog}: {args.records} {args.profile} nights of {args.hours} h, seed {args.seed}, in "
+        f"{root} (ground truth in {COHORT_FILE})"
+    )
+    print(f"next: partnd ingest RECORDING HYPNOGRAM --out STORE.zarr --eeg-channels '{channels}'")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``partnd cohort``.
 
@@ -762,6 +804,8 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.profile != "pc18":
+        return _profile_main(parser.prog, args)
     try:
         cohort = make_pc18_cohort(
             args.out,
@@ -774,12 +818,7 @@ def main(argv: list[str] | None = None) -> int:
             overwrite=args.overwrite,
         )
     except InputError as error:
-        message = str(error).replace("overwrite=True", "--overwrite")
-        name, sep, rest = message.partition(":")
-        if sep and name in _CLI_NAMES:
-            message = _CLI_NAMES[name] + sep + rest
-        print(f"{parser.prog}: error: {message}", file=sys.stderr)
-        return 2
+        return _error(parser.prog, error)
     print(
         f"{parser.prog}: {len(cohort.records)} records ({len(cohort.training_records)} training, "
         f"{len(cohort.test_records)} test) of {cohort.hours} h, seed {cohort.seed}, in "
