@@ -46,7 +46,7 @@ import scipy.signal
 from joblib import Parallel, delayed
 
 from partnd._validation import InputError, check
-from partnd.cohort.hypnogram import EPOCH_SECONDS, STAGE_LABELS, SleepStage, hypnogram_to_string
+from partnd.cohort.hypnogram import EPOCH_SECONDS, STAGE_LABELS, STAGE_LETTERS, SleepStage
 from partnd.cohort.nsrr_format import (
     AROUSAL_CONCEPT,
     HYPOPNEA_CONCEPT,
@@ -363,9 +363,7 @@ def synthesize_profile_night(profile: DatasetProfile, record: ProfileRecord) -> 
         "sex": record.spec.sex,
         "start": record.start.isoformat(),
         "n_epochs": n_epochs,
-        "stages": "".join(
-            "?" if code < 0 else hypnogram_to_string(np.array([code])) for code in stages
-        ),
+        "stages": "".join("?" if code < 0 else STAGE_LETTERS[code] for code in stages),
         "stage_counts": {
             label: int(np.sum(scored == code)) for code, label in enumerate(STAGE_LABELS)
         },

@@ -1,0 +1,217 @@
+"""How real each dataset profile is: YASA's zero-label kappa on the channel YASA would use.
+
+``python -m partnd.cohort.realism --profile sleep_edf|nsrr --out DIR`` writes a profile's files
+(:func:`partnd.cohort.profiles.make_profile_cohort`), ingests every night as a user would
+(:func:`partnd.preprocessing.ingest.ingest_file`: the Sleep-EDF hypnograms read back from their
+EDF+ files, SHHS's from the ground truth until an NSRR XML reader exists; 0.1-30 Hz, 100 Hz, 30 s
+windows), stages the profile's YASA channel (Fpz-Cz for Sleep-EDF, C4-A1 for SHHS) with YASA's
+pretrained classifier and reports kappa, per-stage F1, the hypnograms beside the norms of
+:mod:`partnd.cohort.realism`, the per-stage spectra of that channel, and the profile's own
+differences (R&K stage 3/4 and movement-time epochs, the arousal and hypopnea index by age).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from partnd._validation import check
+from partnd.cohort.hypnogram import STAGE_LABELS, STAGE_LETTERS
+from partnd.cohort.pc18_cohort import COHORT_FILE
+from partnd.cohort.profiles import PROFILES, SLEEP_EDF, make_profile_cohort
+from partnd.cohort.realism import (
+    HypnogramStatistics,
+    hypnogram_statistics,
+    stage_spectra,
+)
+
+__all__ = ["ProfileRealism", "format_profile_realism", "profile_realism"]
+
+_STAGE_CODES = {letter: code for code, letter in enumerate(STAGE_LETTERS)}
+
+
+@dataclass(frozen=True)
+class ProfileRealism:
+    """The realism report of one dataset profile.
+
+    Attributes:
+        profile: Profile name.
+        channel: The store channel YASA staged.
+        n_records: Nights staged.
+        hours: Length of each night.
+        kappa: Cohen's kappa of YASA against the generated hypnograms (scored epochs).
+        accuracy: Its accuracy.
+        per_stage_f1: F1 by stage label.
+        per_record_kappa: Kappa of each night.
+        confusion: Rows true W N1 N2 N3 R, columns YASA.
+        hypnograms: Statistics of the generated hypnograms (store stages).
+        label_counts: Hypnogram-file label counts over all nights (R&K stages 3/4, movement).
+        ages: Age of every night's subject.
+        arousals_per_hour: Scored arousals per hour of sleep, per night (SHHS profile).
+        spectra: Per-stage spectra of the YASA channel (:func:`stage_spectra`).
+    """
+
+    profile: str
+    channel: str
+    n_records: int
+    hours: float
+    kappa: float
+    accuracy: float
+    per_stage_f1: dict[str, float]
+    per_record_kappa: dict[str, float]
+    confusion: list[list[int]]
+    hypnograms: HypnogramStatistics
+    label_counts: dict[str, int]
+    ages: dict[str, int]
+    arousals_per_hour: dict[str, float]
+    spectra: dict[str, dict[str, float]]
+
+
+def _stages(text: str) -> np.ndarray:
+    return np.array([_STAGE_CODES.get(char, -1) for char in text], dtype=np.int64)
+
+
+def profile_realism(
+    profile_name: str,
+    out_dir: str | Path,
+    *,
+    n_records: int = 3,
+    hours: float = 8.0,
+    seed: int = 0,
+    n_jobs: int = 1,
+    overwrite: bool = False,
+) -> ProfileRealism:
+    """Write, ingest and stage a profile's nights with YASA; see the module doc.
+
+    Args:
+        profile_name: ``"sleep_edf"`` or ``"nsrr"``.
+        out_dir: Working directory (``cohort/`` and ``store.zarr`` go there; reused on reruns).
+        n_records: Nights.
+        hours: Length of each night.
+        seed: Cohort seed.
+        n_jobs: Worker processes for writing the files.
+        overwrite: Replace a cohort written with other parameters.
+    """
+    from partnd.datasets.store import SleepStore
+    from partnd.evaluation.classical import yasa_pretrained_stages
+    from partnd.evaluation.metrics import classification_metrics
+    from partnd.preprocessing.ingest import ingest_file
+
+    check(profile_name in PROFILES, "profile", f"one of {sorted(PROFILES)}", profile_name)
+    profile = PROFILES[profile_name]
+    out = Path(out_dir).expanduser()
+    root = make_profile_cohort(
+        profile,
+        out / "cohort",
+        n_records=n_records,
+        hours=hours,
+        seed=seed,
+        n_jobs=n_jobs,
+        overwrite=overwrite,
+    )
+    truth: dict[str, dict[str, Any]] = json.loads((root / COHORT_FILE).read_text())["records"]
+    store_path = out / "store.zarr"
+    done = set(SleepStore(store_path).record_ids()) if store_path.exists() else set()
+    for name, entry in truth.items():
+        if name in done:
+            continue
+        hypnogram: Any = root / entry["hypnogram_file"]
+        if profile is not SLEEP_EDF:
+            hypnogram = _stages(entry["stages"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ingest_file(
+                root / entry["psg_file"],
+                hypnogram,
+                store_path,
+                record_id=name,
+                eeg_channels=profile.store_channels,
+            )
+    store = SleepStore(store_path)
+    records = list(truth)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        staged = yasa_pretrained_stages(store, records, eeg_channel=profile.yasa_channel)
+    metrics = classification_metrics(staged.labels, staged.predictions, 5, list(STAGE_LABELS))
+    per_record = {
+        name: classification_metrics(
+            staged.labels[staged.records == name], staged.predictions[staged.records == name], 5
+        ).cohen_kappa
+        for name in records
+    }
+    channel = store.channels.index(profile.yasa_channel)
+    signals, stages = [], []
+    for name in records:
+        windows = store.read_windows(name, 0, store.n_windows(name))[:, channel]
+        signals.append(windows.reshape(-1))
+        stages.append(store.stages(name))
+    label_counts: dict[str, int] = {}
+    for entry in truth.values():
+        for label, count in entry["label_counts"].items():
+            label_counts[label] = label_counts.get(label, 0) + count
+    arousals = {}
+    for name, entry in truth.items():
+        asleep = sum(entry["stage_counts"][label] for label in STAGE_LABELS[1:])
+        arousals[name] = entry["arousals"] / max(asleep * 30 / 3600, 1e-9)
+    return ProfileRealism(
+        profile=profile.name,
+        channel=profile.yasa_channel,
+        n_records=len(records),
+        hours=float(hours),
+        kappa=metrics.cohen_kappa,
+        accuracy=metrics.accuracy,
+        per_stage_f1=dict(metrics.per_class_f1),
+        per_record_kappa=per_record,
+        confusion=metrics.confusion_matrix.tolist(),
+        hypnograms=hypnogram_statistics(
+            [stages[stages >= 0] for stages in (_stages(e["stages"]) for e in truth.values())]
+        ),
+        label_counts=label_counts,
+        ages={name: int(entry["age"]) for name, entry in truth.items()},
+        arousals_per_hour=arousals,
+        spectra=stage_spectra(np.concatenate(signals), np.concatenate(stages), store.sfreq),
+    )
+
+
+def format_profile_realism(report: ProfileRealism) -> str:
+    """The report as text (markdown tables)."""
+    f1 = " ".join(f"{label} {report.per_stage_f1[label]:.2f}" for label in STAGE_LABELS)
+    per_record = " ".join(
+        f"{name} (age {report.ages[name]}) {kappa:.2f}"
+        for name, kappa in report.per_record_kappa.items()
+    )
+    stats = report.hypnograms
+    lines = [
+        f"profile {report.profile}: {report.n_records} nights of {report.hours} h",
+        f"YASA pretrained ({report.channel}, zero labels): kappa {report.kappa:.3f}, accuracy "
+        f"{report.accuracy:.3f}; F1 {f1}",
+        f"per-record kappa: {per_record}",
+        "confusion (rows true W N1 N2 N3 R, columns YASA): "
+        + "; ".join(" ".join(str(v) for v in row) for row in report.confusion),
+        "hypnogram labels: " + ", ".join(f"{k} {v}" for k, v in report.label_counts.items()),
+        "stage fractions of the sleep period W N1 N2 N3 R: "
+        + " ".join(f"{stats.fraction_mean[s]:.3f}±{stats.fraction_sd[s]:.3f}" for s in STAGE_LABELS)
+        + f"; REM latency {stats.rem_latency_mean:.0f} ± {stats.rem_latency_sd:.0f} min",
+        "outside the norms: " + ("; ".join(stats.violations()) or "none"),
+    ]
+    if any(report.arousals_per_hour.values()):
+        lines.append(
+            "arousals per hour of sleep: "
+            + " ".join(
+                f"{name} (age {report.ages[name]}) {value:.1f}"
+                for name, value in report.arousals_per_hour.items()
+            )
+        )
+    lines.append(
+        f"| {report.channel} stage | " + " | ".join(next(iter(report.spectra.values()))) + " |"
+    )
+    for stage, values in report.spectra.items():
+        lines.append(
+            f"| {stage} | " + " | ".join(f"{value:.3g}" for value in values.values()) + " |"
+        )
+    return "\n".join(lines)
