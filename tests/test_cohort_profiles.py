@@ -1,0 +1,258 @@
+"""The electrode-level generator and the dataset profiles (Sleep-EDF, NSRR) it writes."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+from pathlib import Path
+
+import mne
+import numpy as np
+import pyedflib
+import pytest
+import scipy.signal
+
+from partnd._validation import InputError
+from partnd.cohort import pc18_cohort
+from partnd.cohort.electrodes import (
+    HEADBAND_DERIVATIONS,
+    PC18_DERIVATIONS,
+    SHHS_DERIVATIONS,
+    SLEEP_EDF_DERIVATIONS,
+    derivation_electrodes,
+)
+from partnd.cohort.nsrr_format import STAGE_CONCEPTS
+from partnd.cohort.pc18_cohort import plan_cohort, plan_record, synthesize_record
+from partnd.cohort.profiles import (
+    NSRR,
+    SLEEP_EDF,
+    _adjust_population,
+    make_profile_cohort,
+    plan_profile_cohort,
+)
+from partnd.cohort.sleep_edf_format import RK_LABELS, label_runs
+from partnd.cohort.synthetic_eeg import draw_subject_profile, synthesize_psg
+from partnd.datasets.store import SleepStore
+from partnd.preprocessing.ingest import ingest_file
+
+REFERENCE = Path(__file__).parent / "reference"
+BANDS = {"delta": (0.5, 4), "theta": (4, 8), "alpha": (8, 12), "sigma": (12, 16), "beta": (16, 30)}
+
+
+def _night(derivations: tuple[str, ...], noise: bool = True):
+    spec = plan_cohort(1, 0.25, 3, 0.0)[0]
+    rng = np.random.default_rng(spec.seed)
+    plan = plan_record(spec, rng)
+    n_prefix = -(-plan.prefix // 6000)
+    profile = draw_subject_profile(rng, spec.age)
+    if not noise:
+        profile = replace(profile, noise_level=0.0)
+    return synthesize_psg(
+        np.concatenate([np.zeros(n_prefix, dtype=np.int8), plan.hypnogram]),
+        grid_start=plan.prefix - n_prefix * 6000,
+        n_samples=plan.n_samples,
+        scoring_start=plan.prefix,
+        profile=profile,
+        rng=rng,
+        derivations=derivations,
+    )
+
+
+def test_every_derivation_is_the_difference_of_two_electrode_potentials() -> None:
+    extra = (*SLEEP_EDF_DERIVATIONS, *SHHS_DERIVATIONS, *HEADBAND_DERIVATIONS)
+    result = _night(extra, noise=False)
+    scalp = result.scalp
+    assert scalp is not None
+    for row, name in enumerate(PC18_DERIVATIONS):  # the recorded PC18 channels, noise off
+        first, second = derivation_electrodes(name)
+        difference = (
+            scalp.potentials[scalp.electrodes.index(first)]
+            - scalp.potentials[scalp.electrodes.index(second)]
+        )
+        assert np.array_equal(result.signals[row], difference), name
+    for name in extra:
+        assert np.array_equal(result.derivations[name], scalp.derivation(name)), name
+    # SHHS's ear references are the mastoids: C4-A1 is PC18's C4-M1
+    assert np.array_equal(result.derivations["C4-A1"], result.signals[3])
+    assert np.array_equal(result.derivations["C3-A2"], result.signals[2])
+    # a bipolar pair keeps its own rhythm: Pz-Oz is neither zero nor a copy of O1-M2
+    assert 3.0 < result.derivations["Pz-Oz"].std() < result.signals[4].std() * 1.5
+    with pytest.raises(InputError, match="derivation"):
+        scalp.derivation("Fpz-Xz")
+    with pytest.raises(InputError, match="derivation"):
+        _night(("Cz-Cz",))
+
+
+def test_asking_for_other_derivations_leaves_the_pc18_signals_unchanged() -> None:
+    plain = _night(())
+    more = _night((*SLEEP_EDF_DERIVATIONS, "C4-A1"))
+    assert np.array_equal(plain.signals, more.signals)
+    alone = _night(("Fpz-Cz",))  # a derivation does not depend on which others are asked for
+    assert np.array_equal(alone.derivations["Fpz-Cz"], more.derivations["Fpz-Cz"])
+
+
+def test_pc18_derivations_keep_generator_version_5s_stage_band_powers() -> None:
+    """Per-stage, per-channel log10 band powers of a fixed-seed record, against the numbers
+    version 5 (mixtures of derivation topographies) gave for the same record."""
+    expected = json.loads((REFERENCE / "pc18_v5_band_power.json").read_text())
+    record = synthesize_record(plan_cohort(2, 0.5, 7, 0.0)[0])
+    measured = {}
+    for stage in range(5):
+        mask = record.stages == stage
+        n = int(mask.sum()) // 6000
+        for channel in range(7):
+            epochs = record.physical[channel][mask][: n * 6000].reshape(n, -1)
+            freqs, power = scipy.signal.welch(epochs, 200, nperseg=800, axis=-1)
+            power = power.mean(axis=0)
+            for band, (low, high) in BANDS.items():
+                inside = (freqs >= low) & (freqs < high)
+                measured[f"{stage}|{channel}|{band}"] = float(np.log10(power[inside].mean()))
+    assert measured.keys() == expected.keys()
+    worst = max(abs(measured[key] - expected[key]) for key in expected)
+    assert worst < 0.005  # log10 units: within about 1 % of the power
+
+
+@pytest.fixture(scope="module")
+def sleep_edf_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("sleep_edf")
+    return make_profile_cohort("sleep_edf", root, n_records=2, hours=0.5, seed=0)
+
+
+@pytest.fixture(scope="module")
+def nsrr_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("nsrr")
+    return make_profile_cohort("nsrr", root, n_records=2, hours=0.5, seed=0)
+
+
+def test_sleep_edf_profile_files_read_with_mne_as_sleep_edf(sleep_edf_root: Path) -> None:
+    manifest = json.loads((sleep_edf_root / "cohort.json").read_text())
+    assert manifest["parameters"]["profile"] == "sleep_edf"
+    labels: dict[str, int] = {}
+    for name, truth in manifest["records"].items():
+        assert name in ("SC4001E0", "SC4011E0")
+        psg = sleep_edf_root / f"{name}-PSG.edf"
+        hypnogram = sleep_edf_root / f"{name[:-2]}EC-Hypnogram.edf"
+        raw = mne.io.read_raw_edf(psg, verbose="error")
+        assert raw.ch_names == ["EEG Fpz-Cz", "EEG Pz-Oz", "EOG horizontal"]
+        assert raw.info["sfreq"] == 100.0
+        assert raw.n_times == truth["n_epochs"] * 3000
+        annotations = mne.read_annotations(hypnogram)
+        assert set(annotations.description) <= set(RK_LABELS)
+        assert np.allclose(annotations.duration % 30.0, 0.0)
+        assert np.allclose(
+            annotations.onset[1:], annotations.onset[:-1] + annotations.duration[:-1]
+        )
+        assert annotations.onset[0] == 0.0
+        assert annotations.onset[-1] + annotations.duration[-1] == truth["n_epochs"] * 30.0
+        epochs = np.concatenate(
+            [
+                [label] * round(seconds / 30)
+                for label, seconds in zip(
+                    annotations.description, annotations.duration, strict=True
+                )
+            ]
+        )
+        for label in set(epochs):
+            labels[label] = labels.get(label, 0) + int(np.sum(epochs == label))
+        assert {k: int(np.sum(epochs == k)) for k in set(epochs)} == truth["label_counts"]
+        assert 25 <= truth["age"] <= 101
+    assert {"Sleep stage 3", "Sleep stage 4", "Movement time", "Sleep stage ?"} <= set(labels)
+
+
+def test_ingested_sleep_edf_profile_holds_its_stages_with_stage_4_in_n3(
+    sleep_edf_root: Path, tmp_path: Path
+) -> None:
+    manifest = json.loads((sleep_edf_root / "cohort.json").read_text())
+    store_path = tmp_path / "s.zarr"
+    for name in manifest["records"]:
+        ingest_file(
+            sleep_edf_root / f"{name}-PSG.edf",
+            sleep_edf_root / f"{name[:-2]}EC-Hypnogram.edf",
+            store_path,
+            record_id=name,
+            eeg_channels={"EEG Fpz-Cz": "Fpz-Cz", "EEG Pz-Oz": "Pz-Oz"},
+        )
+    store = SleepStore(store_path)
+    assert store.channels == ["Fpz-Cz", "Pz-Oz"] and store.sfreq == 100.0
+    letters = {"W": 0, "1": 1, "2": 2, "3": 3, "R": 4}
+    for name, truth in manifest["records"].items():
+        expected = np.array([letters.get(char, -1) for char in truth["stages"]])
+        stored = store.stages(name)
+        starts = (store.start_times(name) / 30.0).round().astype(int)
+        assert np.array_equal(stored, expected[starts])
+        assert set(np.flatnonzero(expected >= 0)) == set(starts)  # every scored epoch is a window
+
+
+def test_nsrr_profile_writes_shhs_edf_and_nsrr_xml_per_spec(nsrr_root: Path) -> None:
+    manifest = json.loads((nsrr_root / "cohort.json").read_text())
+    assert list(manifest["records"]) == ["shhs1-200001", "shhs1-200002"]
+    for name, truth in manifest["records"].items():
+        with pyedflib.EdfReader(str(nsrr_root / f"{name}.edf")) as edf:
+            assert edf.getSignalLabels() == ["EEG", "EEG(sec)", "EOG(L)", "EOG(R)", "EMG"]
+            assert list(edf.getSampleFrequencies()) == [125, 125, 50, 50, 125]
+            assert edf.getFileDuration() == truth["n_epochs"] * 30
+        root = ET.parse(nsrr_root / f"{name}-nsrr.xml").getroot()
+        assert root.tag == "PSGAnnotation" and root.findtext("EpochLength") == "30"
+        events = root.findall("ScoredEvents/ScoredEvent")
+        assert events[0].findtext("EventConcept") == "Recording Start Time"
+        assert events[0].findtext("ClockTime").startswith("00.00.00 ")
+        stages = [e for e in events if e.findtext("EventType") == "Stages|Stages"]
+        expanded: list[str] = []
+        for event in stages:
+            assert float(event.findtext("Start")) == 30.0 * len(expanded)  # contiguous runs
+            expanded += [event.findtext("EventConcept")] * round(
+                float(event.findtext("Duration")) / 30.0
+            )
+        assert set(expanded) <= set(STAGE_CONCEPTS) and len(expanded) == truth["n_epochs"]
+        assert {k: expanded.count(k) for k in set(expanded)} == truth["label_counts"]
+        arousals = [e for e in events if e.findtext("EventType") == "Arousals|Arousals"]
+        assert len(arousals) == truth["arousals"] > 0
+        assert all(e.findtext("SignalLocation") for e in arousals)
+        assert 40 <= truth["age"] <= 90
+
+
+def test_nsrr_population_has_more_arousals_with_age_and_sleep_edf_keeps_its_own() -> None:
+    drawn = draw_subject_profile(np.random.default_rng(0), 60)
+    younger = _adjust_population(drawn, dataset=NSRR, age=45, seed=1)
+    older = _adjust_population(drawn, dataset=NSRR, age=85, seed=1)
+    assert older.arousal_rate - younger.arousal_rate == pytest.approx(8.0)
+    assert older.hypopnea_rate > younger.hypopnea_rate
+    assert _adjust_population(drawn, dataset=SLEEP_EDF, age=85, seed=1) == drawn
+    ages = [record.spec.age for record in plan_profile_cohort(SLEEP_EDF, 200, 8.0, 0)]
+    assert min(ages) >= 25 and max(ages) >= 95
+    names = [record.psg_file for record in plan_profile_cohort(SLEEP_EDF, 101, 8.0, 0)]
+    assert names[0] == "SC4001E0-PSG.edf" and names[100] == "SC4002E0-PSG.edf"
+
+
+def test_label_runs_join_equal_epochs() -> None:
+    assert label_runs(["a", "a", "b", "a"], 30.0) == [
+        (0.0, 60.0, "a"),
+        (60.0, 30.0, "b"),
+        (90.0, 30.0, "a"),
+    ]
+
+
+def test_profile_cohort_resumes_and_refuses_other_parameters(tmp_path: Path) -> None:
+    root = make_profile_cohort("sleep_edf", tmp_path / "c", n_records=1, hours=0.25, seed=2)
+    psg = root / "SC4001E0-PSG.edf"
+    before = psg.stat().st_mtime_ns
+    make_profile_cohort("sleep_edf", root, n_records=1, hours=0.25, seed=2)
+    assert psg.stat().st_mtime_ns == before  # complete nights are kept
+    (root / "SC4001EC-Hypnogram.edf").unlink()  # as if killed before the hypnogram
+    make_profile_cohort("sleep_edf", root, n_records=1, hours=0.25, seed=2)
+    assert (root / "SC4001EC-Hypnogram.edf").is_file()
+    with pytest.raises(InputError, match="out_dir"):
+        make_profile_cohort("sleep_edf", root, n_records=1, hours=0.25, seed=3)
+    with pytest.raises(InputError, match="profile"):
+        make_profile_cohort("mass", tmp_path / "m", n_records=1, hours=0.25)
+
+
+def test_cohort_command_writes_a_profile(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "nsrr"
+    argv = ["--profile", "nsrr", "--out", str(out), "--records", "1", "--hours", "0.25"]
+    assert pc18_cohort.main(argv) == 0
+    assert (out / "shhs1-200001.edf").is_file() and (out / "shhs1-200001-nsrr.xml").is_file()
+    assert "EEG=C4-A1,EEG(sec)=C3-A2" in capsys.readouterr().out
+    assert pc18_cohort.main([*argv[:4], "--records", "0", "--hours", "0.25"]) == 2
+    assert "--records" in capsys.readouterr().err
