@@ -113,6 +113,7 @@ SLEEP_OPTIONS = OptionNames(
     {
         **RECIPE_OPTIONS.options,
         "seed": "--seed",
+        "channels": "--channels",
         "jobs": "--jobs",
         "normalize": "--normalize",
         "frontend": "--frontend",
@@ -252,7 +253,20 @@ def add_study_arguments(
     parser.add_argument(
         "--src", type=Path, default=None, help="local PhysioNet 2018 root (default: sample cohort)"
     )
-    parser.add_argument("--store", type=Path, default=None, help="zarr store to use or create")
+    parser.add_argument(
+        "--store",
+        type=Path,
+        default=None,
+        help="zarr store to use or create (a store of 'partnd ingest', e.g. Sleep-EDF nights, is "
+        "read as it is)",
+    )
+    parser.add_argument(
+        "--channels",
+        type=lambda text: tuple(name.strip() for name in text.split(",") if name.strip()),
+        default=None,
+        metavar="A,B",
+        help="the store channels to read, e.g. Fpz-Cz,Pz-Oz (default: all of them)",
+    )
     parser.add_argument("--cohort-dir", type=Path, default=None, help="sample cohort cache")
     parser.add_argument("--scale", choices=sorted(SCALES), default="demo", help="protocol size")
     parser.add_argument(
@@ -398,6 +412,7 @@ def study_from_args(
         frontend=args.frontend,
         budgets=None if args.budgets is None else tuple(args.budgets),
         seeds=None if args.seeds is None else tuple(args.seeds),
+        channels=args.channels,
         **settings,
     )
     config.check_settings([method for method, _ in rows])

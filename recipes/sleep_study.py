@@ -73,6 +73,7 @@ import torch
 from partnd._validation import check, renamed_arguments
 from partnd.cohort.pc18_cohort import ensure_sample_cohort
 from partnd.datasets.adapters import as_labelled_dataset
+from partnd.datasets.channel_subset import store_with_channels
 from partnd.datasets.label_budget import LabelBudget, LabelDraw, draw_labels
 from partnd.datasets.nights import SleepNightDataset
 from partnd.datasets.pools import pool_name
@@ -94,7 +95,7 @@ from partnd.objectives import list_objectives
 from partnd.preprocessing.pipeline import PreprocessingConfig
 from partnd.pretraining import pretrain
 from partnd.recipes.study_directory import claim_study_directory
-from partnd.recipes.study_pools import PoolStage, preprocessed, read_jsonl
+from partnd.recipes.study_pools import PoolStage, ingested_store, preprocessed, read_jsonl
 
 __all__ = [
     "ARMS",
@@ -399,6 +400,9 @@ class StudyConfig:
             ``{"patience": 6, "eval_every_steps": 200}``), applied last.
         signal_dtype: On-disk signal dtype of the stores the study creates (``"float32"`` or
             ``"float16"``, half the disk; reads return float32).
+        channels: The store channels the study reads, in this order (e.g. ``("Fpz-Cz",
+            "Pz-Oz")``); ``None``: every channel of the store. A subset is copied once into
+            ``<out>/store-<channels>.zarr`` (:mod:`partnd.datasets.channel_subset`).
     """
 
     out: Path
@@ -425,6 +429,7 @@ class StudyConfig:
     held_out_subjects: int | None = None
     pool_overrides: dict[str, Any] = field(default_factory=dict)
     signal_dtype: str = "float32"
+    channels: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         check(self.scale in SCALES, "scale", f"one of {sorted(SCALES)}", repr(self.scale))
@@ -564,6 +569,7 @@ class StudyConfig:
         defaults: dict[str, Any] = {"pools": None, "pool_src": None, "pool_store": None}
         defaults.update(held_out_subjects=None, pool_overrides={}, signal_dtype="float32")
         defaults["night_overrides"] = {}
+        defaults["channels"] = None
         for key, default in defaults.items():
             if values[key] != default:
                 chosen[key] = str(values[key]) if isinstance(values[key], Path) else values[key]
@@ -734,10 +740,17 @@ class SleepStudy:
         """The preprocessed store (created or completed on first use)."""
         config = self.config
         src = config.src
-        if src is None:
-            with renamed_arguments({"out_dir": "cohort_dir"}):
-                src = ensure_sample_cohort(config.cohort_dir, progress=config.progress).root
-        return preprocessed(src, config.store_path, config, "store")
+        if src is None and config.store is not None and ingested_store(config.store):
+            store = SleepStore(config.store)  # e.g. Sleep-EDF or NSRR nights from partnd ingest
+        else:
+            if src is None:
+                with renamed_arguments({"out_dir": "cohort_dir"}):
+                    src = ensure_sample_cohort(config.cohort_dir, progress=config.progress).root
+            store = preprocessed(src, config.store_path, config, "store")
+        if config.channels is None:
+            return store
+        subset = self.out / f"store-{'_'.join(config.channels)}.zarr"
+        return store_with_channels(store, config.channels, subset)
 
     @cached_property
     def split(self) -> SubjectSplit:

@@ -42,13 +42,18 @@ from partnd.preprocessing.physionet2018 import preprocess_physionet2018
 from partnd.preprocessing.pipeline import without_overwrite_remedy
 from partnd.pretraining import pretrain
 
+PC18_DATASET = "PhysioNet/CinC Challenge 2018"
+"""The ``source.dataset`` of stores :func:`preprocess_physionet2018` writes."""
+
 if TYPE_CHECKING:
     from partnd.recipes.sleep_study import SleepStudy, StudyConfig
 
 __all__ = [
+    "PC18_DATASET",
     "SELECTION_FILE",
     "SELECT_METRIC",
     "PoolStage",
+    "ingested_store",
     "preprocessed",
     "read_jsonl",
     "throughput",
@@ -64,6 +69,16 @@ HELD_OUT_SEGMENTS = 64
 #: evaluation draws its own windows in each.
 HELD_OUT_STRIDE_DIVISOR = 16
 HELD_OUT_WINDOWS = 512
+
+
+def ingested_store(path: Path) -> bool:
+    """Whether ``path`` holds a store of recordings ingested one by one (``partnd ingest``:
+    Sleep-EDF, NSRR, any EDF), which a study reads as it is; PhysioNet 2018 stores are completed
+    from their source by :func:`preprocessed` instead."""
+    if not (path / "zarr.json").is_file():
+        return False
+    source = SleepStore(path).attrs.get("source", {})
+    return isinstance(source, dict) and source.get("dataset") != PC18_DATASET
 
 
 def preprocessed(src: Path, store_path: Path, config: StudyConfig, option: str) -> SleepStore:

@@ -102,8 +102,10 @@ CONTEXT_SUFFIXES: tuple[str, ...] = ("_c7min_norm", "_p2min_norm")
 TIME_COLUMNS: tuple[str, ...] = ("time_hour", "time_norm")
 """YASA's position-in-the-night columns (context columns, one copy for all channels)."""
 
-PRETRAINED_CHANNELS: tuple[str, ...] = ("C4-M1", "C3-M2")
-"""Central channels YASA's pretrained classifier was made for, in order of preference."""
+PRETRAINED_CHANNELS: tuple[str, ...] = ("C4-M1", "C3-M2", "C4-A1", "C3-A2", "Fpz-Cz")
+"""Channels YASA's pretrained classifier is run on by default, in order of preference: the
+central derivations it was made for (against a mastoid, or an ear as SHHS records them), then
+Sleep-EDF's Fpz-Cz (the channel YASA's users stage Sleep-EDF with)."""
 
 YASA_LGBM_PARAMS: dict[str, Any] = {
     "boosting_type": "gbdt",
