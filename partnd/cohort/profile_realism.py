@@ -22,8 +22,8 @@ import numpy as np
 
 from partnd._validation import check
 from partnd.cohort.hypnogram import STAGE_LABELS, STAGE_LETTERS
-from partnd.cohort.pc18_cohort import COHORT_FILE
-from partnd.cohort.profiles import PROFILES, SLEEP_EDF, make_profile_cohort
+from partnd.cohort.pc18_cohort import COHORT_FILE, plan_record
+from partnd.cohort.profiles import PROFILES, SLEEP_EDF, make_profile_cohort, plan_profile_cohort
 from partnd.cohort.realism import (
     HypnogramStatistics,
     hypnogram_statistics,
@@ -50,6 +50,8 @@ class ProfileRealism:
         per_record_kappa: Kappa of each night.
         confusion: Rows true W N1 N2 N3 R, columns YASA.
         hypnograms: Statistics of the generated hypnograms (store stages).
+        planned: Statistics of many more nights of the profile's population, planned only
+            (hypnograms, cheap; :func:`~partnd.cohort.pc18_cohort.plan_record`).
         label_counts: Hypnogram-file label counts over all nights (R&K stages 3/4, movement).
         ages: Age of every night's subject.
         arousals_per_hour: Scored arousals per hour of sleep, per night (SHHS profile).
@@ -66,6 +68,7 @@ class ProfileRealism:
     per_record_kappa: dict[str, float]
     confusion: list[list[int]]
     hypnograms: HypnogramStatistics
+    planned: HypnogramStatistics
     label_counts: dict[str, int]
     ages: dict[str, int]
     arousals_per_hour: dict[str, float]
@@ -84,6 +87,7 @@ def profile_realism(
     hours: float = 8.0,
     seed: int = 0,
     n_jobs: int = 1,
+    n_planned: int = 200,
     overwrite: bool = False,
 ) -> ProfileRealism:
     """Write, ingest and stage a profile's nights with YASA; see the module doc.
@@ -95,6 +99,7 @@ def profile_realism(
         hours: Length of each night.
         seed: Cohort seed.
         n_jobs: Worker processes for writing the files.
+        n_planned: Further nights of the profile's population whose hypnograms alone are drawn.
         overwrite: Replace a cohort written with other parameters.
     """
     from partnd.datasets.store import SleepStore
@@ -102,6 +107,7 @@ def profile_realism(
     from partnd.evaluation.metrics import classification_metrics
     from partnd.preprocessing.ingest import ingest_file
 
+    check(n_planned >= 1, "n_planned", "a count >= 1", n_planned)
     check(profile_name in PROFILES, "profile", f"one of {sorted(PROFILES)}", profile_name)
     profile = PROFILES[profile_name]
     out = Path(out_dir).expanduser()
@@ -171,6 +177,12 @@ def profile_realism(
         hypnograms=hypnogram_statistics(
             [stages[stages >= 0] for stages in (_stages(e["stages"]) for e in truth.values())]
         ),
+        planned=hypnogram_statistics(
+            [
+                plan_record(record.spec).scored
+                for record in plan_profile_cohort(profile, n_planned, hours, seed + 1)
+            ]
+        ),
         label_counts=label_counts,
         ages={name: int(entry["age"]) for name, entry in truth.items()},
         arousals_per_hour=arousals,
@@ -198,6 +210,15 @@ def format_profile_realism(report: ProfileRealism) -> str:
         + " ".join(f"{stats.fraction_mean[s]:.3f}±{stats.fraction_sd[s]:.3f}" for s in STAGE_LABELS)
         + f"; REM latency {stats.rem_latency_mean:.0f} ± {stats.rem_latency_sd:.0f} min",
         "outside the norms: " + ("; ".join(stats.violations()) or "none"),
+    ]
+    planned = report.planned
+    lines += [
+        f"planned nights ({planned.n_nights}) W N1 N2 N3 R: "
+        + " ".join(
+            f"{planned.fraction_mean[s]:.3f}±{planned.fraction_sd[s]:.3f}" for s in STAGE_LABELS
+        )
+        + f"; REM latency {planned.rem_latency_mean:.0f} ± {planned.rem_latency_sd:.0f} min",
+        "planned nights outside the norms: " + ("; ".join(planned.violations()) or "none"),
     ]
     if any(report.arousals_per_hour.values()):
         lines.append(

@@ -618,6 +618,7 @@ def main(argv: list[str] | None = None) -> int:
                 hours=args.hours,
                 seed=args.seed,
                 n_jobs=args.n_jobs,
+                n_planned=max(args.planned, 1),
                 overwrite=args.overwrite,
             )
         except InputError as error:
