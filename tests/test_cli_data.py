@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from partnd import cli
-from partnd.cohort import pc18_cohort
+from partnd.cohort import command, pc18_cohort
 from partnd.datasets.store import SleepStore
 from partnd.preprocessing import ingest
 
@@ -43,12 +43,15 @@ def _has_help_everywhere(parser: argparse.ArgumentParser) -> bool:
 
 def test_subcommands_are_registered_with_their_own_usage(capsys: pytest.CaptureFixture) -> None:
     assert cli.SUBCOMMANDS["ingest"].resolve("ingest") is ingest.main
-    assert cli.SUBCOMMANDS["cohort"].resolve("cohort") is pc18_cohort.main
+    assert cli.SUBCOMMANDS["cohort"].resolve("cohort") is command.main
     assert _has_help_everywhere(ingest.build_parser())
-    assert _has_help_everywhere(pc18_cohort.build_parser())
+    assert _has_help_everywhere(command.build_parser())
     for name, flags in [
         ("ingest", ["--out", "--overwrite, --no-overwrite", "--eeg-channels"]),
-        ("cohort", ["--out", "--records", "--hours", "--seed", "--progress, --no-progress"]),
+        (
+            "cohort",
+            ["--out", "--records", "--hours", "--seed", "--progress, --no-progress", "--profile"],
+        ),
     ]:
         with pytest.raises(SystemExit) as exit_info:
             cli.main([name, "--help"])

@@ -14,7 +14,7 @@ import pytest
 import scipy.signal
 
 from partnd._validation import InputError
-from partnd.cohort import pc18_cohort
+from partnd.cohort import command
 from partnd.cohort.electrodes import (
     HEADBAND_DERIVATIONS,
     PC18_DERIVATIONS,
@@ -251,8 +251,21 @@ def test_profile_cohort_resumes_and_refuses_other_parameters(tmp_path: Path) -> 
 def test_cohort_command_writes_a_profile(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "nsrr"
     argv = ["--profile", "nsrr", "--out", str(out), "--records", "1", "--hours", "0.25"]
-    assert pc18_cohort.main(argv) == 0
+    assert command.main(argv) == 0
     assert (out / "shhs1-200001.edf").is_file() and (out / "shhs1-200001-nsrr.xml").is_file()
     assert "EEG=C4-A1,EEG(sec)=C3-A2" in capsys.readouterr().out
-    assert pc18_cohort.main([*argv[:4], "--records", "0", "--hours", "0.25"]) == 2
+    assert command.main([*argv[:4], "--records", "0", "--hours", "0.25"]) == 2
     assert "--records" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_profile_realism_stages_the_yasa_channel_of_the_written_files(tmp_path: Path) -> None:
+    from partnd.cohort.profile_realism import format_profile_realism, profile_realism
+
+    report = profile_realism("sleep_edf", tmp_path, n_records=1, hours=0.5, n_planned=5)
+    assert report.channel == "Fpz-Cz" and report.n_records == 1
+    assert -1.0 <= report.kappa <= 1.0 and set(report.per_stage_f1) == {"W", "N1", "N2", "N3", "R"}
+    truth = json.loads((tmp_path / "cohort" / "cohort.json").read_text())["records"]["SC4001E0"]
+    assert sum(report.label_counts.values()) == truth["n_epochs"]
+    assert sum(map(sum, report.confusion)) == sum(truth["stage_counts"].values())
+    assert "YASA pretrained (Fpz-Cz, zero labels)" in format_profile_realism(report)

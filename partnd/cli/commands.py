@@ -653,8 +653,8 @@ register_subcommand(
 )
 register_subcommand(
     "cohort",
-    "partnd.cohort.pc18_cohort:main",
-    "generate the synthetic PC18-format sample cohort",
+    "partnd.cohort.command:main",
+    "generate the synthetic sample cohort (PC18 format, or --profile sleep_edf / nsrr)",
 )
 register_subcommand(
     "demo", "partnd.recipes.sleep_staging:demo", "run the sleep-staging demo recipe"

@@ -80,6 +80,7 @@ __all__ = [
     "RecordSpec",
     "SynthesizedRecord",
     "build_parser",
+    "command_error",
     "default_cache_dir",
     "ensure_sample_cohort",
     "generate_record",
@@ -88,6 +89,7 @@ __all__ = [
     "make_pc18_cohort",
     "plan_cohort",
     "plan_record",
+    "run_pc18_command",
     "synthesize_record",
 ]
 
@@ -723,14 +725,6 @@ def build_parser() -> argparse.ArgumentParser:
         "docs/sample_cohort.md.",
     )
     parser.add_argument("--out", type=Path, required=True, help="cohort directory to write")
-    parser.add_argument(
-        "--profile",
-        choices=("pc18", "sleep_edf", "nsrr"),
-        default="pc18",
-        help="dataset profile: pc18 (WFDB, six derivations at 200 Hz; the default), sleep_edf "
-        "(SC4ssNE0-PSG.edf with Fpz-Cz, Pz-Oz, horizontal EOG at 100 Hz + R&K Hypnogram.edf) or "
-        "nsrr (shhs1-NNNNNN.edf with C4-A1/C3-A2 at 125 Hz + NSRR XML); see docs/sample_cohort.md",
-    )
     parser.add_argument("--records", type=int, default=24, help="number of records (subjects)")
     parser.add_argument(
         "--hours", type=float, default=2.0, help=f"length of each record (at least {MIN_HOURS})"
@@ -760,38 +754,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _error(prog: str, error: InputError) -> int:
+def command_error(prog: str, error: InputError) -> int:
+    """Print ``error`` as ``partnd cohort`` reports it (options named as on the command line)."""
     message = str(error).replace("overwrite=True", "--overwrite")
     name, sep, rest = message.partition(":")
     if sep and name in _CLI_NAMES:
         message = _CLI_NAMES[name] + sep + rest
     print(f"{prog}: error: {message}", file=sys.stderr)
     return 2
-
-
-def _profile_main(prog: str, args: argparse.Namespace) -> int:
-    """``partnd cohort --profile sleep_edf|nsrr``: write a dataset profile's files."""
-    from partnd.cohort.profiles import PROFILES, make_profile_cohort
-
-    try:
-        root = make_profile_cohort(
-            args.profile,
-            args.out,
-            n_records=args.records,
-            hours=args.hours,
-            seed=args.seed,
-            n_jobs=args.n_jobs,
-            overwrite=args.overwrite,
-        )
-    except InputError as error:
-        return _error(prog, error)
-    channels = ",".join(f"{k}={v}" for k, v in PROFILES[args.profile].store_channels.items())
-    print(
-        f"{prog}: {args.records} {args.profile} nights of {args.hours} h, seed {args.seed}, in "
-        f"{root} (ground truth in {COHORT_FILE})"
-    )
-    print(f"next: partnd ingest RECORDING HYPNOGRAM --out STORE.zarr --eeg-channels '{channels}'")
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -803,9 +773,11 @@ def main(argv: list[str] | None = None) -> int:
         values), with the error on stderr.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.profile != "pc18":
-        return _profile_main(parser.prog, args)
+    return run_pc18_command(parser.prog, parser.parse_args(argv))
+
+
+def run_pc18_command(prog: str, args: argparse.Namespace) -> int:
+    """:func:`main` on parsed arguments (``partnd cohort`` without another ``--profile``)."""
     try:
         cohort = make_pc18_cohort(
             args.out,
@@ -818,9 +790,9 @@ def main(argv: list[str] | None = None) -> int:
             overwrite=args.overwrite,
         )
     except InputError as error:
-        return _error(parser.prog, error)
+        return command_error(prog, error)
     print(
-        f"{parser.prog}: {len(cohort.records)} records ({len(cohort.training_records)} training, "
+        f"{prog}: {len(cohort.records)} records ({len(cohort.training_records)} training, "
         f"{len(cohort.test_records)} test) of {cohort.hours} h, seed {cohort.seed}, in "
         f"{cohort.root}"
     )

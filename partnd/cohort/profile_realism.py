@@ -1,6 +1,7 @@
 """How real each dataset profile is: YASA's zero-label kappa on the channel YASA would use.
 
-``python -m partnd.cohort.realism --profile sleep_edf|nsrr --out DIR`` writes a profile's files
+``python -m partnd.cohort.profile_realism --profile sleep_edf|nsrr --out DIR`` (the PC18 profile's
+report is ``python -m partnd.cohort.realism``) writes a profile's files
 (:func:`partnd.cohort.profiles.make_profile_cohort`), ingests every night as a user would
 (:func:`partnd.preprocessing.ingest.ingest_file`: the Sleep-EDF hypnograms read back from their
 EDF+ files, SHHS's from the ground truth until an NSRR XML reader exists; 0.1-30 Hz, 100 Hz, 30 s
@@ -12,15 +13,17 @@ differences (R&K stage 3/4 and movement-time epochs, the arousal and hypopnea in
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from partnd._validation import check
+from partnd._validation import InputError, check
 from partnd.cohort.hypnogram import STAGE_LABELS, STAGE_LETTERS
 from partnd.cohort.pc18_cohort import COHORT_FILE, plan_record
 from partnd.cohort.profiles import PROFILES, SLEEP_EDF, make_profile_cohort, plan_profile_cohort
@@ -30,7 +33,7 @@ from partnd.cohort.realism import (
     stage_spectra,
 )
 
-__all__ = ["ProfileRealism", "format_profile_realism", "profile_realism"]
+__all__ = ["ProfileRealism", "build_parser", "format_profile_realism", "main", "profile_realism"]
 
 _STAGE_CODES = {letter: code for code, letter in enumerate(STAGE_LETTERS)}
 
@@ -236,3 +239,58 @@ def format_profile_realism(report: ProfileRealism) -> str:
             f"| {stage} | " + " | ".join(f"{value:.3g}" for value in values.values()) + " |"
         )
     return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line parser of ``python -m partnd.cohort.profile_realism``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m partnd.cohort.profile_realism",
+        description="Write a dataset profile's nights, ingest them, stage the channel YASA would "
+        "use with YASA's pretrained classifier (zero labels) and print kappa, per-stage F1, the "
+        "hypnograms beside the norms and the per-stage spectra.",
+    )
+    parser.add_argument("--profile", choices=sorted(PROFILES), required=True, help="profile")
+    parser.add_argument("--out", type=Path, required=True, help="working directory")
+    parser.add_argument("--records", type=int, default=3, help="nights to generate")
+    parser.add_argument("--hours", type=float, default=8.0, help="length of each night")
+    parser.add_argument("--seed", type=int, default=0, help="cohort seed")
+    parser.add_argument("--n-jobs", type=int, default=1, help="worker processes")
+    parser.add_argument(
+        "--planned", type=int, default=200, help="further hypnograms drawn for the statistics"
+    )
+    parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON")
+    parser.add_argument(
+        "--overwrite",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="replace a cohort written in --out with other parameters",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the report; 0 when it ran, 2 for unusable arguments."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        report = profile_realism(
+            args.profile,
+            args.out,
+            n_records=args.records,
+            hours=args.hours,
+            seed=args.seed,
+            n_jobs=args.n_jobs,
+            n_planned=args.planned,
+            overwrite=args.overwrite,
+        )
+    except InputError as error:
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        return 2
+    print(format_profile_realism(report))
+    if args.json is not None:
+        args.json.write_text(json.dumps(asdict(report), indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

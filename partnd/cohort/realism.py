@@ -570,13 +570,6 @@ def build_parser() -> argparse.ArgumentParser:
         "statistics beside published norms and per-stage spectra.",
     )
     parser.add_argument("--out", type=Path, required=True, help="working directory")
-    parser.add_argument(
-        "--profile",
-        choices=("pc18", "sleep_edf", "nsrr"),
-        default="pc18",
-        help="dataset profile: pc18 (this report, C4-M1) or sleep_edf / nsrr (their files "
-        "written, ingested and staged on Fpz-Cz / C4-A1: partnd.cohort.profile_realism)",
-    )
     parser.add_argument("--records", type=int, default=6, help="records (nights) to generate")
     parser.add_argument("--hours", type=float, default=8.0, help="length of each record")
     parser.add_argument("--seed", type=int, default=0, help="cohort seed")
@@ -607,27 +600,6 @@ def main(argv: list[str] | None = None) -> int:
     """Run the realism report; 0 when it ran, 2 for unusable arguments."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.profile != "pc18":
-        from partnd.cohort.profile_realism import format_profile_realism, profile_realism
-
-        try:
-            profile_report = profile_realism(
-                args.profile,
-                args.out,
-                n_records=args.records,
-                hours=args.hours,
-                seed=args.seed,
-                n_jobs=args.n_jobs,
-                n_planned=max(args.planned, 1),
-                overwrite=args.overwrite,
-            )
-        except InputError as error:
-            print(f"{parser.prog}: error: {error}", file=sys.stderr)
-            return 2
-        print(format_profile_realism(profile_report))
-        if args.json is not None:
-            args.json.write_text(json.dumps(asdict(profile_report), indent=1) + "\n")
-        return 0
     try:
         report = realism_report(
             args.out,
