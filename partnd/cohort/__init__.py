@@ -8,8 +8,12 @@ by them (:mod:`partnd.datasets` only reads stores).
 - :mod:`~partnd.cohort.synthetic_eeg`: stage-dependent 13-channel polysomnography.
 - :mod:`~partnd.cohort.pc18_format`: the challenge's file layout (WFDB header, ``.mat`` signals,
   MATLAB v7.3 ``-arousal.mat``, ``.arousal`` annotations), written and read back.
-- :mod:`~partnd.cohort.pc18_cohort`: :func:`make_pc18_cohort` and :func:`ensure_sample_cohort`
-  (the ``partnd cohort`` command).
+- :mod:`~partnd.cohort.pc18_cohort`: :func:`make_pc18_cohort` and :func:`ensure_sample_cohort`.
+- :mod:`~partnd.cohort.electrodes`: electrode potentials and the montages read from them.
+- :mod:`~partnd.cohort.profiles`: Sleep-EDF-like and NSRR-like datasets
+  (:func:`make_profile_cohort`), written by :mod:`~partnd.cohort.sleep_edf_format` and
+  :mod:`~partnd.cohort.nsrr_format`; their realism: :mod:`~partnd.cohort.profile_realism`.
+- :mod:`~partnd.cohort.command`: the ``partnd cohort`` command (``--profile``).
 
 Names are imported on first use.
 """
@@ -28,6 +32,7 @@ if TYPE_CHECKING:
         injected_faults,
         make_pc18_cohort,
     )
+    from partnd.cohort.profiles import make_profile_cohort
 
 _EXPORTS: dict[str, str] = {
     "CohortInfo": ".pc18_cohort",
@@ -35,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     "ensure_sample_cohort": ".pc18_cohort",
     "injected_faults": ".pc18_cohort",
     "make_pc18_cohort": ".pc18_cohort",
+    "make_profile_cohort": ".profiles",
 }
 
 __all__ = [
@@ -43,6 +49,7 @@ __all__ = [
     "ensure_sample_cohort",
     "injected_faults",
     "make_pc18_cohort",
+    "make_profile_cohort",
 ]
 
 

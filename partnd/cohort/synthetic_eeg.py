@@ -49,6 +49,11 @@ Version 5 changed two things, each where generated N1 and wake departed from wha
   and below its own REM, while beta (16–40 Hz) falls across sleep onset (Marzano et al. 2013,
   Sleep Med 14:1112: a generalised reduction of the highest frequencies from wake to sleep).
 
+Version 6 mixes the sources into electrode potentials (:mod:`partnd.cohort.electrodes`) and takes
+every derivation as a difference of two of them, so Sleep-EDF's Fpz-Cz / Pz-Oz, SHHS's C4-A1 /
+C3-A2 or a headband's AF7-Fpz follow from the same sources as PC18's six; the PC18 derivations keep
+version 5's mixtures and random stream (their sites are anchored to their mastoid).
+
 Everything is vectorised over samples: a two-hour record takes about half a second to a second.
 """
 
