@@ -480,10 +480,10 @@ def _read_bids_events(path: Path, stage_mapping: Mapping[str, int] | None) -> Sc
         rows = list(csv.DictReader(handle, delimiter="\t"))
     columns = set(rows[0]) if rows else set()
     if not {"onset", "duration"} <= columns:
-        raise _refuse(path, "BIDS events with columns onset and duration", sorted(columns))
+        raise _refuse(path, "BIDS events with columns onset and duration", str(sorted(columns)))
     label = "trial_type" if "trial_type" in columns else "value" if "value" in columns else None
     if label is None:
-        raise _refuse(path, "a trial_type or value column with the stages", sorted(columns))
+        raise _refuse(path, "a trial_type or value column with the stages", str(sorted(columns)))
     onsets = [_number(path, row["onset"], "onset") for row in rows]
     durations = [_number(path, row["duration"], "duration") for row in rows]
     spans, kept = _spans_of_descriptions(onsets, durations, [row[label] for row in rows], mapping)
