@@ -37,7 +37,7 @@ import shutil
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -49,6 +49,7 @@ from partnd.cli.errors import OptionNames, run_command
 from partnd.datasets.stages import STAGE_ALIASES
 from partnd.datasets.store import RECORDS_GROUP, SIGNAL_DTYPES, SleepStore, check_record_id
 
+from .channel_maps import ChannelMap, ResolvedChannels, channel_map
 from .errors import RecordError
 from .manifest import STATUS_DONE, STATUS_FAILED, Manifest, read_manifest
 from .pipeline import (
@@ -62,6 +63,7 @@ from .windowing import CONFLICTING_SAMPLE, UNDEFINED_SAMPLE
 __all__ = [
     "DEFAULT_STAGE_MAPPING",
     "REFERENCE_NAMES",
+    "UNSCORED_TAIL_WINDOWS",
     "SourceWarning",
     "annotation_sample_indices",
     "annotations_to_sample_stages",
@@ -71,6 +73,7 @@ __all__ = [
     "ingest_raw",
     "is_ten_twenty_name",
     "main",
+    "read_hypnogram_file",
 ]
 
 logger = logging.getLogger(__name__)
@@ -303,6 +306,27 @@ def _channel_names(
     return source, stored
 
 
+def _resolve_channels(
+    raw: mne.io.BaseRaw,
+    eeg_channels: Sequence[str] | Mapping[str, str] | None,
+    channels: ChannelMap | str | Mapping[str, str | Sequence[str]] | None,
+    record_id: str,
+) -> tuple[ResolvedChannels, ChannelMap | None]:
+    """Where each stored channel comes from, and the channel map used (None for
+    ``eeg_channels``)."""
+    if channels is not None:
+        check(
+            eeg_channels is None,
+            "channels",
+            "either channels (a channel map) or eeg_channels (names), not both",
+            f"channels={channels!r} with eeg_channels={eeg_channels!r}",
+        )
+        used = channel_map(channels)
+        return used.resolve(raw.ch_names, record_id), used
+    source, stored = _channel_names(raw, eeg_channels)
+    return ResolvedChannels(stored, [(name, None) for name in source]), None
+
+
 def ingest_raw(
     raw: mne.io.BaseRaw,
     hypnogram: Hypnogram,
@@ -312,6 +336,7 @@ def ingest_raw(
     subject_id: str | None = None,
     split: str | None = None,
     eeg_channels: Sequence[str] | Mapping[str, str] | None = None,
+    channels: ChannelMap | str | Mapping[str, str | Sequence[str]] | None = None,
     stage_mapping: Mapping[str, int] = DEFAULT_STAGE_MAPPING,
     hypnogram_onset: float = 0.0,
     epoch_seconds: float = 30.0,
@@ -341,6 +366,13 @@ def ingest_raw(
             (:func:`is_ten_twenty_name`: ``EEG Fpz-Cz``, ``C3-M2``, ``F4-A1``, ...), logged at
             INFO level and returned as ``source_channels``; an error when there is none (MNE types
             every EDF channel as EEG, so EDF test signals or EOG/EMG channels are not taken).
+        channels: Instead of ``eeg_channels``, a channel map that names, renames and derives the
+            stored channels (:mod:`partnd.preprocessing.channel_maps`): a
+            :class:`~partnd.preprocessing.channel_maps.ChannelMap`, a built-in map name
+            (``"sleep-edf"``, ``"shhs"``, ``"mass"``, ``"pc18"``), ``"C4-A1=EEG,C3-A2=EEG(sec)"``
+            or ``{"C4-M1": "C4 - M1"}``. The record keeps each channel's source as
+            ``channel_derivations``; a recording without a source of some channel fails with
+            ``missing_channel``, naming the record and its channels.
         stage_mapping: Description -> stage code for annotation or string labels.
         hypnogram_onset: For per-epoch labels, start of the first epoch in seconds from the first
             sample.
@@ -365,9 +397,13 @@ def ingest_raw(
     check(dtype in SIGNAL_DTYPES, "dtype", f"one of {SIGNAL_DTYPES}", repr(dtype))
     check_record_id(record_id)
     config = config if config is not None else PreprocessingConfig()
-    source_names, stored_names = _channel_names(raw, eeg_channels)
+    resolved, used_map = _resolve_channels(raw, eeg_channels, channels, record_id)
+    source_names, stored_names = resolved.sources, resolved.stored
+    source = {"dataset": source_name}
+    if used_map is not None:
+        source["channel_map"] = used_map.describe()
     metadata = {
-        **config.store_metadata({"dataset": source_name}, source_sfreq=None),
+        **config.store_metadata(source, source_sfreq=None),
         "signal_dtype": dtype,
     }
     store_path = Path(store_path)
@@ -389,14 +425,14 @@ def ingest_raw(
             hypnogram,
             store_path,
             record_id,
-            source_names=source_names,
-            stored_names=stored_names,
+            resolved=resolved,
             metadata=metadata,
             attrs={
                 "subject_id": subject_id if subject_id is not None else record_id,
                 "split": split,
                 "start_datetime": _start_datetime(raw),
                 "source_channels": source_names,
+                "channel_derivations": resolved.descriptions,
                 "source_warnings": list(source_warnings),
             },
             existed=existed,
@@ -425,8 +461,7 @@ def _ingest(
     store_path: Path,
     record_id: str,
     *,
-    source_names: list[str],
-    stored_names: list[str],
+    resolved: ResolvedChannels,
     metadata: dict[str, Any],
     attrs: dict[str, Any],
     existed: bool,
@@ -452,7 +487,8 @@ def _ingest(
             epoch_seconds=epoch_seconds,
             stage_mapping=stage_mapping,
         )
-    data = raw.get_data(picks=source_names, units="uV")
+    stored_names = resolved.stored
+    data = resolved.data(raw)
     digest = hashlib.sha256(np.ascontiguousarray(data).tobytes())
     if sample_stages is not None:
         digest.update(sample_stages.tobytes())
@@ -500,12 +536,147 @@ def _ingest(
     return SleepStore(store.path).record_attrs(record_id)
 
 
+class _Collect(logging.Handler):
+    """Keeps the messages of the log records it handles."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 def _read_warned(read: Any, *args: Any, **kwargs: Any) -> tuple[Any, list[str]]:
-    """``read(*args, **kwargs)`` with MNE's warnings about the file caught and returned."""
-    with warnings.catch_warnings(record=True) as caught, mne.use_log_level("warning"):
-        warnings.simplefilter("always")
-        result = read(*args, **kwargs)
-    return result, list(dict.fromkeys(str(warning.message) for warning in caught))
+    """``read(*args, **kwargs)`` with MNE's warnings about the file caught and returned: those
+    raised as Python warnings and those MNE only logs (e.g. that a CSV's float onsets were read
+    as milliseconds). When ``read`` refuses the file (:class:`InputError`), the warnings are
+    added to its message."""
+    collect = _Collect()
+    mne_logger = logging.getLogger("mne")
+    mne_logger.addHandler(collect)
+    try:
+        with warnings.catch_warnings(record=True) as caught, mne.use_log_level("warning"):
+            warnings.simplefilter("always")
+            try:
+                result = read(*args, **kwargs)
+            except InputError as error:
+                problems = [str(warning.message) for warning in caught] + collect.messages
+                if not problems:
+                    raise
+                said = "; ".join(dict.fromkeys(problems))
+                raise InputError(f"{error} (MNE warned while reading: {said})") from None
+    finally:
+        mne_logger.removeHandler(collect)
+    problems = [str(warning.message) for warning in caught] + collect.messages
+    return result, list(dict.fromkeys(problems))
+
+
+UNSCORED_TAIL_WINDOWS = 10
+"""A recording that runs more windows than this past its hypnogram's last scored window is
+ingested with a :class:`SourceWarning`."""
+
+
+def read_hypnogram_file(
+    raw: mne.io.BaseRaw,
+    recording: str | Path,
+    hypnogram: str | Path,
+    *,
+    stage_mapping: Mapping[str, int] | None = None,
+    window_seconds: float = 30.0,
+) -> mne.Annotations:
+    """A hypnogram file in any format :mod:`partnd.datasets.hypnogram_formats` reads, checked
+    against the recording and laid out as one annotation per scored window.
+
+    Epochs other than ``window_seconds`` map onto windows by that module's rule (the stage
+    covering most of each window). Checks against ``raw``:
+
+    - **another recording's hypnogram is refused**: when both the hypnogram (its start date, or
+      the start in its EDF header) and the recording (``meas_date``) have a date, the scored
+      epochs must overlap the recording in time;
+    - **longer than the signal: refused** when scored windows start before the first sample or
+      end after the last by more than one window (those stages would be lost: a hypnogram of
+      another or a longer recording, or a truncated recording);
+    - **shorter than the signal: warned** (:class:`SourceWarning`) when the signal runs more
+      than :data:`UNSCORED_TAIL_WINDOWS` windows (5 min) past the last scored window (those
+      windows stay unscored and are dropped).
+
+    Args:
+        raw: The recording (only its timing is used).
+        recording: The recording file, for messages.
+        hypnogram: The hypnogram file.
+        stage_mapping: Label -> stage code, replacing the format's own mapping; the default
+            shared table :data:`DEFAULT_STAGE_MAPPING` is the annotation formats' own, so it
+            leaves the XML formats' mappings in place.
+        window_seconds: The store's window length.
+
+    Returns:
+        The scored windows as annotations on the hypnogram file's clock.
+
+    Raises:
+        InputError: A file that does not exist, is unreadable or refused (see above).
+    """
+    from partnd.datasets.hypnogram_formats import read_hypnogram
+    from partnd.inference import EDF_UNKNOWN_START
+
+    hypnogram = Path(hypnogram)
+    check(hypnogram.is_file(), "hypnogram", "an existing hypnogram file", str(hypnogram))
+    mapping = None if stage_mapping is DEFAULT_STAGE_MAPPING else stage_mapping
+    scored = read_hypnogram(hypnogram, stage_mapping=mapping)
+    annotations = scored.to_annotations(window_seconds)
+    check(
+        len(annotations) > 0,
+        "hypnogram",
+        f"at least one scored {window_seconds:g} s window",
+        f"{str(hypnogram)!r} with none (every window unscored or tied)",
+    )
+    recording_start = raw.info["meas_date"]
+    hypnogram_date = scored.start
+    if hypnogram_date is not None and hypnogram_date.date() == _EPOCH:
+        hypnogram_date = None  # MNE's "no start date": counted from the recording's start
+    if hypnogram_date is None and scored.file_start not in (None, EDF_UNKNOWN_START):
+        hypnogram_date = scored.file_start
+    if recording_start is not None and hypnogram_date is not None:
+        first = hypnogram_date + timedelta(seconds=float(annotations.onset[0]))
+        last = hypnogram_date + timedelta(
+            seconds=float(annotations.onset[-1] + annotations.duration[-1])
+        )
+        end = recording_start + timedelta(seconds=raw.n_times / raw.info["sfreq"])
+        check(
+            first < end and last > recording_start,
+            "hypnogram",
+            f"the hypnogram of {Path(recording).name} (recorded {recording_start:%Y-%m-%d %H:%M:%S}"
+            f" to {end:%Y-%m-%d %H:%M:%S} UTC)",
+            f"{str(hypnogram)!r}, which scores {first:%Y-%m-%d %H:%M:%S} to "
+            f"{last:%Y-%m-%d %H:%M:%S} UTC (another recording's hypnogram?)",
+        )
+    starts = annotation_sample_indices(raw, annotations, annotations.onset)
+    stops = annotation_sample_indices(raw, annotations, annotations.onset + annotations.duration)
+    sfreq = float(raw.info["sfreq"])
+    window = round(window_seconds * sfreq)
+    before, after = -int(starts.min()), int(stops.max()) - raw.n_times
+    check(
+        before <= window and after <= window,
+        "hypnogram",
+        f"scored epochs within {Path(recording).name} ({raw.n_times / sfreq / 60:.1f} min; one "
+        "window of slack at either end)",
+        f"{str(hypnogram)!r}, which scores "
+        + (
+            f"{before / sfreq / 60:.1f} min before its first sample"
+            if before > window
+            else f"{after / sfreq / 60:.1f} min past its end"
+        )
+        + " (a hypnogram of another or a longer recording, or a truncated recording)",
+    )
+    unscored_tail = raw.n_times - int(stops.max())
+    if unscored_tail > UNSCORED_TAIL_WINDOWS * window:
+        warnings.warn(
+            f"the hypnogram ends {unscored_tail / sfreq / 60:.1f} min before the end of "
+            f"{Path(recording).name}; those windows are unscored and dropped",
+            SourceWarning,
+            stacklevel=2,
+        )
+    return annotations
 
 
 def ingest_file(
@@ -550,17 +721,16 @@ def ingest_file(
         ) from None
     reports = [f"{path.name}: {problem}" for problem in problems]
     if isinstance(hypnogram, (str, Path)):
-        hypnogram_path = Path(hypnogram)
-        check(hypnogram_path.is_file(), "hypnogram", "an existing annotation file", str(hypnogram))
-        try:
-            hypnogram, problems = _read_warned(mne.read_annotations, hypnogram_path)
-        except Exception as error:
-            raise InputError(
-                "hypnogram: expected an annotation file mne.read_annotations reads (EDF+, FIF, "
-                f"CSV/TXT with onset, duration, description, ...), got {str(hypnogram_path)!r} "
-                f"({type(error).__name__}: {error})"
-            ) from None
-        reports += [f"{hypnogram_path.name}: {problem}" for problem in problems]
+        hypnogram_file = Path(hypnogram)
+        hypnogram, problems = _read_warned(
+            read_hypnogram_file,
+            raw,
+            path,
+            hypnogram_file,
+            stage_mapping=kwargs.get("stage_mapping", DEFAULT_STAGE_MAPPING),
+            window_seconds=(kwargs.get("config") or PreprocessingConfig()).window_seconds,
+        )
+        reports += [f"{hypnogram_file.name}: {problem}" for problem in problems]
     check(
         not (strict and reports),
         "path",
