@@ -334,6 +334,7 @@ def ingest_raw(
     record_id: str,
     *,
     subject_id: str | None = None,
+    session_id: str | None = None,
     split: str | None = None,
     eeg_channels: Sequence[str] | Mapping[str, str] | None = None,
     channels: ChannelMap | str | Mapping[str, str | Sequence[str]] | None = None,
@@ -345,6 +346,7 @@ def ingest_raw(
     source_name: str = "mne",
     source_warnings: Sequence[str] = (),
     overwrite: bool = False,
+    update_manifest: bool = True,
 ) -> dict[str, Any]:
     """Preprocess one MNE recording and store it as ``record_id``.
 
@@ -360,6 +362,7 @@ def ingest_raw(
         store_path: Target store.
         record_id: Identifier of the new record.
         subject_id: Subject of the recording (default: ``record_id``).
+        session_id: Session, visit or night of the subject (BIDS ``ses-``), if known.
         split: Split attribute (default ``"training"`` when labelled, ``"test"`` otherwise).
         eeg_channels: Channels to keep: names, or a mapping ``{name in raw: stored name}``.
             Default: the channels of type EEG whose names read as 10-20 electrodes or derivations
@@ -383,6 +386,9 @@ def ingest_raw(
         source_warnings: Problems reported while reading the source files, kept in the record's
             ``source_warnings`` attribute (see :func:`ingest_file`).
         overwrite: Replace an existing record ``record_id``.
+        update_manifest: Write the record's entry into the store's manifest; a parallel run
+            passes False and lets its driving process write the entries (only one process may
+            write a manifest).
 
     Returns:
         The record attributes written (``source_channels``: the channels taken from ``raw``).
@@ -429,6 +435,7 @@ def ingest_raw(
             metadata=metadata,
             attrs={
                 "subject_id": subject_id if subject_id is not None else record_id,
+                "session_id": session_id,
                 "split": split,
                 "start_datetime": _start_datetime(raw),
                 "source_channels": source_names,
@@ -436,6 +443,7 @@ def ingest_raw(
                 "source_warnings": list(source_warnings),
             },
             existed=existed,
+            update_manifest=update_manifest,
             stage_mapping=stage_mapping,
             hypnogram_onset=hypnogram_onset,
             epoch_seconds=epoch_seconds,
@@ -465,6 +473,7 @@ def _ingest(
     metadata: dict[str, Any],
     attrs: dict[str, Any],
     existed: bool,
+    update_manifest: bool,
     stage_mapping: Mapping[str, int],
     hypnogram_onset: float,
     epoch_seconds: float,
@@ -505,7 +514,7 @@ def _ingest(
             store.path, record_id, windowed, config, attrs, dtype=dtype, overwrite=overwrite
         )
     except RecordError as error:
-        if existed:  # a store this call created is removed by the caller
+        if existed and update_manifest:  # a store this call created is removed by the caller
             Manifest(store_path).update(
                 record_id,
                 {
@@ -517,6 +526,8 @@ def _ingest(
                 },
             )
         raise
+    if not update_manifest:
+        return SleepStore(store.path).record_attrs(record_id)
     Manifest(store.path).update(
         record_id,
         {
@@ -758,6 +769,11 @@ OPTION_NAMES = OptionNames(
         "subject_id": "--subject-id",
         "split": "--split",
         "eeg_channels": "--eeg-channels",
+        "channels": "--channels",
+        "pattern": "--pattern",
+        "n_jobs": "--n-jobs",
+        "root": "RECORDING",
+        "out": "--out",
         "dtype": "--dtype",
         "strict": "--strict",
         "overwrite": "--overwrite",
@@ -786,7 +802,13 @@ def build_parser() -> argparse.ArgumentParser:
         "100 Hz, 30 s windows aligned to the first scored sample). Run it once per recording; "
         "the store accumulates records.",
     )
-    parser.add_argument("recording", type=Path, metavar="RECORDING", help="the recording file")
+    parser.add_argument(
+        "recording",
+        type=Path,
+        metavar="RECORDING",
+        help="the recording file, or a dataset directory (Sleep-EDF, NSRR, MASS or BIDS naming, "
+        "or --pattern): every recording in it is paired with its hypnogram and ingested",
+    )
     parser.add_argument(
         "hypnogram",
         type=Path,
@@ -809,6 +831,28 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAMES",
         help="comma-separated channels to keep, each optionally renamed for the store "
         "('EEG Fpz-Cz=Fpz-Cz,EEG Pz-Oz=Pz-Oz'); default: the EEG channels with 10-20 names",
+    )
+    parser.add_argument(
+        "--channels",
+        metavar="MAP",
+        help="channel map: a built-in map (sleep-edf, shhs, mass, pc18) or STORED=SOURCE pairs "
+        "('C4-A1=EEG,C3-A2=EEG(sec)|EEG2'; a SOURCE 'C4 - M1' derives C4 minus M1); default for "
+        "a directory: its dataset family's map",
+    )
+    parser.add_argument(
+        "--pattern",
+        metavar="REC=HYP",
+        help="with a directory: pair by these path templates instead of the dataset naming "
+        "rules, e.g. 'psg/{id}.edf=scores/{id}.xml' ({subject} and {session} optional)",
+    )
+    parser.add_argument(
+        "--n-jobs", type=int, default=1, help="with a directory: parallel workers (-1: all cores)"
+    )
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with a directory: show a progress bar",
     )
     parser.add_argument(
         "--dtype", choices=SIGNAL_DTYPES, default="float32", help="on-disk signal dtype"
@@ -843,7 +887,58 @@ def main(argv: list[str] | None = None) -> int:
     return run_command(parser.prog, OPTION_NAMES, lambda: _run(parser.prog, args))
 
 
+def _run_directory(prog: str, args: argparse.Namespace) -> int:
+    """``partnd ingest DIR``: pair and ingest a dataset directory."""
+    from .dataset_ingest import ingest_dataset
+
+    given = [
+        option
+        for option, value in (
+            ("HYPNOGRAM", args.hypnogram),
+            ("--record-id", args.record_id),
+            ("--subject-id", args.subject_id),
+            ("--split", args.split),
+            ("--eeg-channels", args.eeg_channels),
+            ("--overwrite", args.overwrite or None),
+            ("--strict", args.strict or None),
+        )
+        if value is not None
+    ]
+    check(
+        not given,
+        "RECORDING",
+        "a recording file when " + ", ".join(given) + " is given (a directory pairs each "
+        "recording with its hypnogram and names records, subjects and channels by its dataset's "
+        "rules)",
+        f"the directory {args.recording}",
+    )
+    report = ingest_dataset(
+        args.recording,
+        args.out,
+        pattern=args.pattern,
+        channels=args.channels,
+        n_jobs=args.n_jobs,
+        dtype=args.dtype,
+        progress=args.progress,
+    )
+    print(report.summary(args.recording))
+    nights = sum(1 for outcome in report.outcomes.values() if outcome == "done")
+    print(
+        f"{prog}: {nights} recordings ingested in {report.seconds:.1f} s "
+        f"({60 * nights / max(report.seconds, 1e-9):.1f} nights/min) -> {args.out}"
+    )
+    return 1 if report.failed else 0
+
+
 def _run(prog: str, args: argparse.Namespace) -> int:
+    if args.recording.is_dir():
+        return _run_directory(prog, args)
+    check(
+        args.pattern is None and args.n_jobs == 1,
+        "--pattern",
+        "--pattern and --n-jobs only with a dataset directory as RECORDING",
+        f"the file {args.recording}",
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SourceWarning)
         try:
@@ -856,6 +951,7 @@ def _run(prog: str, args: argparse.Namespace) -> int:
                 subject_id=args.subject_id,
                 split=args.split,
                 eeg_channels=_parse_channels(args.eeg_channels),
+                channels=args.channels,
                 dtype=args.dtype,
                 overwrite=args.overwrite,
             )
@@ -871,15 +967,21 @@ def _run(prog: str, args: argparse.Namespace) -> int:
             )
     labelled = "unlabelled" if args.hypnogram is None else f"{attrs['n_labelled']} labelled"
     how = (
-        " (picked by their 10-20 names; choose with --eeg-channels)"
-        if not args.eeg_channels
+        " (picked by their 10-20 names; choose with --channels or --eeg-channels)"
+        if not args.eeg_channels and not args.channels
         else ""
     )
+    mapped = f" stored as {attrs['channel_derivations']}" if args.channels else ""
     problems = len(attrs["source_warnings"])
     flagged = f"; {problems} MNE warning(s) about the files, see above" if problems else ""
     print(
         f"{prog}: {attrs['record_id']}: {attrs['n_windows']} windows ({labelled}, "
-        f"dropped {attrs['dropped']}) from channels {attrs['source_channels']}{how}{flagged} "
+        f"dropped {attrs['dropped']}) from channels {attrs['source_channels']}{how}{mapped}"
+        f"{flagged} "
         f"-> {args.out}"
     )
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -65,6 +65,7 @@ def write_nsrr_xml(
 ) -> Path:
     """An NSRR XML: one ``Stages|Stages`` event per run of equal labels, plus ``other_events``
     ``(EventType, EventConcept, Start, Duration, SignalLocation)``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     events = [
         "<ScoredEvent><EventType/><EventConcept>Recording Start Time</EventConcept>"
         f"<Start>0</Start><Duration>{len(labels) * epoch_seconds:g}</Duration>"
