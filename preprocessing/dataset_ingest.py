@@ -36,6 +36,7 @@ killed right after writing it, always), a changed one is ingested again, failed 
 
 from __future__ import annotations
 
+import errno
 import re
 import shutil
 import time
@@ -394,6 +395,11 @@ def ingest_pair(task: IngestTask) -> tuple[str, str, dict[str, Any]]:
         return pair.record_id, "done", entry
     except RecordError as error:
         reason, detail, trace = error.reason, error.detail, None
+    except OSError as error:
+        if error.errno == errno.ENOSPC:
+            raise  # a full disk ends the run: every other record would fail the same way
+        reason, detail = UNEXPECTED_ERROR, f"{type(error).__name__}: {error}"
+        trace = traceback.format_exc(limit=5)
     except Exception as error:  # a worker reports every failure instead of ending the run
         reason, detail = UNEXPECTED_ERROR, f"{type(error).__name__}: {error}"
         trace = traceback.format_exc(limit=5)
@@ -542,10 +548,14 @@ def _ingest_pairs(
             report.outcomes[pair.record_id] = "skipped"
         else:
             tasks.append(IngestTask(pair, store.path, channels, dtype, overwrite=True))
-    for record_id, outcome, entry in parallel_map_unordered(
-        ingest_pair, tasks, n_jobs=n_jobs, progress=progress, description="recordings"
-    ):
-        manifest.update(record_id, entry)
-        report.outcomes[record_id] = outcome
+    try:
+        for record_id, outcome, entry in parallel_map_unordered(
+            ingest_pair, tasks, n_jobs=n_jobs, progress=progress, description="recordings"
+        ):
+            manifest.update(record_id, entry)
+            report.outcomes[record_id] = outcome
+    except BaseException:  # workers are gone: remove what they left half-written
+        remove_incomplete_records(store.path)
+        raise
     report.manifest = dict(manifest.entries)
     return report

@@ -30,6 +30,7 @@ STORE`` (:func:`main`).
 from __future__ import annotations
 
 import argparse
+import errno
 import functools
 import hashlib
 import logging
@@ -879,12 +880,28 @@ def main(argv: list[str] | None = None) -> int:
     Returns:
         0 when the record was stored (MNE's warnings about the files, if any, are printed on
         stderr and kept in the record's ``source_warnings``), 1 when it could not be preprocessed
-        (the reason is printed, and written to the manifest of a store that existed), 2 for
+        (the reason is printed, and written to the manifest of a store that existed) or the disk
+        is full (one line; temporary files are removed, a store this call created too), 2 for
         unusable arguments or, with ``--strict``, files MNE warns about (message on stderr).
     """
     parser = build_parser()
     args = parser.parse_args(argv)
-    return run_command(parser.prog, OPTION_NAMES, lambda: _run(parser.prog, args))
+
+    def body() -> int:
+        try:
+            return _run(parser.prog, args)
+        except OSError as error:
+            if error.errno != errno.ENOSPC:
+                raise
+            where = error.filename if error.filename is not None else args.out
+            print(
+                f"{parser.prog}: no space left on device while writing {where}; nothing "
+                "half-written was kept",
+                file=sys.stderr,
+            )
+            return 1
+
+    return run_command(parser.prog, OPTION_NAMES, body)
 
 
 def _run_directory(prog: str, args: argparse.Namespace) -> int:

@@ -275,3 +275,18 @@ def test_bids_dataset_keeps_subject_and_session(tmp_path):
         np.testing.assert_array_equal(
             store.stages(f"sub-01_ses-{session}_task-sleep"), codes[codes >= 0]
         )
+
+
+def test_full_disk_ends_a_dataset_run_in_one_line(tmp_path, monkeypatch, capsys):
+    import xarray as xr
+
+    from tests.test_recordings_ingest import _full_disk
+
+    sleep_edf_dir(tmp_path / "data", 2)
+    _full_disk(monkeypatch, xr.Dataset)
+    status = main([str(tmp_path / "data"), "--out", str(tmp_path / "s.zarr"), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 1 and len(err) == 1
+    assert err[0].endswith("; nothing half-written was kept")
+    assert not (tmp_path / "s.zarr").exists()
+    assert not [p for p in tmp_path.rglob(".tmp-*")]

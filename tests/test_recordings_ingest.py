@@ -5,6 +5,7 @@ recording."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from pathlib import Path
 
 import mne
 import numpy as np
@@ -189,3 +190,53 @@ def test_float_onset_csv_shows_mnes_warning(tmp_path):
     csv.write_text("onset,duration,description\n" + "\n".join(rows) + "\n")
     with pytest.raises(InputError, match=r"floats\.csv.*MNE warned while reading: .*MILLISECONDS"):
         ingest_file(recording, csv, tmp_path / "s.zarr")
+
+
+def _full_disk(monkeypatch, target):
+    """Make ``target``'s ``to_zarr`` write a partial group and then fail with ENOSPC."""
+    import errno
+
+    def write_then_fail(self, store, *args, **kwargs):
+        Path(store).mkdir(parents=True, exist_ok=True)
+        (Path(store) / "zarr.json").write_text("{")
+        raise OSError(errno.ENOSPC, "No space left on device", str(Path(store) / "signal"))
+
+    monkeypatch.setattr(target, "to_zarr", write_then_fail)
+
+
+def test_full_disk_during_ingest_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    """Issue 43 items 11 and 12 (ingest): no traceback, no .tmp-* directory, no new store."""
+    import xarray as xr
+
+    from partnd.preprocessing.ingest import main
+
+    recording = _save_raw(tmp_path / "r_raw.fif", 100.0, ["Fpz-Cz"], [_sine(100, 300)])
+    hypnogram = write_profusion_xml(tmp_path / "r.xml", list("W2222R2222"))
+    _full_disk(monkeypatch, xr.Dataset)
+    status = main([str(recording), str(hypnogram), "--out", str(tmp_path / "s.zarr")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 1
+    assert len(err) == 1
+    assert err[0].startswith("partnd ingest: no space left on device while writing ")
+    assert err[0].endswith("; nothing half-written was kept")
+    assert not (tmp_path / "s.zarr").exists()
+    assert not [p for p in tmp_path.rglob(".tmp-*")]
+
+
+def test_full_disk_while_creating_the_store_leaves_no_staging_directory(tmp_path, monkeypatch):
+    import errno
+
+    import zarr
+
+    from partnd.preprocessing.ingest import main
+
+    recording = _save_raw(tmp_path / "r_raw.fif", 100.0, ["Fpz-Cz"], [_sine(100, 300)])
+    hypnogram = write_profusion_xml(tmp_path / "r.xml", list("W2222R2222"))
+
+    def open_then_fail(store, *args, **kwargs):
+        Path(store).mkdir(parents=True)
+        raise OSError(errno.ENOSPC, "No space left on device", str(store))
+
+    monkeypatch.setattr(zarr, "open_group", open_then_fail)
+    assert main([str(recording), str(hypnogram), "--out", str(tmp_path / "s.zarr")]) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.xml", "r_raw.fif"]
