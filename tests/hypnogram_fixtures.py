@@ -96,6 +96,7 @@ def write_nsrr_xml(
 
 
 def write_profusion_xml(path: Path, labels: Sequence[str], *, epoch_seconds: float = 30.0) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
     stages = "".join(f"<SleepStage>{PROFUSION_CODE[label]}</SleepStage>" for label in labels)
     path.write_text(
         '<?xml version="1.0" encoding="UTF-8"?>\n<CMPStudyConfig>'
@@ -108,6 +109,7 @@ def write_profusion_xml(path: Path, labels: Sequence[str], *, epoch_seconds: flo
 def write_bids_events(
     path: Path, labels: Sequence[str], *, epoch_seconds: float = 30.0, column: str = "trial_type"
 ) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
     lines = [f"onset\tduration\t{column}"]
     lines += [
         f"{index * epoch_seconds:g}\t{epoch_seconds:g}\t{EDF_DESCRIPTION[label]}"
@@ -129,6 +131,7 @@ def write_edf_hypnogram(
     run of equal labels."""
     import pyedflib
 
+    path.parent.mkdir(parents=True, exist_ok=True)
     writer = pyedflib.EdfWriter(str(path), 0, file_type=pyedflib.FILETYPE_EDFPLUS)
     try:
         writer.setStartdatetime(start)
