@@ -37,6 +37,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from partnd._validation import InputError, check, renamed_arguments
 from partnd.datasets.adapters import as_signal_dataset, source_positions
+from partnd.datasets.hypnogram_formats import EDF_UNKNOWN_START
 from partnd.datasets.nights import SleepNightDataset, time_of_night
 from partnd.datasets.sequences import SleepSequenceDataset
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
@@ -57,10 +58,6 @@ __all__ = [
     "predict_recording",
     "predict_records",
 ]
-
-EDF_UNKNOWN_START = datetime(1985, 1, 1, tzinfo=timezone.utc)
-"""Start date written in an EDF+ header when the recording's is unknown (EDF has no "unknown"
-date; 1985 is its clipping year)."""
 
 
 def predict_logits(

@@ -17,7 +17,7 @@ import pytest
 from partnd._validation import InputError
 from partnd.datasets.store import RECORDS_GROUP, SleepStore
 from partnd.preprocessing.dataset_ingest import ingest_dataset, pair_recordings
-from partnd.preprocessing.ingest import main
+from partnd.preprocessing.ingest_command import main
 from tests.hypnogram_fixtures import (
     expected_codes,
     write_bids_events,
@@ -205,7 +205,7 @@ def test_kill_9_mid_way_then_rerun_equals_an_uninterrupted_run(tmp_path):
     command = [
         sys.executable,
         "-m",
-        "partnd.preprocessing.ingest",
+        "partnd.preprocessing.ingest_command",
         str(tmp_path / "data"),
         "--out",
         str(tmp_path / "killed.zarr"),

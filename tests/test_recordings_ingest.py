@@ -208,7 +208,7 @@ def test_full_disk_during_ingest_is_one_line_and_leaves_nothing(tmp_path, monkey
     """Issue 43 items 11 and 12 (ingest): no traceback, no .tmp-* directory, no new store."""
     import xarray as xr
 
-    from partnd.preprocessing.ingest import main
+    from partnd.preprocessing.ingest_command import main
 
     recording = _save_raw(tmp_path / "r_raw.fif", 100.0, ["Fpz-Cz"], [_sine(100, 300)])
     hypnogram = write_profusion_xml(tmp_path / "r.xml", list("W2222R2222"))
@@ -228,7 +228,7 @@ def test_full_disk_while_creating_the_store_leaves_no_staging_directory(tmp_path
 
     import zarr
 
-    from partnd.preprocessing.ingest import main
+    from partnd.preprocessing.ingest_command import main
 
     recording = _save_raw(tmp_path / "r_raw.fif", 100.0, ["Fpz-Cz"], [_sine(100, 300)])
     hypnogram = write_profusion_xml(tmp_path / "r.xml", list("W2222R2222"))

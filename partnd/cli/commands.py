@@ -726,7 +726,7 @@ register_subcommand(
 )
 register_subcommand(
     "ingest",
-    "partnd.preprocessing.ingest:main",
+    "partnd.preprocessing.ingest_command:main",
     "preprocess one EDF/BDF/FIF/... recording and its hypnogram into a zarr sleep store",
 )
 register_subcommand(

@@ -67,6 +67,7 @@ from partnd._validation import InputError, check
 from partnd.datasets.stages import STAGE_ALIASES, stage_description
 
 __all__ = [
+    "EDF_UNKNOWN_START",
     "FORMATS",
     "NSRR_STAGE_MAPPING",
     "PROFUSION_STAGE_MAPPING",
@@ -77,6 +78,10 @@ __all__ = [
     "edf_header_start",
     "read_hypnogram",
 ]
+
+EDF_UNKNOWN_START = datetime(1985, 1, 1, tzinfo=timezone.utc)
+"""Start date written in an EDF+ header when the recording's is unknown (EDF has no "unknown"
+date; 1985 is its clipping year); a hypnogram with it has no date to compare."""
 
 UNSCORED = -1
 """Stage code of an unscored epoch or window."""
