@@ -64,8 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="partnd ingest",
         description="Preprocess one recording MNE reads (EDF, BDF, FIF, BrainVision, ...) with its "
         "hypnogram into a partnd-sleep zarr store (0.1-30 Hz zero-phase FIR over the whole night, "
-        "100 Hz, 30 s windows aligned to the first scored sample). Run it once per recording; "
-        "the store accumulates records.",
+        "100 Hz, 30 s windows aligned to the first scored sample), or every recording of a "
+        "dataset directory paired with its hypnogram by the dataset's naming (Sleep-EDF, NSRR, "
+        "MASS, BIDS, or --pattern). The store accumulates records.",
     )
     parser.add_argument(
         "recording",
@@ -79,8 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         nargs="?",
         metavar="HYPNOGRAM",
-        help="annotation file with the sleep stages, read by mne.read_annotations (e.g. a "
-        "Sleep-EDF *-Hypnogram.edf; the recording itself if it carries them); omit for an "
+        help="the sleep stages: NSRR or Compumedics Profusion XML, BIDS events.tsv, or any "
+        "annotation file mne.read_annotations reads (a Sleep-EDF/MASS EDF+ hypnogram, the CSV "
+        "partnd predict writes; the recording itself if it carries them); omit for an "
         "unlabelled recording",
     )
     parser.add_argument(
