@@ -130,13 +130,13 @@ def test_real_edf_files_without_stages_are_refused_naming_their_events(path):
         read_hypnogram(path)
 
 
-def test_edf_exported_by_mne_reads_through_read_raw_edf(tmp_path):
-    """Issue 43 item 21: mne.read_annotations fails to decode MNE's own EDF+ export at 256 Hz."""
+def _mne_exported_night(tmp_path, n=120):
+    """An EDF+ of 1 h at 256 Hz with stage annotations, exported by MNE (edfio): a file that
+    mne.read_annotations fails to decode (UnicodeDecodeError, MNE 1.x)."""
     import datetime
 
     import mne
 
-    n = 120
     info = mne.create_info(["C3-M2", "C4-M1", "E1-M2"], 256.0, ["eeg", "eeg", "eog"])
     data = np.random.default_rng(0).standard_normal((3, 256 * 30 * n)) * 20e-6
     raw = mne.io.RawArray(data, info, verbose="error")
@@ -145,5 +145,24 @@ def test_edf_exported_by_mne_reads_through_read_raw_edf(tmp_path):
     raw.set_annotations(mne.Annotations(np.arange(n) * 30.0, [30.0] * n, labels))
     path = tmp_path / "night.edf"
     mne.export.export_raw(path, raw, verbose="error")
-    hypnogram = read_hypnogram(path)
-    np.testing.assert_array_equal(hypnogram.stages, [0, 2, 4] * (n // 3))
+    return path
+
+
+def test_edf_exported_by_mne_reads_through_read_raw_edf(tmp_path):
+    """Issue 43 item 21: mne.read_annotations fails to decode MNE's own EDF+ export."""
+    import mne
+
+    path = _mne_exported_night(tmp_path)
+    with pytest.raises(UnicodeDecodeError):
+        mne.read_annotations(path)
+    np.testing.assert_array_equal(read_hypnogram(path).stages, [0, 2, 4] * 40)
+
+
+@pytest.mark.slow
+def test_mne_exported_recording_is_its_own_hypnogram(tmp_path):
+    from partnd.datasets.store import SleepStore
+    from partnd.preprocessing.ingest import ingest_file
+
+    path = _mne_exported_night(tmp_path)
+    ingest_file(path, path, tmp_path / "s.zarr")  # the recording as its own HYPNOGRAM
+    np.testing.assert_array_equal(SleepStore(tmp_path / "s.zarr").stages("night"), [0, 2, 4] * 40)
