@@ -337,13 +337,18 @@ class DatasetReport:
         return sorted(rid for rid, outcome in self.outcomes.items() if outcome == "failed")
 
     def summary(self, root: Path | None = None) -> str:
-        """Pairing, counts per outcome, failures with their reasons."""
+        """Pairing, counts per outcome, failures with their reasons, and the warnings about the
+        files of the records ingested now (e.g. a hypnogram much shorter than its signal)."""
         counts = Counter(self.outcomes.values())
         lines = [self.pairing.summary(root)]
         lines.append(", ".join(f"{k} {counts.get(k, 0)}" for k in ("done", "skipped", "failed")))
         for record_id in self.failed:
             entry = self.manifest.get(record_id, {})
             lines.append(f"failed {record_id}: {entry.get('reason')}: {entry.get('detail')}")
+        for record_id, outcome in sorted(self.outcomes.items()):
+            if outcome == "done":
+                for warning in self.manifest.get(record_id, {}).get("source_warnings", []):
+                    lines.append(f"warning {record_id}: {warning}")
         return "\n".join(lines)
 
 

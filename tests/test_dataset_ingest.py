@@ -160,6 +160,16 @@ def test_nsrr_layout_with_shhs_channel_names(tmp_path):
     write_nsrr_xml(root / "annotations-events-nsrr/shhs1/shhs1-200001-nsrr.xml", labels)
     report = ingest_dataset(root, tmp_path / "s.zarr", progress=False)
     assert report.outcomes == {"shhs1-200001": "done"}
+    assert "warning" not in report.summary()
+    short = root / "annotations-events-nsrr/shhs1/shhs1-200002-nsrr.xml"
+    write_edf(root / "edfs/shhs1/shhs1-200002.edf", ["EEG(sec)", "EEG", "EMG"], 125.0, 1200, 2)
+    write_nsrr_xml(short, labels)  # 10 min scored of 20
+    again = ingest_dataset(root, tmp_path / "s.zarr", progress=False)
+    assert again.outcomes == {"shhs1-200001": "skipped", "shhs1-200002": "done"}
+    assert (
+        "warning shhs1-200002: shhs1-200002-nsrr.xml: the hypnogram ends 10.0 min before the end "
+        "of shhs1-200002.edf" in again.summary()
+    )
     store = SleepStore(tmp_path / "s.zarr")
     assert store.channels == ["C4-A1", "C3-A2"]
     codes = expected_codes(labels)
