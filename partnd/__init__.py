@@ -10,7 +10,8 @@ preprocessing workers) do not pay for torch.
 - Objectives: :class:`PARTModel`, :func:`list_objectives` (``pretrain(method=...)``).
 - Training: :func:`pretrain`, :func:`finetune`, :func:`evaluate`, :class:`PretrainConfig`,
   :class:`FinetuneConfig`, :func:`load_encoder`.
-- Inference: :func:`load_classifier`, :func:`predict` / :func:`predict_records` (per-window
+- Inference: :func:`load_classifier`, :func:`predict` / :func:`predict_records` /
+  :func:`predict_recording` (a recording file staged directly; per-window
   stages with probabilities, one hypnogram per recording, exported as ``mne.Annotations``, CSV
   and EDF+); :class:`SignalInfo` (what a model was trained on: channels, rate, window).
 - Frozen-feature evaluation: :func:`linear_probe`, :func:`knn_eval`, :class:`KNNMonitor`,
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
         linear_probe,
     )
     from partnd.finetuning.training import FinetuneResult, evaluate, finetune
-    from partnd.inference import Prediction, predict, predict_records
+    from partnd.inference import Prediction, predict, predict_recording, predict_records
     from partnd.models import (
         PatchClassifier,
         ViTEncoder,
@@ -93,6 +94,7 @@ _EXPORTS: dict[str, str] = {
     "load_classifier": "partnd.models.serialization",
     "predict": "partnd.inference",
     "predict_records": "partnd.inference",
+    "predict_recording": "partnd.inference",
     "Prediction": "partnd.inference",
     "SignalInfo": "partnd.signal_info",
     "finetune": "partnd.finetuning.training",
@@ -145,6 +147,7 @@ __all__ = [
     "offgrid_reconstruction",
     "patch_uncertainty",
     "predict",
+    "predict_recording",
     "predict_records",
     "pretrain",
     "relative_targets",

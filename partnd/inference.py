@@ -35,8 +35,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from partnd._validation import check, renamed_arguments
+from partnd._validation import InputError, check, renamed_arguments
 from partnd.datasets.adapters import as_signal_dataset, source_positions
+from partnd.datasets.hypnogram_formats import EDF_UNKNOWN_START
 from partnd.datasets.nights import SleepNightDataset, time_of_night
 from partnd.datasets.sequences import SleepSequenceDataset
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
@@ -48,11 +49,15 @@ from partnd.finetuning.sequence import EVALUATION_CROP, predict_nights
 from partnd.models.night import NightClassifier
 from partnd.models.sequence import SequenceClassifier
 
-__all__ = ["EDF_UNKNOWN_START", "Prediction", "predict", "predict_logits", "predict_records"]
-
-EDF_UNKNOWN_START = datetime(1985, 1, 1, tzinfo=timezone.utc)
-"""Start date written in an EDF+ header when the recording's is unknown (EDF has no "unknown"
-date; 1985 is its clipping year)."""
+__all__ = [
+    "EDF_UNKNOWN_START",
+    "Prediction",
+    "RecordingPrediction",
+    "predict",
+    "predict_logits",
+    "predict_recording",
+    "predict_records",
+]
 
 
 def predict_logits(
@@ -467,3 +472,110 @@ def predict_records(
         )
         for record in selected
     }
+
+
+@dataclass(frozen=True)
+class RecordingPrediction:
+    """What :func:`predict_recording` gives.
+
+    Attributes:
+        prediction: The hypnogram of the recording's windows.
+        kappa: Cohen's kappa against the recording's own hypnogram, or None without one.
+        n_scored: Windows the own hypnogram scores (the windows predicted), or None.
+        store: The kept store of the preprocessed recording, or None (nothing kept).
+    """
+
+    prediction: Prediction
+    kappa: float | None = None
+    n_scored: int | None = None
+    store: Path | None = None
+
+
+def predict_recording(
+    model: nn.Module,
+    recording: str | Path,
+    *,
+    hypnogram: str | Path | None = None,
+    channels: Any = None,
+    keep_store: str | Path | None = None,
+    batch_size: int = 256,
+    device: str = "auto",
+) -> RecordingPrediction:
+    """Stage a recording file MNE reads (EDF, BDF, FIF, BrainVision, ...) directly.
+
+    The file goes through :func:`partnd.preprocessing.ingest.ingest_file`, the code path of
+    ``partnd ingest`` (same channel map, filter, resampling and window grid), into a temporary
+    store that is deleted afterwards (or kept at ``keep_store``); then every window is classified
+    as :func:`predict_records` does. The result equals ingesting the file and predicting the
+    store, window by window.
+
+    Args:
+        model: A classifier (see :func:`predict`).
+        recording: The recording file.
+        hypnogram: The recording's own hypnogram (any format ``partnd ingest`` reads): the
+            windows it scores are predicted and Cohen's kappa is computed; without it, every
+            window from the first sample.
+        channels: Channel map (see :func:`partnd.preprocessing.ingest.ingest_raw`'s
+            ``channels``); default: the model's channels when the file holds them all, else the
+            EEG channels with 10-20 names.
+        keep_store: Keep the preprocessed recording as this store (default: nothing is kept).
+        batch_size: Batch size.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:K"``.
+
+    Returns:
+        The hypnogram, and kappa against ``hypnogram`` when given.
+    """
+    import tempfile
+
+    import mne
+
+    from partnd.datasets.stages import STAGE_NAMES
+    from partnd.evaluation.metrics import cohen_kappa, confusion_matrix
+    from partnd.preprocessing.errors import RecordError
+    from partnd.preprocessing.ingest import ingest_file
+
+    recording = Path(recording)
+    check(recording.is_file(), "recording", "an existing recording file", str(recording))
+    eeg_channels = None
+    info = getattr(model, "signal_info", None)
+    if channels is None and info is not None and info.ch_names is not None:
+        names = mne.io.read_raw(recording, preload=False, verbose="error").ch_names
+        if set(info.ch_names) <= set(names):
+            eeg_channels = list(info.ch_names)
+    with tempfile.TemporaryDirectory(prefix="partnd-predict-") as scratch:
+        store = Path(keep_store) if keep_store is not None else Path(scratch) / "night.zarr"
+        record = recording.stem
+        try:
+            ingest_file(
+                recording, hypnogram, store, record, channels=channels, eeg_channels=eeg_channels
+            )
+        except InputError as error:  # ingest_file calls the recording "path"
+            message = str(error)
+            if message.startswith("path:"):
+                raise InputError("recording:" + message[len("path:") :]) from None
+            raise
+        except RecordError as error:
+            raise InputError(
+                f"recording: expected a recording partnd ingest can preprocess, got "
+                f"{str(recording)!r} ({error.reason}: {error.detail})"
+            ) from None
+        prediction = predict_records(model, store, [record], batch_size=batch_size, device=device)[
+            record
+        ]
+        if hypnogram is None:
+            return RecordingPrediction(prediction, store=Path(keep_store) if keep_store else None)
+        truth = SleepStore(store).stages(record)
+    check(
+        set(prediction.class_names) <= set(STAGE_NAMES),
+        "hypnogram",
+        f"a model whose classes are sleep stages {list(STAGE_NAMES)} to compare with it",
+        f"classes {prediction.class_names}",
+    )
+    codes = np.array([STAGE_NAMES.index(name) for name in prediction.stage_names])
+    confusion = confusion_matrix(truth, codes, len(STAGE_NAMES))
+    return RecordingPrediction(
+        prediction,
+        kappa=float(cohen_kappa(confusion)),
+        n_scored=len(truth),
+        store=Path(keep_store) if keep_store is not None else None,
+    )

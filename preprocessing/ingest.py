@@ -24,20 +24,18 @@ Warnings MNE gives while reading the files (a header that does not match the fil
 truncated EDF, annotations outside the data, ...) are re-issued as :class:`SourceWarning` and kept
 in the record's ``source_warnings``, or refused with ``strict=True``. A store this call created is
 removed again when the call fails. Command line: ``partnd ingest RECORDING [HYPNOGRAM] --out
-STORE`` (:func:`main`).
+STORE`` (:mod:`partnd.preprocessing.ingest_command`).
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import hashlib
 import logging
 import shutil
-import sys
 import warnings
 from collections.abc import Mapping, Sequence
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, TypeAlias
 
@@ -45,10 +43,10 @@ import mne
 import numpy as np
 
 from partnd._validation import InputError, check
-from partnd.cli.errors import OptionNames, run_command
 from partnd.datasets.stages import STAGE_ALIASES
 from partnd.datasets.store import RECORDS_GROUP, SIGNAL_DTYPES, SleepStore, check_record_id
 
+from .channel_maps import ChannelMap, ResolvedChannels, channel_map
 from .errors import RecordError
 from .manifest import STATUS_DONE, STATUS_FAILED, Manifest, read_manifest
 from .pipeline import (
@@ -62,15 +60,15 @@ from .windowing import CONFLICTING_SAMPLE, UNDEFINED_SAMPLE
 __all__ = [
     "DEFAULT_STAGE_MAPPING",
     "REFERENCE_NAMES",
+    "UNSCORED_TAIL_WINDOWS",
     "SourceWarning",
     "annotation_sample_indices",
     "annotations_to_sample_stages",
-    "build_parser",
     "epochs_to_sample_stages",
     "ingest_file",
     "ingest_raw",
     "is_ten_twenty_name",
-    "main",
+    "read_hypnogram_file",
 ]
 
 logger = logging.getLogger(__name__)
@@ -303,6 +301,27 @@ def _channel_names(
     return source, stored
 
 
+def _resolve_channels(
+    raw: mne.io.BaseRaw,
+    eeg_channels: Sequence[str] | Mapping[str, str] | None,
+    channels: ChannelMap | str | Mapping[str, str | Sequence[str]] | None,
+    record_id: str,
+) -> tuple[ResolvedChannels, ChannelMap | None]:
+    """Where each stored channel comes from, and the channel map used (None for
+    ``eeg_channels``)."""
+    if channels is not None:
+        check(
+            eeg_channels is None,
+            "channels",
+            "either channels (a channel map) or eeg_channels (names), not both",
+            f"channels={channels!r} with eeg_channels={eeg_channels!r}",
+        )
+        used = channel_map(channels)
+        return used.resolve(raw.ch_names, record_id), used
+    source, stored = _channel_names(raw, eeg_channels)
+    return ResolvedChannels(stored, [(name, None) for name in source]), None
+
+
 def ingest_raw(
     raw: mne.io.BaseRaw,
     hypnogram: Hypnogram,
@@ -310,8 +329,10 @@ def ingest_raw(
     record_id: str,
     *,
     subject_id: str | None = None,
+    session_id: str | None = None,
     split: str | None = None,
     eeg_channels: Sequence[str] | Mapping[str, str] | None = None,
+    channels: ChannelMap | str | Mapping[str, str | Sequence[str]] | None = None,
     stage_mapping: Mapping[str, int] = DEFAULT_STAGE_MAPPING,
     hypnogram_onset: float = 0.0,
     epoch_seconds: float = 30.0,
@@ -320,6 +341,7 @@ def ingest_raw(
     source_name: str = "mne",
     source_warnings: Sequence[str] = (),
     overwrite: bool = False,
+    update_manifest: bool = True,
 ) -> dict[str, Any]:
     """Preprocess one MNE recording and store it as ``record_id``.
 
@@ -335,12 +357,20 @@ def ingest_raw(
         store_path: Target store.
         record_id: Identifier of the new record.
         subject_id: Subject of the recording (default: ``record_id``).
+        session_id: Session, visit or night of the subject (BIDS ``ses-``), if known.
         split: Split attribute (default ``"training"`` when labelled, ``"test"`` otherwise).
         eeg_channels: Channels to keep: names, or a mapping ``{name in raw: stored name}``.
             Default: the channels of type EEG whose names read as 10-20 electrodes or derivations
             (:func:`is_ten_twenty_name`: ``EEG Fpz-Cz``, ``C3-M2``, ``F4-A1``, ...), logged at
             INFO level and returned as ``source_channels``; an error when there is none (MNE types
             every EDF channel as EEG, so EDF test signals or EOG/EMG channels are not taken).
+        channels: Instead of ``eeg_channels``, a channel map that names, renames and derives the
+            stored channels (:mod:`partnd.preprocessing.channel_maps`): a
+            :class:`~partnd.preprocessing.channel_maps.ChannelMap`, a built-in map name
+            (``"sleep-edf"``, ``"shhs"``, ``"mass"``, ``"pc18"``), ``"C4-A1=EEG,C3-A2=EEG(sec)"``
+            or ``{"C4-M1": "C4 - M1"}``. The record keeps each channel's source as
+            ``channel_derivations``; a recording without a source of some channel fails with
+            ``missing_channel``, naming the record and its channels.
         stage_mapping: Description -> stage code for annotation or string labels.
         hypnogram_onset: For per-epoch labels, start of the first epoch in seconds from the first
             sample.
@@ -351,6 +381,9 @@ def ingest_raw(
         source_warnings: Problems reported while reading the source files, kept in the record's
             ``source_warnings`` attribute (see :func:`ingest_file`).
         overwrite: Replace an existing record ``record_id``.
+        update_manifest: Write the record's entry into the store's manifest; a parallel run
+            passes False and lets its driving process write the entries (only one process may
+            write a manifest).
 
     Returns:
         The record attributes written (``source_channels``: the channels taken from ``raw``).
@@ -365,9 +398,13 @@ def ingest_raw(
     check(dtype in SIGNAL_DTYPES, "dtype", f"one of {SIGNAL_DTYPES}", repr(dtype))
     check_record_id(record_id)
     config = config if config is not None else PreprocessingConfig()
-    source_names, stored_names = _channel_names(raw, eeg_channels)
+    resolved, used_map = _resolve_channels(raw, eeg_channels, channels, record_id)
+    source_names, stored_names = resolved.sources, resolved.stored
+    source = {"dataset": source_name}
+    if used_map is not None:
+        source["channel_map"] = used_map.describe()
     metadata = {
-        **config.store_metadata({"dataset": source_name}, source_sfreq=None),
+        **config.store_metadata(source, source_sfreq=None),
         "signal_dtype": dtype,
     }
     store_path = Path(store_path)
@@ -389,17 +426,19 @@ def ingest_raw(
             hypnogram,
             store_path,
             record_id,
-            source_names=source_names,
-            stored_names=stored_names,
+            resolved=resolved,
             metadata=metadata,
             attrs={
                 "subject_id": subject_id if subject_id is not None else record_id,
+                "session_id": session_id,
                 "split": split,
                 "start_datetime": _start_datetime(raw),
                 "source_channels": source_names,
+                "channel_derivations": resolved.descriptions,
                 "source_warnings": list(source_warnings),
             },
             existed=existed,
+            update_manifest=update_manifest,
             stage_mapping=stage_mapping,
             hypnogram_onset=hypnogram_onset,
             epoch_seconds=epoch_seconds,
@@ -425,11 +464,11 @@ def _ingest(
     store_path: Path,
     record_id: str,
     *,
-    source_names: list[str],
-    stored_names: list[str],
+    resolved: ResolvedChannels,
     metadata: dict[str, Any],
     attrs: dict[str, Any],
     existed: bool,
+    update_manifest: bool,
     stage_mapping: Mapping[str, int],
     hypnogram_onset: float,
     epoch_seconds: float,
@@ -452,7 +491,8 @@ def _ingest(
             epoch_seconds=epoch_seconds,
             stage_mapping=stage_mapping,
         )
-    data = raw.get_data(picks=source_names, units="uV")
+    stored_names = resolved.stored
+    data = resolved.data(raw)
     digest = hashlib.sha256(np.ascontiguousarray(data).tobytes())
     if sample_stages is not None:
         digest.update(sample_stages.tobytes())
@@ -469,7 +509,7 @@ def _ingest(
             store.path, record_id, windowed, config, attrs, dtype=dtype, overwrite=overwrite
         )
     except RecordError as error:
-        if existed:  # a store this call created is removed by the caller
+        if existed and update_manifest:  # a store this call created is removed by the caller
             Manifest(store_path).update(
                 record_id,
                 {
@@ -481,6 +521,8 @@ def _ingest(
                 },
             )
         raise
+    if not update_manifest:
+        return SleepStore(store.path).record_attrs(record_id)
     Manifest(store.path).update(
         record_id,
         {
@@ -500,12 +542,146 @@ def _ingest(
     return SleepStore(store.path).record_attrs(record_id)
 
 
+class _Collect(logging.Handler):
+    """Keeps the messages of the log records it handles."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 def _read_warned(read: Any, *args: Any, **kwargs: Any) -> tuple[Any, list[str]]:
-    """``read(*args, **kwargs)`` with MNE's warnings about the file caught and returned."""
-    with warnings.catch_warnings(record=True) as caught, mne.use_log_level("warning"):
-        warnings.simplefilter("always")
-        result = read(*args, **kwargs)
-    return result, list(dict.fromkeys(str(warning.message) for warning in caught))
+    """``read(*args, **kwargs)`` with MNE's warnings about the file caught and returned: those
+    raised as Python warnings and those MNE only logs (e.g. that a CSV's float onsets were read
+    as milliseconds). When ``read`` refuses the file (:class:`InputError`), the warnings are
+    added to its message."""
+    collect = _Collect()
+    mne_logger = logging.getLogger("mne")
+    mne_logger.addHandler(collect)
+    try:
+        with warnings.catch_warnings(record=True) as caught, mne.use_log_level("warning"):
+            warnings.simplefilter("always")
+            try:
+                result = read(*args, **kwargs)
+            except InputError as error:
+                problems = [str(warning.message) for warning in caught] + collect.messages
+                if not problems:
+                    raise
+                said = "; ".join(dict.fromkeys(problems))
+                raise InputError(f"{error} (MNE warned while reading: {said})") from None
+    finally:
+        mne_logger.removeHandler(collect)
+    problems = [str(warning.message) for warning in caught] + collect.messages
+    return result, list(dict.fromkeys(problems))
+
+
+UNSCORED_TAIL_WINDOWS = 10
+"""A recording that runs more windows than this past its hypnogram's last scored window is
+ingested with a :class:`SourceWarning`."""
+
+
+def read_hypnogram_file(
+    raw: mne.io.BaseRaw,
+    recording: str | Path,
+    hypnogram: str | Path,
+    *,
+    stage_mapping: Mapping[str, int] | None = None,
+    window_seconds: float = 30.0,
+) -> mne.Annotations:
+    """A hypnogram file in any format :mod:`partnd.datasets.hypnogram_formats` reads, checked
+    against the recording and laid out as one annotation per scored window.
+
+    Epochs other than ``window_seconds`` map onto windows by that module's rule (the stage
+    covering most of each window). Checks against ``raw``:
+
+    - **another recording's hypnogram is refused**: when both the hypnogram (its start date, or
+      the start in its EDF header) and the recording (``meas_date``) have a date, the scored
+      epochs must overlap the recording in time;
+    - **longer than the signal: refused** when scored windows start before the first sample or
+      end after the last by more than one window (those stages would be lost: a hypnogram of
+      another or a longer recording, or a truncated recording);
+    - **shorter than the signal: warned** (:class:`SourceWarning`) when the signal runs more
+      than :data:`UNSCORED_TAIL_WINDOWS` windows (5 min) past the last scored window (those
+      windows stay unscored and are dropped).
+
+    Args:
+        raw: The recording (only its timing is used).
+        recording: The recording file, for messages.
+        hypnogram: The hypnogram file.
+        stage_mapping: Label -> stage code, replacing the format's own mapping; the default
+            shared table :data:`DEFAULT_STAGE_MAPPING` is the annotation formats' own, so it
+            leaves the XML formats' mappings in place.
+        window_seconds: The store's window length.
+
+    Returns:
+        The scored windows as annotations on the hypnogram file's clock.
+
+    Raises:
+        InputError: A file that does not exist, is unreadable or refused (see above).
+    """
+    from partnd.datasets.hypnogram_formats import EDF_UNKNOWN_START, read_hypnogram
+
+    hypnogram = Path(hypnogram)
+    check(hypnogram.is_file(), "hypnogram", "an existing hypnogram file", str(hypnogram))
+    mapping = None if stage_mapping is DEFAULT_STAGE_MAPPING else stage_mapping
+    scored = read_hypnogram(hypnogram, stage_mapping=mapping)
+    annotations = scored.to_annotations(window_seconds)
+    check(
+        len(annotations) > 0,
+        "hypnogram",
+        f"at least one scored {window_seconds:g} s window",
+        f"{str(hypnogram)!r} with none (every window unscored or tied)",
+    )
+    recording_start = raw.info["meas_date"]
+    hypnogram_date = scored.start
+    if hypnogram_date is not None and hypnogram_date.date() == _EPOCH:
+        hypnogram_date = None  # MNE's "no start date": counted from the recording's start
+    if hypnogram_date is None and scored.file_start not in (None, EDF_UNKNOWN_START):
+        hypnogram_date = scored.file_start
+    if recording_start is not None and hypnogram_date is not None:
+        first = hypnogram_date + timedelta(seconds=float(annotations.onset[0]))
+        last = hypnogram_date + timedelta(
+            seconds=float(annotations.onset[-1] + annotations.duration[-1])
+        )
+        end = recording_start + timedelta(seconds=raw.n_times / raw.info["sfreq"])
+        check(
+            first < end and last > recording_start,
+            "hypnogram",
+            f"the hypnogram of {Path(recording).name} (recorded {recording_start:%Y-%m-%d %H:%M:%S}"
+            f" to {end:%Y-%m-%d %H:%M:%S} UTC)",
+            f"{str(hypnogram)!r}, which scores {first:%Y-%m-%d %H:%M:%S} to "
+            f"{last:%Y-%m-%d %H:%M:%S} UTC (another recording's hypnogram?)",
+        )
+    starts = annotation_sample_indices(raw, annotations, annotations.onset)
+    stops = annotation_sample_indices(raw, annotations, annotations.onset + annotations.duration)
+    sfreq = float(raw.info["sfreq"])
+    window = round(window_seconds * sfreq)
+    before, after = -int(starts.min()), int(stops.max()) - raw.n_times
+    check(
+        before <= window and after <= window,
+        "hypnogram",
+        f"scored epochs within {Path(recording).name} ({raw.n_times / sfreq / 60:.1f} min; one "
+        "window of slack at either end)",
+        f"{str(hypnogram)!r}, which scores "
+        + (
+            f"{before / sfreq / 60:.1f} min before its first sample"
+            if before > window
+            else f"{after / sfreq / 60:.1f} min past its end"
+        )
+        + " (a hypnogram of another or a longer recording, or a truncated recording)",
+    )
+    unscored_tail = raw.n_times - int(stops.max())
+    if unscored_tail > UNSCORED_TAIL_WINDOWS * window:
+        warnings.warn(
+            f"the hypnogram ends {unscored_tail / sfreq / 60:.1f} min before the end of "
+            f"{Path(recording).name}; those windows are unscored and dropped",
+            SourceWarning,
+            stacklevel=2,
+        )
+    return annotations
 
 
 def ingest_file(
@@ -550,17 +726,16 @@ def ingest_file(
         ) from None
     reports = [f"{path.name}: {problem}" for problem in problems]
     if isinstance(hypnogram, (str, Path)):
-        hypnogram_path = Path(hypnogram)
-        check(hypnogram_path.is_file(), "hypnogram", "an existing annotation file", str(hypnogram))
-        try:
-            hypnogram, problems = _read_warned(mne.read_annotations, hypnogram_path)
-        except Exception as error:
-            raise InputError(
-                "hypnogram: expected an annotation file mne.read_annotations reads (EDF+, FIF, "
-                f"CSV/TXT with onset, duration, description, ...), got {str(hypnogram_path)!r} "
-                f"({type(error).__name__}: {error})"
-            ) from None
-        reports += [f"{hypnogram_path.name}: {problem}" for problem in problems]
+        hypnogram_file = Path(hypnogram)
+        hypnogram, problems = _read_warned(
+            read_hypnogram_file,
+            raw,
+            path,
+            hypnogram_file,
+            stage_mapping=kwargs.get("stage_mapping", DEFAULT_STAGE_MAPPING),
+            window_seconds=(kwargs.get("config") or PreprocessingConfig()).window_seconds,
+        )
+        reports += [f"{hypnogram_file.name}: {problem}" for problem in problems]
     check(
         not (strict and reports),
         "path",
@@ -577,139 +752,3 @@ def ingest_file(
         source_warnings=reports,
         **kwargs,
     )
-
-
-OPTION_NAMES = OptionNames(
-    {
-        "path": "RECORDING",
-        "hypnogram": "HYPNOGRAM",
-        "store_path": "--out",
-        "record_id": "--record-id",
-        "subject_id": "--subject-id",
-        "split": "--split",
-        "eeg_channels": "--eeg-channels",
-        "dtype": "--dtype",
-        "strict": "--strict",
-        "overwrite": "--overwrite",
-    }
-)
-"""How :func:`ingest_file`'s arguments read as ``partnd ingest`` options."""
-
-
-def _parse_channels(text: str | None) -> list[str] | dict[str, str] | None:
-    """``"A,B"`` -> ``["A", "B"]``; ``"A=a,B"`` -> ``{"A": "a", "B": "B"}``."""
-    if text is None:
-        return None
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    if not any("=" in item for item in items):
-        return items
-    pairs = [item.partition("=") for item in items]
-    return {name.strip(): (stored.strip() or name.strip()) for name, _, stored in pairs}
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """Command-line parser of ``partnd ingest``."""
-    parser = argparse.ArgumentParser(
-        prog="partnd ingest",
-        description="Preprocess one recording MNE reads (EDF, BDF, FIF, BrainVision, ...) with its "
-        "hypnogram into a partnd-sleep zarr store (0.1-30 Hz zero-phase FIR over the whole night, "
-        "100 Hz, 30 s windows aligned to the first scored sample). Run it once per recording; "
-        "the store accumulates records.",
-    )
-    parser.add_argument("recording", type=Path, metavar="RECORDING", help="the recording file")
-    parser.add_argument(
-        "hypnogram",
-        type=Path,
-        nargs="?",
-        metavar="HYPNOGRAM",
-        help="annotation file with the sleep stages, read by mne.read_annotations (e.g. a "
-        "Sleep-EDF *-Hypnogram.edf; the recording itself if it carries them); omit for an "
-        "unlabelled recording",
-    )
-    parser.add_argument(
-        "--out", type=Path, required=True, help="store to create or add to, e.g. sleep_edf.zarr"
-    )
-    parser.add_argument("--record-id", help="record identifier (default: the file name's stem)")
-    parser.add_argument("--subject-id", help="subject identifier (default: the record id)")
-    parser.add_argument(
-        "--split", help="split attribute (default: training when labelled, test otherwise)"
-    )
-    parser.add_argument(
-        "--eeg-channels",
-        metavar="NAMES",
-        help="comma-separated channels to keep, each optionally renamed for the store "
-        "('EEG Fpz-Cz=Fpz-Cz,EEG Pz-Oz=Pz-Oz'); default: the EEG channels with 10-20 names",
-    )
-    parser.add_argument(
-        "--dtype", choices=SIGNAL_DTYPES, default="float32", help="on-disk signal dtype"
-    )
-    parser.add_argument(
-        "--overwrite",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="replace a record with the same id already in --out (other records are kept)",
-    )
-    parser.add_argument(
-        "--strict",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="refuse files MNE warns about while reading them (e.g. an EDF whose header does not "
-        "match its size: a truncated file); default: ingest them and print the warnings",
-    )
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run ``partnd ingest``.
-
-    Returns:
-        0 when the record was stored (MNE's warnings about the files, if any, are printed on
-        stderr and kept in the record's ``source_warnings``), 1 when it could not be preprocessed
-        (the reason is printed, and written to the manifest of a store that existed), 2 for
-        unusable arguments or, with ``--strict``, files MNE warns about (message on stderr).
-    """
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    return run_command(parser.prog, OPTION_NAMES, lambda: _run(parser.prog, args))
-
-
-def _run(prog: str, args: argparse.Namespace) -> int:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", SourceWarning)
-        try:
-            attrs = ingest_file(
-                args.recording,
-                args.hypnogram,
-                args.out,
-                args.record_id,
-                strict=args.strict,
-                subject_id=args.subject_id,
-                split=args.split,
-                eeg_channels=_parse_channels(args.eeg_channels),
-                dtype=args.dtype,
-                overwrite=args.overwrite,
-            )
-        except RecordError as error:
-            print(f"{prog}: {args.recording} failed: {error.reason}: {error.detail}")
-            return 1
-    for warning in caught:
-        if issubclass(warning.category, SourceWarning):
-            print(f"{prog}: warning: {warning.message}", file=sys.stderr)
-        else:
-            warnings.warn_explicit(
-                warning.message, warning.category, warning.filename, warning.lineno
-            )
-    labelled = "unlabelled" if args.hypnogram is None else f"{attrs['n_labelled']} labelled"
-    how = (
-        " (picked by their 10-20 names; choose with --eeg-channels)"
-        if not args.eeg_channels
-        else ""
-    )
-    problems = len(attrs["source_warnings"])
-    flagged = f"; {problems} MNE warning(s) about the files, see above" if problems else ""
-    print(
-        f"{prog}: {attrs['record_id']}: {attrs['n_windows']} windows ({labelled}, "
-        f"dropped {attrs['dropped']}) from channels {attrs['source_channels']}{how}{flagged} "
-        f"-> {args.out}"
-    )
-    return 0

@@ -14,7 +14,7 @@ import pytest
 from partnd import cli
 from partnd.cohort import command, pc18_cohort
 from partnd.datasets.store import SleepStore
-from partnd.preprocessing import ingest
+from partnd.preprocessing import ingest_command as ingest
 
 SFREQ = 100.0
 STAGES = ["W", "1", "2", "3", "R", "2", "W", "2"]

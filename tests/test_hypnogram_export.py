@@ -203,3 +203,53 @@ def test_the_csv_of_a_record_without_start_date_reingests_in_place(tmp_path: Pat
     back = SleepStore(tmp_path / "back.zarr")
     np.testing.assert_allclose(back.start_times(record), onsets)
     np.testing.assert_array_equal(back.stages(record), prediction.labels)
+
+
+def test_predict_a_recording_file_equals_ingest_then_predict(
+    two_nights: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 45 part 6: ``partnd predict --data NIGHT.edf`` stages the file through ingest's code
+    path: the same windows and stages as ingesting it and predicting the store, kappa against
+    its own hypnogram in the same call, nothing kept but the hypnogram beside it."""
+    _, run = two_nights
+    folder = tmp_path / "night"
+    folder.mkdir()
+    night = write_night(folder / "n3.edf", 3, START.replace(day=6))
+    store = tmp_path / "n3.zarr"
+    assert cli.main(["ingest", str(night), str(night), "--out", str(store)]) == 0
+    expected = predict_records(partnd.load_classifier(run), store)["n3"]
+    argv = ["predict", "--model", str(run), "--data", str(night), "--hypnogram", str(night)]
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert sorted(p.name for p in folder.iterdir()) == ["n3-stages.csv", "n3.edf"]
+    written = mne.read_annotations(folder / "n3-stages.csv")
+    np.testing.assert_allclose(written.onset - written.onset[0], expected.window_onsets() - ONSET)
+    assert list(written.description) == expected.descriptions()
+    staged = partnd.predict_recording(partnd.load_classifier(run), night, hypnogram=night)
+    np.testing.assert_array_equal(staged.prediction.labels, expected.labels)
+    np.testing.assert_allclose(staged.prediction.probabilities, expected.probabilities, atol=1e-6)
+    np.testing.assert_allclose(staged.prediction.window_onsets(), expected.window_onsets())
+    assert staged.prediction.start == expected.start and staged.store is None
+    truth = SleepStore(store).stages("n3")
+    codes = np.array([STAGE_NAMES.index(name) for name in expected.stage_names])
+    from partnd.evaluation.metrics import cohen_kappa, confusion_matrix
+
+    kappa = cohen_kappa(confusion_matrix(truth, codes, 5))
+    assert staged.kappa == pytest.approx(kappa)
+    assert f"kappa {kappa:.3f} against {night} over {len(truth)} scored windows" in printed
+    # the written hypnogram re-ingests to the predicted stages (a record round-trips)
+    back = tmp_path / "back.zarr"
+    assert cli.main(["ingest", str(night), str(folder / "n3-stages.csv"), "--out", str(back)]) == 0
+    np.testing.assert_array_equal(SleepStore(back).stages("n3"), expected.labels)
+    # unlabelled: every window from the first sample, and --keep-store keeps the store
+    kept = tmp_path / "kept.zarr"
+    out = tmp_path / "out"
+    argv = ["predict", "--model", str(run), "--data", str(night), "--out", str(out),
+            "--keep-store", str(kept)]  # fmt: skip
+    assert cli.main(argv) == 0
+    assert SleepStore(kept).record_attrs("n3")["n_labelled"] == 0
+    assert len(mne.read_annotations(out / "n3-stages.csv")) == 10
+    bad = ["predict", "--model", str(run), "--data", str(store), "--out", str(out),
+           "--hypnogram", str(night)]  # fmt: skip
+    assert cli.main(bad) == 2
+    assert "--hypnogram: expected a recording file as --data" in capsys.readouterr().err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -177,3 +178,16 @@ def test_a_pretrained_temporal_level_initialises_the_night_level() -> None:
     )  # a mask embedding cannot be folded into a convolutional stem
     with pytest.raises(InputError, match=r"^encoder: expected a temporal level with the linear"):
         NightClassifier(HierarchicalEncoder(window, conv, WINDOW), 5)
+
+
+def test_night_refusal_speaks_of_a_night_classifier():
+    """Issue 43 item 21: the refusal of an array for a night model names the night classifier."""
+    from partnd.finetuning.sequence import as_sequence_dataset
+
+    array = np.zeros((3, 1, 3000), dtype=np.float32)
+    with pytest.raises(InputError) as night:
+        as_sequence_dataset(array, None, "dataset", night=True)
+    assert "a night classifier reads whole records" in str(night.value)
+    assert "sequence classifier" not in str(night.value)
+    with pytest.raises(InputError, match="a sequence classifier reads consecutive windows"):
+        as_sequence_dataset(array, 5, "dataset")

@@ -509,10 +509,17 @@ def _predict_main(argv: list[str]) -> int:
         description="Per-window stages with probabilities from a fine-tuned classifier, written "
         "as a hypnogram CSV (MNE's annotation CSV, plus EDF+ annotations with --edf); for a "
         "store, one hypnogram per record with the store's window onsets and the recording's "
-        "start date.",
+        "start date; for a recording file MNE reads (EDF, BDF, FIF, ...), the file is "
+        "preprocessed exactly as partnd ingest would (nothing kept unless --keep-store) and "
+        "its hypnogram written beside it as STEM-stages.csv (or in --out).",
     )
     _model_arguments(parser, labels=False)
-    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="output directory (required for a store or .npy; default for a recording file: "
+        "its folder)",
+    )
     _bool_flag(parser, "edf", "also write EDF+ annotation files (readable by MNE)")
     _bool_flag(parser, "overwrite", "replace existing output files")
     parser.add_argument(
@@ -521,17 +528,83 @@ def _predict_main(argv: list[str]) -> int:
         help="window duration (> 0) for .npy data (default: the model's recorded window "
         "length, else 30)",
     )
+    parser.add_argument(
+        "--hypnogram",
+        type=Path,
+        help="with a recording file: its own hypnogram (any format partnd ingest reads); the "
+        "windows it scores are predicted and Cohen's kappa printed",
+    )
+    parser.add_argument(
+        "--channels",
+        metavar="MAP",
+        help="with a recording file: channel map as in partnd ingest (default: the model's "
+        "channels when the file holds them, else the EEG channels with 10-20 names)",
+    )
+    parser.add_argument(
+        "--keep-store",
+        type=Path,
+        help="with a recording file: keep the preprocessed recording as this store",
+    )
     args = parser.parse_args(argv)
-    from partnd.inference import Prediction, predict, predict_records
+    from partnd.inference import Prediction, predict, predict_recording, predict_records
     from partnd.models.night import NightClassifier
     from partnd.models.sequence import SequenceClassifier
     from partnd.models.serialization import load_classifier
 
+    recording = args.data.is_file() and args.data.suffix.lower() != ".npy"
+    file_options = [
+        option
+        for option, value in (
+            ("--hypnogram", args.hypnogram),
+            ("--channels", args.channels),
+            ("--keep-store", args.keep_store),
+        )
+        if value is not None
+    ]
+    check(
+        recording or not file_options,
+        file_options[0] if file_options else "--data",
+        "a recording file as --data (EDF, BDF, FIF, ...)",
+        f"--data {args.data}",
+    )
+    check(
+        recording or args.out is not None,
+        "--out",
+        "an output directory for a store or .npy --data",
+        "none",
+    )
+    out: Path = args.out if args.out is not None else args.data.parent
     model = load_classifier(args.model)
-    check(not args.out.is_file(), "--out", "a directory", f"the file {args.out}")
+    check(not out.is_file(), "--out", "a directory", f"the file {out}")
     predictions: dict[str, Prediction]
     selection = _store_selection(args, "")
-    if args.data.is_dir():
+    if recording:
+        check(
+            args.epoch_seconds is None,
+            "--epoch-seconds",
+            "no --epoch-seconds with a recording (its windows are the store's 30 s windows)",
+            f"{args.epoch_seconds} for {args.data}",
+        )
+        name = f"{args.data.stem}-stages"
+        _check_new(out, [name], args.edf, args.overwrite)
+        staged = predict_recording(
+            model,
+            args.data,
+            hypnogram=args.hypnogram,
+            channels=args.channels,
+            keep_store=args.keep_store,
+            batch_size=args.batch_size,
+            device=args.device,
+        )
+        predictions = {name: staged.prediction}
+        if staged.kappa is not None:
+            print(
+                f"partnd predict: kappa {staged.kappa:.3f} against {args.hypnogram} over "
+                f"{staged.n_scored} scored windows"
+            )
+        if staged.store is not None:
+            print(f"partnd predict: preprocessed recording kept in {staged.store}")
+    elif args.data.is_dir():
         check(
             args.epoch_seconds is None,
             "--epoch-seconds",
@@ -541,12 +614,12 @@ def _predict_main(argv: list[str]) -> int:
         )
         selected = _open(args.data, "--data", False, selection)
         records = list(selected.records)
-        _check_new(args.out, records, args.edf, args.overwrite)
+        _check_new(out, records, args.edf, args.overwrite)
         predictions = predict_records(
             model, args.data, records, batch_size=args.batch_size, device=args.device
         )
     else:
-        _check_new(args.out, ["predictions"], args.edf, args.overwrite)
+        _check_new(out, ["predictions"], args.edf, args.overwrite)
         data = _open(args.data, "--data", False, {})
         if isinstance(model, SequenceClassifier | NightClassifier):
             kind = "sequence" if isinstance(model, SequenceClassifier) else "night"
@@ -564,12 +637,12 @@ def _predict_main(argv: list[str]) -> int:
                 device=args.device,
             )
         }
-    args.out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     for name, prediction in predictions.items():
-        csv_path = args.out / f"{name}.csv"
+        csv_path = out / f"{name}.csv"
         prediction.write_csv(csv_path)
         if args.edf:
-            prediction.write_edf(args.out / f"{name}.edf")
+            prediction.write_edf(out / f"{name}.edf")
         print(f"partnd predict: {len(prediction.labels)} windows -> {csv_path}")
     return 0
 
@@ -639,6 +712,11 @@ register_subcommand(
         path="--model",
         model="--model",
         epoch_seconds="--epoch-seconds",
+        recording="--data",
+        hypnogram="--hypnogram",
+        channels="--channels",
+        keep_store="--keep-store",
+        store_path="--keep-store",
     ),
 )
 register_subcommand(
@@ -648,7 +726,7 @@ register_subcommand(
 )
 register_subcommand(
     "ingest",
-    "partnd.preprocessing.ingest:main",
+    "partnd.preprocessing.ingest_command:main",
     "preprocess one EDF/BDF/FIF/... recording and its hypnogram into a zarr sleep store",
 )
 register_subcommand(

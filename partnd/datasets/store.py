@@ -478,9 +478,13 @@ def create_store(
         return existing
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_name(f"{TEMP_PREFIX}{path.name}-{uuid.uuid4().hex}")
-    root = zarr.open_group(staging, mode="w", zarr_format=3, attributes=config)
-    root.create_group(RECORDS_GROUP)
-    _replace_directory(staging, path)
+    try:
+        root = zarr.open_group(staging, mode="w", zarr_format=3, attributes=config)
+        root.create_group(RECORDS_GROUP)
+        _replace_directory(staging, path)
+    finally:  # a full disk or an interrupt leaves no half-built store beside path
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
     return SleepStore(path)
 
 

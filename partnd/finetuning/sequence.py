@@ -115,7 +115,12 @@ def as_sequence_dataset(
         isinstance(data, str | Path) and (Path(data) / "zarr.json").is_file(),
         argument,
         "a sleep store or a dataset of its windows (SleepWindowDataset, InMemoryWindows, "
-        "SleepSequenceDataset): a sequence classifier reads consecutive windows of a record",
+        + (
+            "SleepNightDataset): a night classifier reads whole records with their time of night"
+            if night
+            else "SleepSequenceDataset): a sequence classifier reads consecutive windows of a "
+            "record"
+        ),
         repr(data)
         if isinstance(data, str | Path)
         else describe(data)
