@@ -49,6 +49,7 @@ from partnd.models.serialization import (
     save_hierarchical_encoder,
 )
 from partnd.objectives import CrossWindowPART, Objective, build_objective
+from partnd.objectives.registry import registered
 
 __all__ = [
     "ObjectiveTask",
@@ -132,7 +133,8 @@ def pretrain(
             element is one (labels are ignored), or an array/tensor ``[N, C, *spatial]`` (numpy
             memory maps work). ``ndim = len(spatial)`` and ``in_chans = C`` are inferred. Values
             are used as given (normalise them first; the sleep store's datasets instance-normalise
-            by default). For ``method="part_windows"``: segments ``[C, S * T]`` of raw values (a
+            by default). For the objectives on segments (``method="part_windows"``, ``"rp"``,
+            ``"ts"``): segments ``[C, S * T]`` of raw values (a
             :class:`~partnd.datasets.segments.SleepSegmentDataset` or an array
             ``[N, C, S * T]``); a store path, a ``SleepWindowDataset`` or an ``InMemoryWindows``
             is read as segments of ``config.segment_windows`` windows of the same records.
@@ -166,7 +168,9 @@ def pretrain(
         PretrainConfig, config, overrides, out_dir=out_dir, resume=resume, overwrite=overwrite
     ) as session:
         config = session.config
-        if config.method == "part_windows":
+        entry = registered(config.method)
+        on_segments = entry is not None and entry.data == "segments"
+        if on_segments:
             from partnd.datasets.segments import as_segment_dataset  # the store reader pulls zarr
 
             dataset = as_segment_dataset(
@@ -180,7 +184,7 @@ def pretrain(
         windows = model if isinstance(model, CrossWindowPART) else None
         encoder = model.encoder if windows is None else windows.hierarchical.window
         info = train_set.info
-        if windows is not None:  # the window encoder's signal: one window, not a segment
+        if on_segments:  # the window encoder's signal: one window, not a segment
             info = dataclasses.replace(
                 info, spatial_shape=(config.window_samples,), normalization=config.normalize
             )

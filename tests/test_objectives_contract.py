@@ -43,14 +43,33 @@ from partnd.signal_info import SignalSpec
 METHODS = list_objectives()
 BASELINES = ["mae", "mp3", "droppos"]
 SHAPES = {1: (32,), 2: (16, 12), 3: (8, 8, 8)}
-#: Objectives over 1-D segments of whole windows (PART across windows): they read ndim 1 only,
-#: and learn from content that survives each window's own normalisation.
-WINDOW_METHODS = ("part_windows",)
+#: Objectives over 1-D segments of whole windows (PART across windows, relative positioning,
+#: temporal shuffling): they read ndim 1 only, and learn from content that survives each
+#: window's own normalisation.
+WINDOW_METHODS = ("part_windows", "rp", "ts")
+#: Binary objectives (relative positioning, temporal shuffling): a content-free predictor is
+#: right half of the time.
+BINARY_METHODS = ("rp", "ts")
+#: The contexts (in windows) of the binary objectives on segments of 4 windows: RP's pairs are
+#: neighbours (positive) or 2-3 windows apart; TS's anchors are 2 apart, the third window between
+#: them or on the far side of one.
+CONTEXTS = {"rp": (1, 2), "ts": (2, 1)}
 
 
 def method_settings(method: str, spatial: tuple[int, ...]) -> dict[str, object]:
-    """Settings beyond the ``test`` preset: PART across windows cuts a 1-D item into a segment
-    of 4 whole windows (3 drawn per segment, anchored with half of them hidden, tiles of 4)."""
+    """Settings beyond the ``test`` preset: the objectives on segments cut a 1-D item into a
+    segment of 4 whole windows (PART across windows: 3 drawn per segment, anchored with half of
+    them hidden, tiles of 4; RP and TS: their contexts of :data:`CONTEXTS`, 3 pairs or 2
+    triplets per segment)."""
+    if method in BINARY_METHODS:
+        tau_pos, tau_neg = CONTEXTS[method]
+        return {
+            "window_samples": spatial[0] // 4,
+            "segment_windows": 4,
+            "num_windows": 6,
+            "tau_pos_windows": tau_pos,
+            "tau_neg_windows": tau_neg,
+        }
     if method not in WINDOW_METHODS:
         return {}
     return {
@@ -176,7 +195,9 @@ def position_field(batch: int, generator: torch.Generator) -> torch.Tensor:
 
 
 def test_registry_lists_the_paper_baselines() -> None:
-    assert {"part", "part_grid", "mae", "mp3", "droppos", "part_windows"} <= set(METHODS)
+    assert {"part", "part_grid", "mae", "mp3", "droppos", "part_windows", "rp", "ts"} <= set(
+        METHODS
+    )
 
 
 @pytest.mark.parametrize(("method", "ndim", "frontend"), method_ndims((1, 2, 3)))
@@ -327,7 +348,9 @@ def test_short_run_beats_the_content_free_floor(method: str, ndim: int, frontend
     else:
         spatial, signal = (64,), position_signal
     last = short_run(method, frontend, spatial, signal)
-    if "accuracy" in last:  # classification (MP3, DropPos): chance is 1 / N
+    if method in BINARY_METHODS:  # close or far, in order or not: chance is 1 / 2
+        assert last["accuracy"] > last["accuracy_chance"] + 0.15, last
+    elif "accuracy" in last:  # classification (MP3, DropPos): chance is 1 / N
         assert last["accuracy"] > 4 * last["accuracy_chance"], last
         assert last["accuracy"] > 4 * last.get("accuracy_floor", 0.0), last
     elif "recon_nmse" in last:  # MAE: 1.0 = predicting each normalised patch's mean
@@ -347,7 +370,10 @@ def test_on_white_noise_every_objective_stays_at_its_floor(method: str, frontend
     at their content-free floors (PART's nmse near 1, MP3 / DropPos accuracy near chance) and
     MAE cannot reconstruct the masked noise (recon_nmse near 1)."""
     last = short_run(method, frontend, (64,), white_noise, steps=60)
-    if "accuracy" in last:
+    if method in BINARY_METHODS:  # the best constant on the batch's labels, about 0.5
+        assert abs(last["accuracy_chance"] - 0.5) < 0.1, last
+        assert last["accuracy"] < last["accuracy_chance"] + 0.08, last
+    elif "accuracy" in last:
         floor = max(last["accuracy_chance"], last.get("accuracy_floor", 0.0))
         assert last["accuracy"] < 2 * floor, last
     elif "recon_nmse" in last:
@@ -565,8 +591,8 @@ def test_droppos_sigma_decays_linearly_to_one_hot() -> None:
 def test_objectives_are_listed_by_what_they_train_on() -> None:
     from partnd.objectives.registry import register_objective
 
-    assert list_objectives(data="segments") == ["part_windows"]
-    assert set(list_objectives(data="items")) == set(METHODS) - {"part_windows"}
+    assert list_objectives(data="segments") == ["part_windows", "rp", "ts"]
+    assert set(list_objectives(data="items")) == set(METHODS) - {"part_windows", "rp", "ts"}
     with pytest.raises(ValueError, match="data"):
         register_objective("nope", lambda config, spec: None, "", data="images")  # type: ignore[arg-type,return-value]
     assert "nope" not in list_objectives()

@@ -342,7 +342,10 @@ def _pretrain_main(argv: list[str]) -> int:
 
     selection = _store_selection(args, "")
     method = overrides.get("method", (config or PretrainConfig()).method)
-    if method != "part_windows":  # its arrays are segments, already normalised as it says
+    from partnd.objectives.registry import registered
+
+    entry = registered(method)
+    if entry is None or entry.data != "segments":  # segments come normalised as they say
         _check_normalize(overrides.get("normalize"), args.data)
     normalize = overrides.get("normalize", (config or PretrainConfig()).normalize)
     data = _open(args.data, "--data", False, selection, normalize)

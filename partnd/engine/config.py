@@ -481,7 +481,12 @@ class PretrainConfig(TrainConfig):
             floor from [CLS] where it learned from the mean token (``docs/part.md``).
         normalize: PART across windows: how drawn windows are normalised, as fine-tuning windows
             will be (``"window"``: instance normalisation; ``"record"``: by the night's channel
-            scales, see :class:`partnd.datasets.SleepWindowDataset`).
+            scales, see :class:`partnd.datasets.SleepWindowDataset`). The same for relative
+            positioning and temporal shuffling.
+        tau_pos_windows: Relative positioning (``rp``) and temporal shuffling (``ts``): the
+            positive context in stored windows (Banville et al.'s 1 min: 2 windows of 30 s).
+        tau_neg_windows: ``rp`` and ``ts``: the negative context in stored windows (Banville et
+            al.'s 15 min: 30 windows of 30 s).
     """
 
     method: str = "part"
@@ -513,6 +518,8 @@ class PretrainConfig(TrainConfig):
     temporal_overrides: dict[str, Any] = field(default_factory=dict)
     window_pool: Literal["token", "avg"] = "avg"
     normalize: Literal["window", "record"] = "window"
+    tau_pos_windows: int = 2
+    tau_neg_windows: int = 30
 
     HEADS: ClassVar[tuple[str, ...]] = ("cross_attention", "pairwise_mlp", "mlp")
 
@@ -559,6 +566,8 @@ class PretrainConfig(TrainConfig):
         for name in ("num_windows", "segment_windows"):
             value = getattr(self, name)
             check(value >= 2, self._arg(name), "an int >= 2", repr(value))
+        self._positive("tau_pos_windows")
+        self._positive("tau_neg_windows")
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,10 @@ floors) and runs under the same engine (bf16, EMA, resume, DDP, logs).
 | ``droppos`` | :mod:`~partnd.objectives.droppos` | the slots of tokens whose position was dropped |
 | ``part_windows`` | :mod:`~partnd.objectives.part_windows` | shifts between whole windows of a |
 |  |  | segment of consecutive windows (PART across windows) |
+| ``rp`` | :mod:`~partnd.objectives.relative_positioning` | whether two windows of a segment |
+|  |  | are close or far (relative positioning, Banville et al. 2021) |
+| ``ts`` | :mod:`~partnd.objectives.temporal_shuffling` | whether a window lies between two |
+|  |  | close windows, in order (temporal shuffling, Banville et al. 2021) |
 
 Defaults, sources and differences from the original methods: ``docs/baselines.md``.
 
@@ -45,6 +49,12 @@ from partnd.objectives.registry import (
     register_objective,
     registered,
 )
+from partnd.objectives.relative_positioning import (
+    RelativePositioning,
+    build_relative_positioning,
+)
+from partnd.objectives.temporal_shuffling import TemporalShuffling, build_temporal_shuffling
+from partnd.objectives.window_context import WindowContextObjective
 from partnd.patches.sampling import GridSampler, OffGridSampler
 from partnd.signal_info import SignalSpec
 
@@ -63,12 +73,17 @@ __all__ = [
     "PARTModel",
     "PARTOutput",
     "PatchSampler",
+    "RelativePositioning",
+    "TemporalShuffling",
+    "WindowContextObjective",
     "build_droppos",
     "build_encoder",
     "build_mae",
     "build_mp3",
     "build_objective",
     "build_part_windows",
+    "build_relative_positioning",
+    "build_temporal_shuffling",
     "list_objectives",
     "register_objective",
 ]
@@ -159,6 +174,20 @@ register_objective(
     build_part_windows,
     "PART across windows: relative shifts between whole windows drawn off-grid from segments of "
     "consecutive windows (window ViT + temporal ViT)",
+    data="segments",
+)
+register_objective(
+    "rp",
+    build_relative_positioning,
+    "Relative positioning (Banville et al. 2021): whether two stored windows of a segment lie "
+    "within tau_pos or beyond tau_neg, from |h(x1) - h(x2)|",
+    data="segments",
+)
+register_objective(
+    "ts",
+    build_temporal_shuffling,
+    "Temporal shuffling (Banville et al. 2021): whether a window lies between two windows of "
+    "the positive context, in order, or in the negative context",
     data="segments",
 )
 
