@@ -606,6 +606,12 @@ class FinetuneConfig(TrainConfig):
         temporal_overrides: Keyword overrides of that preset.
         night_crop: Night classifier: consecutive windows of a record per training crop (a
             shorter record is one padded crop); prediction reads whole records whatever it is.
+        stager: Train one of the field's deep stagers from braindecode instead of a ViT
+            (:data:`partnd.models.braindecode_stagers.STAGERS`: ``"chambon2018"`` and
+            ``"deepsleepnet"`` read one window, ``context=None``; ``"usleep"`` whole nights,
+            ``context="night"``, on crops of ``night_crop`` windows); from scratch only, by the
+            same engine, labels, augmentations and checkpoint selection.
+        stager_overrides: Keyword arguments of the braindecode class (e.g. ``{"depth": 4}``).
     """
 
     encoder: str = "vit_eeg_12m"
@@ -623,10 +629,29 @@ class FinetuneConfig(TrainConfig):
     temporal_encoder: str = "temporal_small"
     temporal_overrides: dict[str, Any] = field(default_factory=dict)
     night_crop: int = 128
+    stager: str | None = None
+    stager_overrides: dict[str, Any] = field(default_factory=dict)
 
     def _validate(self) -> None:
         super()._validate()
         self._check_encoder_preset(self.encoder)
+        if self.stager is not None:
+            # a leaf module: braindecode itself is imported when a stager is built
+            from partnd.models.braindecode_stagers import NIGHT_STAGERS, list_stagers
+
+            stagers = list_stagers()
+            check(
+                self.stager in stagers, self._arg("stager"), f"one of {stagers}", repr(self.stager)
+            )
+            night = self.stager in NIGHT_STAGERS
+            check(
+                (self.context == "night") if night else self.context is None,
+                self._arg("context"),
+                "'night' for a stager that reads whole nights"
+                if night
+                else "None for a stager that reads one window",
+                f"{self.context!r} with stager={self.stager!r}",
+            )
         self._positive("eval_batch_size")
         self._positive("night_crop")
         check(

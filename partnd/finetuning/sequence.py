@@ -41,6 +41,7 @@ from partnd.engine.config import FinetuneConfig
 from partnd.engine.distributed import resolve_device
 from partnd.evaluation.metrics import ClassificationReport, classification_metrics
 from partnd.models import create_encoder
+from partnd.models.braindecode_stagers import NightStager
 from partnd.models.night import ContextClassifier, NightClassifier
 from partnd.models.sequence import HierarchicalEncoder, SequenceClassifier, hierarchical_from_window
 from partnd.models.vit import ViTEncoder, check_tiles
@@ -325,10 +326,10 @@ class NightPrediction:
 
 
 def _night_probabilities(
-    model: ContextClassifier, night: Night, window_seconds: float, batch_size: int
+    model: ContextClassifier | NightStager, night: Night, window_seconds: float, batch_size: int
 ) -> np.ndarray:
     """[N, K] probabilities of one night's windows (a night classifier reads their time too)."""
-    if isinstance(model, NightClassifier):
+    if isinstance(model, NightClassifier | NightStager):
         time = time_of_night(night.start_times, window_seconds)
         return model.predict_night(night.windows, time, batch_size=batch_size).numpy()
     return model.predict_night(night.windows, batch_size=batch_size).numpy()
@@ -336,7 +337,7 @@ def _night_probabilities(
 
 @torch.no_grad()
 def predict_nights(
-    model: ContextClassifier,
+    model: ContextClassifier | NightStager,
     data: SleepSequenceDataset,
     *,
     batch_size: int = 256,
@@ -347,7 +348,7 @@ def predict_nights(
     The model runs in eval mode on ``device`` and is put back on its device and mode afterwards.
 
     Args:
-        model: The sequence classifier, or a night classifier.
+        model: The sequence classifier, or a night classifier (or a braindecode night stager).
         data: The nights (its :meth:`~SleepSequenceDataset.nights`: one per run of a record; a
             night classifier's data are a :class:`SleepNightDataset`, one night per record).
         batch_size: Windows (and sequences) per forward pass.
@@ -358,13 +359,13 @@ def predict_nights(
         record order.
     """
     check(
-        not isinstance(model, NightClassifier) or isinstance(data, SleepNightDataset),
+        not isinstance(model, NightClassifier | NightStager) or isinstance(data, SleepNightDataset),
         "data",
         "a SleepNightDataset for a night classifier (it reads whole records with their time)",
         type(data).__name__,
     )
     target = resolve_device(device)
-    original = model.head.weight.device
+    original = next(model.parameters()).device
     was_training = model.training
     model.to(target).eval()
     try:
@@ -383,7 +384,7 @@ def predict_nights(
 
 
 def evaluate_sequences(
-    model: ContextClassifier,
+    model: ContextClassifier | NightStager,
     data: SleepSequenceDataset,
     *,
     class_names: Sequence[str] | None = None,

@@ -50,6 +50,7 @@ from partnd.finetuning.sequence import (
 )
 from partnd.inference import predict_logits
 from partnd.models import PatchClassifier, ViTEncoder, create_encoder, list_encoders
+from partnd.models.braindecode_stagers import NightStager, WindowStager, build_stager
 from partnd.models.night import ContextClassifier, NightClassifier
 from partnd.models.sequence import HierarchicalEncoder, SequenceClassifier
 from partnd.models.serialization import (
@@ -82,8 +83,9 @@ class FinetuneResult:
     """Outcome of :func:`finetune`.
 
     Attributes:
-        model: The classifier on the CPU in eval mode: the best validation epoch's weights when a
-            validation set was given, else the final (EMA, when on) weights.
+        model: The classifier (a braindecode stager with ``FinetuneConfig.stager``) on the CPU in
+            eval mode: the best validation epoch's weights when a validation set was given, else
+            the final (EMA, when on) weights.
         history: Logged records (``phase`` "train", "epoch" and, with validation, "val").
         best_metrics: The selected epoch's validation report (``epoch``, ``accuracy``,
             ``cohen_kappa``, ``macro_f1``, ``per_class_f1``, ``confusion_matrix``, ``n``); without
@@ -92,7 +94,7 @@ class FinetuneResult:
         config: The resolved configuration.
     """
 
-    model: PatchClassifier | SequenceClassifier | NightClassifier
+    model: PatchClassifier | SequenceClassifier | NightClassifier | WindowStager | NightStager
     history: list[dict[str, Any]]
     best_metrics: dict[str, Any]
     run_dir: Path
@@ -314,9 +316,9 @@ def evaluate(
     Returns:
         A :class:`~partnd.evaluation.metrics.ClassificationReport` (with ``loss``).
     """
-    if isinstance(model, SequenceClassifier | NightClassifier):  # the data's form first
-        night = isinstance(model, NightClassifier)
-        context = None if isinstance(model, NightClassifier) else model.context
+    if isinstance(model, SequenceClassifier | NightClassifier | NightStager):  # data's form first
+        night = isinstance(model, NightClassifier | NightStager)
+        context = None if night else cast(SequenceClassifier, model).context
         sequences = fit_to_signal(
             as_sequence_dataset(dataset, context, "dataset", night=night),
             model.signal_info,
@@ -389,7 +391,8 @@ class _Setup:
 
     Attributes:
         model: The classifier to train.
-        encoder: Its encoder (recorded in checkpoints).
+        architecture: Its encoder's (or braindecode stager's) architecture, recorded in
+            checkpoints.
         task: The loss.
         train_set: The training items.
         validate: Per-epoch validation (``None`` without a validation set).
@@ -401,7 +404,7 @@ class _Setup:
     """
 
     model: nn.Module
-    encoder: ViTEncoder
+    architecture: dict[str, Any]
     task: Any
     train_set: Dataset[Any]
     validate: Callable[[nn.Module, int], dict[str, float]] | None
@@ -410,6 +413,29 @@ class _Setup:
     data_shape: dict[str, Any]
     num_val_items: int
     fingerprints: dict[str, Any]
+
+
+def _build_stager(
+    config: FinetuneConfig, num_classes: int, signal: SignalInfo
+) -> WindowStager | NightStager:
+    """The braindecode stager ``config.stager`` for windows of ``signal`` (its rate needed)."""
+    assert config.stager is not None
+    check(
+        signal.sfreq is not None and len(signal.spatial_shape) == 1,
+        "train_dataset",
+        f"1-D windows with a known sampling rate for the stager {config.stager!r} (a sleep "
+        "store's windows)",
+        f"items of shape {(signal.in_chans, *signal.spatial_shape)} at sfreq {signal.sfreq}",
+    )
+    assert signal.sfreq is not None
+    return build_stager(
+        config.stager,
+        n_chans=signal.in_chans,
+        n_outputs=num_classes,
+        n_times=signal.spatial_shape[0],
+        sfreq=signal.sfreq,
+        options=config.stager_overrides,
+    )
 
 
 def _window_setup(
@@ -452,18 +478,25 @@ def _window_setup(
         check_labels(
             val_set, num_classes, "val_labels" if val_labels is not None else "val_dataset"
         )
-    patch = "FinetuneConfig.patch_size" if backbone is None else "encoder"
-    backbone = _prepare_encoder(backbone, preset, config, spec)
-    _check_fits(backbone, spec, "train_dataset", patch)
-    model = PatchClassifier(
-        backbone,
-        num_classes,
-        spatial_shape=spec.spatial_shape,
-        pos_embed=config.pos_embed,
-        pos_mask_ratio=config.pos_mask_ratio,
-        global_pool=config.global_pool,
-        copy_encoder=False,
-    )
+    model: PatchClassifier | WindowStager
+    if config.stager is not None:
+        stager = _build_stager(config, num_classes, train_set.info)
+        assert isinstance(stager, WindowStager)  # FinetuneConfig pairs stagers and contexts
+        model, architecture = stager, {"stager": stager.spec()}
+    else:
+        patch = "FinetuneConfig.patch_size" if backbone is None else "encoder"
+        backbone = _prepare_encoder(backbone, preset, config, spec)
+        _check_fits(backbone, spec, "train_dataset", patch)
+        model = PatchClassifier(
+            backbone,
+            num_classes,
+            spatial_shape=spec.spatial_shape,
+            pos_embed=config.pos_embed,
+            pos_mask_ratio=config.pos_mask_ratio,
+            global_pool=config.global_pool,
+            copy_encoder=False,
+        )
+        architecture = encoder_spec(model.encoder)
     model.signal_info = train_set.info
     weights = None
     if config.class_weights == "balanced":
@@ -482,7 +515,7 @@ def _window_setup(
 
     return _Setup(
         model=model,
-        encoder=model.encoder,
+        architecture=architecture,
         task=ClassificationTask(num_classes, weights, config.label_smoothing, augment),
         train_set=train_set,
         validate=None if val_set is None else _validator(report),
@@ -540,13 +573,19 @@ def _sequence_setup(
     check_stage_codes(labels, num_classes, "train_dataset")
     if val_set is not None:
         check_stage_codes(val_set.window_labels(), num_classes, "val_dataset")
-    model = build_sequence_classifier(
-        backbone,
-        config,
-        num_classes=num_classes,
-        in_chans=train_set.n_chans,
-        window_samples=train_set.n_times,
-    )
+    model: ContextClassifier | NightStager
+    if config.stager is not None:
+        model = cast(NightStager, _build_stager(config, num_classes, signal))
+        architecture = {"stager": model.spec()}
+    else:
+        model = build_sequence_classifier(
+            backbone,
+            config,
+            num_classes=num_classes,
+            in_chans=train_set.n_chans,
+            window_samples=train_set.n_times,
+        )
+        architecture = encoder_spec(model.encoder.window)
     model.signal_info = signal
     weights = None
     if config.class_weights == "balanced":
@@ -556,7 +595,7 @@ def _sequence_setup(
     def report(final: nn.Module) -> ClassificationReport:
         assert val_set is not None
         return evaluate_sequences(
-            cast(ContextClassifier, final),
+            cast(ContextClassifier | NightStager, final),
             val_set,
             class_names=class_names,
             batch_size=config.eval_batch_size,
@@ -565,7 +604,7 @@ def _sequence_setup(
 
     return _Setup(
         model=model,
-        encoder=model.encoder.window,
+        architecture=architecture,
         task=SequenceClassificationTask(num_classes, weights, config.label_smoothing, augment),
         train_set=train_set,
         validate=None if val_set is None else _validator(report),
@@ -651,6 +690,13 @@ def finetune(
         FinetuneConfig, config, overrides, out_dir=out_dir, resume=resume, overwrite=overwrite
     ) as session:
         config = session.config
+        check(
+            config.stager is None or (backbone is None and not isinstance(encoder, str)),
+            "encoder",
+            f"None with FinetuneConfig.stager={config.stager!r} (a braindecode stager is "
+            "trained from scratch)",
+            repr(encoder),
+        )
         device = str(session.context.device)
         torch.manual_seed(config.seed)
         if config.context is None:
@@ -698,7 +744,7 @@ def finetune(
             checkpoint_extra={
                 "num_classes": num_classes,
                 "data": setup.data_shape,
-                "encoder": encoder_spec(setup.encoder),
+                "encoder": setup.architecture,
                 "signal": setup.signal.to_dict(),
             },
         )
@@ -715,7 +761,7 @@ def finetune(
         )
         history = trainer.fit(resume_from=session.resume_from)
         final = cast(
-            PatchClassifier | SequenceClassifier | NightClassifier,
+            PatchClassifier | SequenceClassifier | NightClassifier | WindowStager | NightStager,
             copy.deepcopy(trainer.eval_model),
         )
         final.class_names = None if class_names is None else list(class_names)

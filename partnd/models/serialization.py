@@ -11,6 +11,8 @@ tells: the channel count and, for a classifier, the item shape):
 * ``classifier.pt`` (``partnd-classifier-v1``; ``partnd-sequence-classifier-v1`` and
   ``partnd-night-classifier-v1`` for the classifiers that read context), written by ``finetune``;
   :func:`load_classifier`;
+* ``classifier.pt`` of a braindecode stager (``partnd-braindecode-stager-v1``: its name, shapes,
+  rate and options, :meth:`~partnd.models.braindecode_stagers.WindowStager.spec`);
 * ``temporal_encoder.pt`` (``partnd-encoder-v2`` plus ``window_samples``), written with the window
   encoder's ``encoder.pt`` by PART across windows; :func:`load_hierarchical_encoder`.
 
@@ -29,6 +31,7 @@ import torch
 
 from partnd._validation import InputError, check
 from partnd.engine.checkpoint import atomic_save, load_checkpoint
+from partnd.models.braindecode_stagers import NightStager, WindowStager, build_stager
 from partnd.models.classifier import PatchClassifier
 from partnd.models.night import NightClassifier
 from partnd.models.sequence import HierarchicalEncoder, SequenceClassifier
@@ -51,6 +54,7 @@ __all__ = [
     "save_hierarchical_encoder",
     "save_model",
     "save_sequence_classifier",
+    "save_stager",
 ]
 
 ENCODER_FILE = "encoder.pt"
@@ -220,7 +224,45 @@ def save_classifier(
     atomic_save(payload, path)
 
 
-def load_classifier(path: str | Path) -> PatchClassifier | SequenceClassifier | NightClassifier:
+_STAGER_FORMAT = "partnd-braindecode-stager-v1"
+
+
+def save_stager(
+    model: WindowStager | NightStager, path: str | Path, class_names: Sequence[str] | None = None
+) -> None:
+    """Save a trained braindecode stager (what rebuilds it, class names, the signal it was trained
+    on and its weights), atomically; :func:`load_classifier` reads it."""
+    payload = {
+        "format": _STAGER_FORMAT,
+        "stager": model.spec(),
+        "class_names": None if class_names is None else list(class_names),
+        "signal": _signal_entry(model.signal_info),
+        "state_dict": model.state_dict(),
+    }
+    atomic_save(payload, path)
+
+
+def _stager(payload: dict[str, Any]) -> WindowStager | NightStager:
+    spec = payload["stager"]
+    model = build_stager(
+        spec["name"],
+        n_chans=spec["n_chans"],
+        n_outputs=spec["n_outputs"],
+        n_times=spec["n_times"],
+        sfreq=spec["sfreq"],
+        options=spec["options"],
+    )
+    model.load_state_dict(payload["state_dict"])
+    model.class_names = payload["class_names"]
+    signal = read_signal_info(payload)
+    if signal is not None:
+        model.signal_info = signal
+    return model.eval()
+
+
+def load_classifier(
+    path: str | Path,
+) -> PatchClassifier | SequenceClassifier | NightClassifier | WindowStager | NightStager:
     """Rebuild a classifier saved by ``finetune`` (``classifier.pt`` or its run directory).
 
     Args:
@@ -228,7 +270,8 @@ def load_classifier(path: str | Path) -> PatchClassifier | SequenceClassifier | 
 
     Returns:
         The :class:`PatchClassifier` (or :class:`SequenceClassifier`, for a run with ``context``;
-        :class:`NightClassifier` for ``context="night"``) on the CPU in eval mode; its class
+        :class:`NightClassifier` for ``context="night"``; a braindecode stager for
+        ``FinetuneConfig.stager``) on the CPU in eval mode; its class
         names (or ``None``) are
         in ``model.class_names``, the signal it was trained on in ``model.signal_info`` (channel
         names and rate unknown for a file written before they were recorded).
@@ -250,13 +293,15 @@ def load_classifier(path: str | Path) -> PatchClassifier | SequenceClassifier | 
     )
     payload = load_checkpoint(resolved)
     check(
-        payload.get("format") in (_CLASSIFIER_FORMAT, *_CONTEXT_FORMATS),
+        payload.get("format") in (_CLASSIFIER_FORMAT, _STAGER_FORMAT, *_CONTEXT_FORMATS),
         "path",
         f"a {CLASSIFIER_FILE} written by partnd.finetune",
         f"{resolved} (format {payload.get('format')!r})",
     )
     if payload["format"] in _CONTEXT_FORMATS:
         return _context_classifier(payload)
+    if payload["format"] == _STAGER_FORMAT:
+        return _stager(payload)
     spec = payload["encoder"]
     model = PatchClassifier(
         encoder_from_spec(spec),
@@ -361,13 +406,15 @@ def save_sequence_classifier(
 
 
 def save_model(
-    model: PatchClassifier | SequenceClassifier | NightClassifier,
+    model: PatchClassifier | SequenceClassifier | NightClassifier | WindowStager | NightStager,
     path: str | Path,
     class_names: Sequence[str] | None = None,
 ) -> None:
     """Save any kind of fine-tuned classifier as ``classifier.pt`` (see
-    :func:`save_classifier`, :func:`save_sequence_classifier`)."""
-    if isinstance(model, SequenceClassifier | NightClassifier):
+    :func:`save_classifier`, :func:`save_sequence_classifier`, :func:`save_stager`)."""
+    if isinstance(model, WindowStager | NightStager):
+        save_stager(model, path, class_names)
+    elif isinstance(model, SequenceClassifier | NightClassifier):
         save_sequence_classifier(model, path, class_names)
     else:
         save_classifier(model, path, class_names)
