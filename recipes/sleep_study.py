@@ -38,7 +38,9 @@ Methods:
 
 | name | pretraining | arms |
 |---|---|---|
-| ``part``, ``part_grid``, ``mae``, ``mp3``, ``droppos``, ``part_windows`` | ``pretrain(method=name)`` on the pool | window, sequence and night (``part_windows``: both its levels), probe |
+| ``part``, ``part_grid``, ``mae``, ``mp3``, ``droppos``, ``part_windows``, ``rp``, ``ts`` | ``pretrain(method=name)`` on the pool (``rp``, ``ts``: relative positioning, temporal shuffling, with PART across windows' segments and budget) | window, sequence and night (``part_windows``: both its levels), probe |
+| ``chambon2018``, ``deepsleepnet`` | none: braindecode's stagers from scratch (``FinetuneConfig.stager``) | window |
+| ``usleep`` | none: braindecode's U-Sleep from scratch, reading whole nights | night |
 | ``supervised`` | none: from scratch, with position embedding | window, sequence, night, probe (a random encoder) |
 | ``supervised_no_pos`` | none: from scratch, without position embedding | window, probe |
 | ``classical`` | none: YASA's features + LightGBM (:mod:`partnd.evaluation.classical`) | window (the epoch's features), sequence (with YASA's context) |
@@ -90,8 +92,10 @@ from partnd.finetuning.sequence import EVALUATION_CROP, predict_nights
 from partnd.finetuning.training import FinetuneResult, finetune
 from partnd.inference import predict_logits
 from partnd.models import NightClassifier, SequenceClassifier, ViTEncoder, create_encoder
+from partnd.models.braindecode_stagers import NIGHT_STAGERS, STAGERS, NightStager
 from partnd.models.serialization import ENCODER_FILE, load_encoder
 from partnd.objectives import list_objectives
+from partnd.objectives.registry import registered
 from partnd.preprocessing.pipeline import PreprocessingConfig
 from partnd.pretraining import pretrain
 from partnd.recipes.study_directory import claim_study_directory
@@ -336,15 +340,17 @@ def budget_settings(
 
 
 def available_methods() -> list[str]:
-    """Every method name a study accepts: the registered objectives, the scratch baselines and
-    the classical rows."""
-    return [*list_objectives(), *SCRATCH_METHODS, *CLASSICAL_METHODS]
+    """Every method name a study accepts: the registered objectives, the scratch baselines,
+    braindecode's stagers and the classical rows."""
+    return [*list_objectives(), *SCRATCH_METHODS, *STAGERS, *CLASSICAL_METHODS]
 
 
 def method_arms(method: str) -> tuple[str, ...]:
     """The arms a method has (see the module docstring)."""
     if method in CLASSICAL_METHODS:
         return CLASSICAL_METHODS[method]
+    if method in STAGERS:  # U-Sleep reads whole nights, the others one window
+        return ("night",) if method in NIGHT_STAGERS else ("window",)
     if method == "supervised_no_pos":
         return ("window", "probe")
     return ARMS
@@ -583,16 +589,20 @@ class StudyConfig:
         pretraining the scale's ``pool_pretrain`` comes before the study's overrides (its step
         budget is a cap, ``--pretrain-steps`` sets it) and ``pool_overrides`` after them."""
         scale = SCALES[self.scale]
+        entry = registered(method)
+        segments = entry is not None and entry.data == "segments"
+        # the objectives on segments (rp, ts) share PART across windows' segments and budget
+        budget = scale["pretrain_methods"].get("part_windows", {}) if segments else {}
         values = {
             **scale["pretrain"],
-            **scale["pretrain_methods"].get(method, {}),
+            **scale["pretrain_methods"].get(method, budget),
             **(scale["pool_pretrain"] if pool else {}),
             **self.pretrain_overrides,
             **(self.pool_overrides if pool else {}),
         }
         values = self._with_frontend(values)
-        preset = "eeg_sleep_windows" if method == "part_windows" else "eeg_sleep"
-        if method == "part_windows":  # drawn windows normalised as the fine-tuning windows
+        preset = "eeg_sleep_windows" if segments else "eeg_sleep"
+        if segments:  # drawn windows normalised as the fine-tuning windows
             values = {"normalize": self.normalization, **values}
         return PretrainConfig.preset(
             preset,
@@ -628,6 +638,9 @@ class StudyConfig:
         if method in SCRATCH_METHODS:
             values["layer_decay"] = None
             values["pos_embed"] = SCRATCH_METHODS[method]
+        if method in STAGERS:  # the same protocol; the architecture is braindecode's
+            values["layer_decay"] = None
+            values["stager"] = method
         return FinetuneConfig.preset(
             "eeg_sleep", seed=seed, device=self.device, progress=self.progress, **values
         )
@@ -1190,7 +1203,8 @@ class SleepStudy:
         set."""
         config = self.config.finetune_config(method, seed, arm, draw.budget)
         resume = (run_dir / "checkpoints" / "last.pt").is_file()
-        encoder: Any = None if method in SCRATCH_METHODS else self.pretrain_dir(method, pool)
+        from_scratch = method in SCRATCH_METHODS or method in STAGERS
+        encoder: Any = None if from_scratch else self.pretrain_dir(method, pool)
         night = config.context == "night"
         train = self.arm_data(arm, draw.subjects, config, draw.labelled_windows)
         val = None
@@ -1209,7 +1223,7 @@ class SleepStudy:
             **({"max_steps": None} if resume else {}),
         )
         model = result.model
-        if isinstance(model, SequenceClassifier | NightClassifier):
+        if isinstance(model, SequenceClassifier | NightClassifier | NightStager):
             length = EVALUATION_CROP if night else int(config.context or 1)
             nights = predict_nights(
                 model,
@@ -1226,7 +1240,7 @@ class SleepStudy:
             logits = predict_logits(model, test.signals, device=self.config.device)
             predictions = logits.argmax(dim=1).numpy()
         meta = json.loads((run_dir / "meta.json").read_text())["resolved"]
-        init = "scratch" if method in SCRATCH_METHODS else f"{method} pretraining"
+        init = "scratch" if from_scratch else f"{method} pretraining"
         settings = {
             "init": init if pool is None else f"{init} on pool {pool}",
             "steps": meta["total_steps"],

@@ -379,3 +379,46 @@ def test_a_step_budget_override_reaches_every_arm_and_the_sequence_override_come
     sequence = config.finetune_config("mae", 0, arm="sequence")
     assert (sequence.min_steps, sequence.lr) == (3, 1e-3)
     assert config.finetune_config("mae", 0).min_steps == 7
+
+
+def test_the_fields_stagers_and_context_objectives_are_rows_of_the_recipes(tmp_path: Path) -> None:
+    """``--rows`` takes braindecode's stagers (U-Sleep on the night arm, the others on the window
+    arm, from scratch by the study's protocol) and relative positioning / temporal shuffling
+    (pretrained on PART across windows' segments and budget, normalised as the study)."""
+    import argparse
+
+    parsed = sleep_staging.selected_rows(
+        argparse.Namespace(
+            rows=[
+                "usleep:night",
+                "chambon2018:window",
+                "deepsleepnet:window",
+                "rp:probe",
+                "ts:night",
+            ],
+            methods=None,
+            arms=None,
+        )
+    )
+    assert parsed[0] == ("usleep", "night") and parsed[-1] == ("ts", "night")
+    for bad in ("usleep:window", "chambon2018:night", "rp:nothing"):
+        with pytest.raises(InputError, match="--rows"):
+            sleep_staging.selected_rows(argparse.Namespace(rows=[bad], methods=None, arms=None))
+    config = StudyConfig(out=tmp_path / "s", progress=False)
+    night = config.finetune_config("usleep", 0, arm="night")
+    supervised = config.finetune_config("supervised", 0, arm="night")
+    assert (night.stager, night.context, night.layer_decay) == ("usleep", "night", None)
+    assert (night.min_steps, night.night_crop, night.augmentations) == (
+        supervised.min_steps,
+        supervised.night_crop,
+        supervised.augmentations,
+    )
+    window = config.finetune_config("deepsleepnet", 0)
+    assert (window.stager, window.context) == ("deepsleepnet", None)
+    assert window.min_steps == config.finetune_config("supervised", 0).min_steps
+    windows = config.pretrain_config("part_windows")
+    for method in ("rp", "ts"):
+        pretraining = config.pretrain_config(method)
+        assert pretraining.method == method
+        for name in ("segment_windows", "batch_size", "min_steps", "lr", "normalize"):
+            assert getattr(pretraining, name) == getattr(windows, name), name
