@@ -30,7 +30,7 @@ from partnd.engine.config import PretrainConfig
 from partnd.pretraining import pretrain
 
 ABLATION_HEADS = ("pairwise_mlp", "mlp")
-METHODS = ("part_grid", "mae", "mp3", "droppos", "part_windows")
+METHODS = ("part_grid", "mae", "mp3", "droppos", "part_windows", "rp", "ts")
 
 
 def run_heads(data: np.ndarray, out_dir: Path, results: Path, rank: int) -> None:
@@ -53,6 +53,15 @@ def run_heads(data: np.ndarray, out_dir: Path, results: Path, rank: int) -> None
             pos_embed=True,
             pos_mask_ratio=0.5,
         )
+        for method, (tau_pos, tau_neg) in {"rp": (1, 2), "ts": (2, 1)}.items():
+            runs[method].update(  # segments of 4 windows of 20 samples
+                window_samples=20,
+                segment_windows=4,
+                num_windows=6,
+                patch_size=10,
+                tau_pos_windows=tau_pos,
+                tau_neg_windows=tau_neg,
+            )
         for name, settings in runs.items():
             config = PretrainConfig.preset(
                 "test", patch_size=20, num_patches=3, num_pairs=6, epochs=1, batch_size=4

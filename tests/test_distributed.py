@@ -90,12 +90,13 @@ def test_nan_batch_stops_every_rank(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_two_process_pretrain_with_every_ablation_head_and_method(tmp_path: Path) -> None:
     """DDP without find_unused_parameters aborts if any parameter misses a gradient in a step:
-    the pairwise-MLP and MLP heads (scale targets), every baseline method and PART across windows
-    train, and the ranks stay identical."""
+    the pairwise-MLP and MLP heads (scale targets), every baseline method, PART across windows,
+    relative positioning and temporal shuffling train, and the ranks stay identical."""
     results = tmp_path / "ranks"
     done = run_torchrun(tmp_path / "runs", results, "heads")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    for head in ("pairwise_mlp", "mlp", "part_grid", "mae", "mp3", "droppos", "part_windows"):
+    methods = ("part_grid", "mae", "mp3", "droppos", "part_windows", "rp", "ts")
+    for head in ("pairwise_mlp", "mlp", *methods):
         rank0 = torch.load(results / f"{head}_rank0.pt", weights_only=False)
         rank1 = torch.load(results / f"{head}_rank1.pt", weights_only=False)
         assert any(not name.startswith("encoder.") for name in rank0["model"]), head

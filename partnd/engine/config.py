@@ -487,6 +487,10 @@ class PretrainConfig(TrainConfig):
             positive context in stored windows (Banville et al.'s 1 min: 2 windows of 30 s).
         tau_neg_windows: ``rp`` and ``ts``: the negative context in stored windows (Banville et
             al.'s 15 min: 30 windows of 30 s).
+        variance_weight: PART and PART across windows: weight of VICReg's variance term on the
+            encoder's features (patch tokens; across windows, the window embeddings), an
+            anti-collapse option (:mod:`partnd.objectives.anti_collapse`); 0 (the default) is off.
+        covariance_weight: The same for VICReg's covariance term.
     """
 
     method: str = "part"
@@ -520,6 +524,8 @@ class PretrainConfig(TrainConfig):
     normalize: Literal["window", "record"] = "window"
     tau_pos_windows: int = 2
     tau_neg_windows: int = 30
+    variance_weight: float = 0.0
+    covariance_weight: float = 0.0
 
     HEADS: ClassVar[tuple[str, ...]] = ("cross_attention", "pairwise_mlp", "mlp")
 
@@ -568,6 +574,8 @@ class PretrainConfig(TrainConfig):
             check(value >= 2, self._arg(name), "an int >= 2", repr(value))
         self._positive("tau_pos_windows")
         self._positive("tau_neg_windows")
+        self._positive("variance_weight", strict=False)
+        self._positive("covariance_weight", strict=False)
 
 
 @dataclass(frozen=True)

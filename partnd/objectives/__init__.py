@@ -137,6 +137,8 @@ def _build_part(config: PretrainConfig, spec: SignalSpec, grid: bool) -> PARTMod
         scale_targets=config.scale_targets,
         shared_pairs=config.shared_pairs,
         pair_radius=config.pair_radius,
+        variance_weight=config.variance_weight,
+        covariance_weight=config.covariance_weight,
     )
 
 

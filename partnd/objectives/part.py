@@ -52,6 +52,7 @@ from torch import Tensor, nn
 
 from partnd._validation import check
 from partnd.models.vit import ViTEncoder
+from partnd.objectives.anti_collapse import variance_covariance_terms
 from partnd.objectives.base import Objective, ObjectiveOutput
 from partnd.objectives.diagnostics import regression_diagnostics, target_names
 from partnd.patches.sampling import PatchBatch
@@ -115,6 +116,9 @@ class PARTModel(Objective):
             per example (anchored PART and local pairs always draw per example).
         pair_radius: Draw only pairs closer than this many reference-patch lengths in every
             dimension (local pairs); ``None`` draws any pair.
+        variance_weight: Weight of VICReg's variance term on the encoder's features
+            (:mod:`partnd.objectives.anti_collapse`; 0: off); logged as ``variance_term``.
+        covariance_weight: Weight of VICReg's covariance term (0: off); ``covariance_term``.
 
     An encoder with a slot position embedding (and a mask embedding, ``pos_mask_ratio > 0``)
     makes the model anchored (see the module docstring); the sampler must then provide
@@ -131,6 +135,8 @@ class PARTModel(Objective):
         scale_targets: bool = False,
         shared_pairs: bool = True,
         pair_radius: float | None = None,
+        variance_weight: float = 0.0,
+        covariance_weight: float = 0.0,
     ) -> None:
         super().__init__()
         self.out_dim = encoder.ndim * (2 if scale_targets else 1)
@@ -174,6 +180,14 @@ class PARTModel(Objective):
             "None, or a positive radius without a position embedding (not anchored PART)",
             repr(pair_radius),
         )
+        check(
+            variance_weight >= 0 and covariance_weight >= 0,
+            "PretrainConfig.variance_weight",
+            "weights >= 0 (variance_weight and covariance_weight)",
+            f"{variance_weight}, {covariance_weight}",
+        )
+        self.variance_weight = float(variance_weight)
+        self.covariance_weight = float(covariance_weight)
         self.pair_radius = pair_radius
         self.encoder = encoder
         self.head = head
@@ -195,22 +209,42 @@ class PARTModel(Objective):
         Returns:
             [B, N, D] patch tokens X'.
         """
-        positions = None
-        if self.anchored:
-            positions = patches.grid_index
-            check(
-                positions is not None,
-                "patches",
-                "a PatchBatch with grid_index (anchored PART)",
-                "grid_index=None",
-            )
-            assert positions is not None
-            if position_mask is None:
-                position_mask = torch.ones_like(positions, dtype=torch.bool)
+        return self.encode(patches, position_mask)[0]
+
+    def slots(
+        self, patches: PatchBatch, position_mask: Tensor | None
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """The slot indices and hidden-slot mask the encoder reads (``None, None`` unless
+        anchored; anchored without a mask: every slot hidden)."""
+        if not self.anchored:
+            return None, position_mask
+        positions = patches.grid_index
+        check(
+            positions is not None,
+            "patches",
+            "a PatchBatch with grid_index (anchored PART)",
+            "grid_index=None",
+        )
+        assert positions is not None
+        if position_mask is None:
+            position_mask = torch.ones_like(positions, dtype=torch.bool)
+        return positions, position_mask
+
+    def encode(
+        self, patches: PatchBatch, position_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Encode a patch batch (see :meth:`encode_patches`).
+
+        Returns:
+            ``[B, N, D]`` patch tokens, and the features the anti-collapse term reads
+            (``variance_weight``, ``covariance_weight``): here the same tokens.
+        """
+        positions, position_mask = self.slots(patches, position_mask)
         features = self.encoder.forward_features(
             patches.patches, positions, position_mask=position_mask
         )
-        return features[:, self.encoder.num_prefix_tokens :]
+        tokens = features[:, self.encoder.num_prefix_tokens :]
+        return tokens, tokens
 
     def _anchored_pairs(
         self, patches: PatchBatch, generator: torch.Generator | None
@@ -318,14 +352,14 @@ class PARTModel(Objective):
         baseline = None
         if self.anchored:
             position_mask, ref, tgt = self._anchored_pairs(patches, generator)
-            tokens = self.encode_patches(patches, position_mask)
+            tokens, features = self.encode(patches, position_mask)
             spatial = tuple(int(length) for length in x.shape[2:])
             baseline = self._anchored_floor(patches, spatial, position_mask, ref, tgt)
         elif self.pair_radius is not None:
-            tokens = self.encode_patches(patches)
+            tokens, features = self.encode(patches)
             ref, tgt = self._local_pairs(patches, generator)
         else:
-            tokens = self.encode_patches(patches)
+            tokens, features = self.encode(patches)
             batch, num_patches = tokens.shape[:2]
             ref, tgt = sample_pairs(
                 num_patches,
@@ -342,6 +376,11 @@ class PARTModel(Objective):
         metrics = regression_diagnostics(
             pred, target, self.target_names, self.encoder.ndim, baseline
         )
+        if self.variance_weight > 0 or self.covariance_weight > 0:
+            variance, covariance = variance_covariance_terms(features.flatten(0, -2))
+            loss = loss + self.variance_weight * variance + self.covariance_weight * covariance
+            metrics["variance_term"] = variance.detach()
+            metrics["covariance_term"] = covariance.detach()
         return PARTOutput(
             loss=loss,
             metrics=metrics,

@@ -160,6 +160,9 @@ class CrossWindowPART(PARTModel):
             ``"window"`` (instance normalisation) or ``"record"`` (the segments come divided by
             their night's channel scales, see :class:`SleepSegmentDataset`; the drawn window's
             mean is removed).
+        variance_weight: Weight of the anti-collapse variance term on the window embeddings
+            (:mod:`partnd.objectives.anti_collapse`; 0: off).
+        covariance_weight: Weight of its covariance term.
 
     ``self.encoder`` is the hierarchical encoder (typed as PART's encoder interface);
     :attr:`hierarchical` gives it with its own type.
@@ -175,6 +178,8 @@ class CrossWindowPART(PARTModel):
         num_pairs: int,
         shared_pairs: bool = True,
         normalize: str = "window",
+        variance_weight: float = 0.0,
+        covariance_weight: float = 0.0,
     ) -> None:
         check(
             normalize in ("window", "record"),
@@ -205,6 +210,8 @@ class CrossWindowPART(PARTModel):
             sampler,
             num_pairs=num_pairs,
             shared_pairs=shared_pairs,
+            variance_weight=variance_weight,
+            covariance_weight=covariance_weight,
         )
         self.segment_windows = int(segment_windows)
         self.num_windows = int(num_windows)
@@ -248,6 +255,23 @@ class CrossWindowPART(PARTModel):
             else:  # the segment is already divided by its night's scales
                 patches = patches - patches.mean(dim=-1, keepdim=True)
             return dataclasses.replace(windows, patches=patches)
+
+    def encode(
+        self, patches: PatchBatch, position_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Embed every drawn window, then mix them with the temporal encoder.
+
+        Returns:
+            ``[B, N, D_t]`` temporal tokens, and ``[B, N, D_w]`` window embeddings (what the
+            anti-collapse term reads: the features a probe or a classifier reads).
+        """
+        positions, position_mask = self.slots(patches, position_mask)
+        hierarchical = self.hierarchical
+        batch, count = int(patches.patches.shape[0]), int(patches.patches.shape[1])
+        embeddings = hierarchical.embed_windows(patches.patches.flatten(0, 1))
+        embeddings = embeddings.view(batch, count, -1)
+        tokens = hierarchical.encode_embeddings(embeddings, positions, position_mask=position_mask)
+        return tokens[:, hierarchical.num_prefix_tokens :], embeddings
 
     def forward(self, x: Tensor, generator: torch.Generator | None = None) -> PARTOutput:
         """One step (see :meth:`PARTModel.forward`), plus the diagnostics of isolated pairs.
@@ -354,4 +378,6 @@ def build_part_windows(config: PretrainConfig, spec: SignalSpec) -> CrossWindowP
         num_pairs=config.num_pairs,
         shared_pairs=config.shared_pairs,
         normalize=config.normalize,
+        variance_weight=config.variance_weight,
+        covariance_weight=config.covariance_weight,
     )
