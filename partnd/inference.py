@@ -46,6 +46,7 @@ from partnd.datasets.store import SleepStore
 from partnd.engine.checkpoint import atomic_write_text
 from partnd.engine.distributed import resolve_device
 from partnd.finetuning.sequence import EVALUATION_CROP, predict_nights
+from partnd.models.braindecode_stagers import NightStager
 from partnd.models.night import NightClassifier
 from partnd.models.sequence import SequenceClassifier
 
@@ -281,13 +282,13 @@ def _window_probabilities(
     windows as one night in their order; a night classifier reads store windows within their
     whole record, and other windows as one night with their time of night (from ``onsets``, else
     back to back every ``epoch_seconds``)."""
-    if not isinstance(model, SequenceClassifier | NightClassifier):
+    if not isinstance(model, SequenceClassifier | NightClassifier | NightStager):
         logits = predict_logits(model, dataset, batch_size=batch_size, device=device)
         return torch.softmax(logits, dim=1)
     if located is None:
         windows = torch.stack([dataset[i] for i in range(len(dataset))])  # type: ignore[arg-type]
         target = resolve_device(device)
-        original, was_training = model.head.weight.device, model.training
+        original, was_training = next(model.parameters()).device, model.training
         try:
             model.to(target).eval()
             if isinstance(model, SequenceClassifier):
@@ -343,7 +344,8 @@ def predict(
             :class:`~partnd.models.SequenceClassifier` reads store windows within their night
             (each run of consecutive windows whole, so a Subset's windows get the
             probabilities they have in the whole night), and other data as one night's
-            consecutive windows in the order given; a :class:`~partnd.models.NightClassifier`
+            consecutive windows in the order given; a :class:`~partnd.models.NightClassifier` (or
+            braindecode's U-Sleep, :class:`~partnd.models.braindecode_stagers.NightStager`)
             reads store windows within their whole record, and other data as one night with
             its time from ``onsets`` (increasing; default back to back).
         class_names: K names; default the classifier's recorded ``class_names``, else ``"0"``...
@@ -391,7 +393,7 @@ def predict(
         )
         check(
             located is not None
-            or not isinstance(model, SequenceClassifier | NightClassifier)
+            or not isinstance(model, SequenceClassifier | NightClassifier | NightStager)
             or bool(np.all(np.diff(onsets) > 0)),
             "onsets",
             "increasing window starts (a sequence or night classifier reads the windows as one "

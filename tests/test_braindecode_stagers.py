@@ -209,3 +209,22 @@ def test_finetune_trains_usleep_on_night_crops_and_scores_whole_nights(
     assert evaluate(reloaded, held_out, device="cpu").cohen_kappa == pytest.approx(
         report.cohen_kappa
     )
+
+
+def test_predict_reads_windows_as_one_night_for_usleep() -> None:
+    """``partnd.predict`` gives U-Sleep an array's windows as one night, as the night
+    classifier; a window stager classifies each window alone."""
+    from partnd.inference import predict
+
+    torch.manual_seed(0)
+    windows = torch.randn(9, 2, 300)
+    usleep = build_stager(
+        "usleep", n_chans=2, n_outputs=5, n_times=300, sfreq=10.0, options={"depth": 4}
+    ).eval()
+    night = predict(usleep, windows.numpy(), device="cpu").probabilities
+    torch.testing.assert_close(torch.from_numpy(night), usleep.predict_night(windows))
+    chambon = build_stager("chambon2018", n_chans=2, n_outputs=5, n_times=300, sfreq=10.0).eval()
+    alone = predict(chambon, windows.numpy(), device="cpu").probabilities
+    with torch.no_grad():
+        expected = chambon(windows).softmax(-1)
+    torch.testing.assert_close(torch.from_numpy(alone), expected)
