@@ -1,4 +1,4 @@
-"""The electrode-level generator and the dataset profiles (Sleep-EDF, NSRR) it writes."""
+"""The electrode-level generator and the dataset profiles (Sleep-EDF, NSRR, headband) it writes."""
 
 from __future__ import annotations
 
@@ -34,9 +34,13 @@ from partnd.cohort.profiles import (
 from partnd.cohort.sleep_edf_format import RK_LABELS, label_runs
 from partnd.cohort.synthetic_eeg import draw_subject_profile, synthesize_psg
 from partnd.datasets.store import SleepStore
+from partnd.preprocessing import ingest_command
+from partnd.preprocessing.dataset_ingest import ingest_dataset
 from partnd.preprocessing.ingest import ingest_file
 
 REFERENCE = Path(__file__).parent / "reference"
+TRUTH_CODES = {"W": 0, "1": 1, "2": 2, "3": 3, "R": 4}
+"""``cohort.json`` stage letters -> store codes (``?`` unscored)."""
 BANDS = {"delta": (0.5, 4), "theta": (4, 8), "alpha": (8, 12), "sigma": (12, 16), "beta": (16, 30)}
 
 
@@ -212,6 +216,90 @@ def test_nsrr_profile_writes_shhs_edf_and_nsrr_xml_per_spec(nsrr_root: Path) -> 
         assert 40 <= truth["age"] <= 90
 
 
+def _assert_stages_are_the_truth(store: SleepStore, records: dict[str, dict]) -> None:
+    """Every stored window holds the generator's stage of its epoch, and every scored epoch is a
+    window."""
+    for name, truth in records.items():
+        expected = np.array([TRUTH_CODES.get(char, -1) for char in truth["stages"]])
+        starts = (store.start_times(name) / 30.0).round().astype(int)
+        assert np.array_equal(store.stages(name), expected[starts])
+        assert set(np.flatnonzero(expected >= 0)) <= set(starts)
+
+
+def test_nsrr_profile_ingests_through_dataset_ingest_with_the_truth_stages(
+    nsrr_root: Path, tmp_path: Path
+) -> None:
+    report = ingest_dataset(nsrr_root, tmp_path / "s.zarr", progress=False)
+    manifest = json.loads((nsrr_root / "cohort.json").read_text())["records"]
+    assert {pair.record_id for pair in report.pairing.pairs} == set(manifest)
+    assert all(pair.family == "nsrr" for pair in report.pairing.pairs)
+    assert not report.pairing.unpaired and report.outcomes == dict.fromkeys(manifest, "done")
+    store = SleepStore(tmp_path / "s.zarr")
+    assert store.channels == ["C4-A1", "C3-A2"] and store.sfreq == 100.0
+    attrs = store.record_attrs("shhs1-200002")
+    assert (attrs["subject_id"], attrs["session_id"]) == ("200002", "shhs1")
+    assert attrs["channel_derivations"] == {"C4-A1": "EEG", "C3-A2": "EEG(sec)"}
+    _assert_stages_are_the_truth(store, manifest)
+
+
+@pytest.fixture(scope="module")
+def headband_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("headband")
+    return make_profile_cohort("headband", root, n_records=3, hours=0.5, seed=0)
+
+
+def test_headband_profile_writes_one_frontal_channel_in_a_bids_layout(
+    headband_root: Path,
+) -> None:
+    manifest = json.loads((headband_root / "cohort.json").read_text())["records"]
+    assert list(manifest) == [
+        "sub-01_ses-01_task-sleep",
+        "sub-01_ses-02_task-sleep",
+        "sub-02_ses-01_task-sleep",
+    ]
+    assert (
+        manifest["sub-01_ses-01_task-sleep"]["age"] == manifest["sub-01_ses-02_task-sleep"]["age"]
+    )
+    for name, truth in manifest.items():
+        subject, session = name.split("_")[:2]
+        folder = headband_root / subject / session / "eeg"
+        raw = mne.io.read_raw_edf(folder / f"{name}_eeg.edf", verbose="error")
+        assert raw.ch_names == ["AF7-Fpz"] and raw.info["sfreq"] == 256.0
+        assert raw.n_times == truth["n_epochs"] * 30 * 256
+        with (folder / f"{name}_events.tsv").open() as handle:
+            rows = [line.rstrip("\n").split("\t") for line in handle]
+        assert rows[0] == ["onset", "duration", "trial_type"]
+        epochs: list[str] = []
+        for onset, duration, trial_type in rows[1:]:
+            assert float(onset) >= 30.0 * len(epochs) and float(duration) % 30.0 == 0.0
+            epochs += [""] * round(float(onset) / 30.0 - len(epochs))
+            epochs += [trial_type] * round(float(duration) / 30.0)
+        letters = {"Sleep stage W": "W", "Sleep stage N1": "1", "Sleep stage N2": "2"}
+        letters |= {"Sleep stage N3": "3", "Sleep stage R": "R", "": "?"}
+        assert "".join(letters[label] for label in epochs) == truth["stages"].rstrip("?")
+        assert 20 <= truth["age"] <= 65
+    participants = (headband_root / "participants.tsv").read_text().splitlines()
+    assert (
+        participants[0].split("\t") == ["participant_id", "age", "sex"] and len(participants) == 3
+    )
+    assert json.loads((headband_root / "dataset_description.json").read_text())["BIDSVersion"]
+
+
+def test_headband_profile_ingests_with_partnd_ingest_dir_with_the_truth_stages(
+    headband_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    store_path = tmp_path / "hb.zarr"
+    assert ingest_command.main([str(headband_root), "--out", str(store_path)]) == 0
+    assert "paired 3: bids 3" in capsys.readouterr().out
+    store = SleepStore(store_path)
+    assert store.channels == ["AF7-Fpz"] and store.sfreq == 100.0
+    manifest = json.loads((headband_root / "cohort.json").read_text())["records"]
+    assert set(store.record_ids()) == set(manifest)
+    attrs = store.record_attrs("sub-01_ses-02_task-sleep")
+    assert (attrs["subject_id"], attrs["session_id"]) == ("sub-01", "ses-02")
+    _assert_stages_are_the_truth(store, manifest)
+
+
 def test_nsrr_population_has_more_arousals_with_age_and_sleep_edf_keeps_its_own() -> None:
     drawn = draw_subject_profile(np.random.default_rng(0), 60)
     younger = _adjust_population(drawn, dataset=NSRR, age=45, seed=1)
@@ -253,19 +341,31 @@ def test_cohort_command_writes_a_profile(tmp_path: Path, capsys: pytest.CaptureF
     argv = ["--profile", "nsrr", "--out", str(out), "--records", "1", "--hours", "0.25"]
     assert command.main(argv) == 0
     assert (out / "shhs1-200001.edf").is_file() and (out / "shhs1-200001-nsrr.xml").is_file()
-    assert "EEG=C4-A1,EEG(sec)=C3-A2" in capsys.readouterr().out
+    assert f"next: partnd ingest {out} --out STORE.zarr" in capsys.readouterr().out
     assert command.main([*argv[:4], "--records", "0", "--hours", "0.25"]) == 2
     assert "--records" in capsys.readouterr().err
 
 
 @pytest.mark.slow
-def test_profile_realism_stages_the_yasa_channel_of_the_written_files(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("profile", "channel", "record"),
+    [
+        ("sleep_edf", "Fpz-Cz", "SC4001E0"),
+        ("nsrr", "C4-A1", "shhs1-200001"),
+        ("headband", "AF7-Fpz", "sub-01_ses-01_task-sleep"),
+    ],
+)
+def test_profile_realism_stages_the_yasa_channel_of_the_written_files(
+    tmp_path: Path, profile: str, channel: str, record: str
+) -> None:
     from partnd.cohort.profile_realism import format_profile_realism, profile_realism
 
-    report = profile_realism("sleep_edf", tmp_path, n_records=1, hours=0.5, n_planned=5)
-    assert report.channel == "Fpz-Cz" and report.n_records == 1
+    report = profile_realism(profile, tmp_path, n_records=1, hours=0.5, n_planned=5)
+    assert report.channel == channel and report.n_records == 1
     assert -1.0 <= report.kappa <= 1.0 and set(report.per_stage_f1) == {"W", "N1", "N2", "N3", "R"}
-    truth = json.loads((tmp_path / "cohort" / "cohort.json").read_text())["records"]["SC4001E0"]
-    assert sum(report.label_counts.values()) == truth["n_epochs"]
+    truth = json.loads((tmp_path / "cohort" / "cohort.json").read_text())["records"][record]
+    assert SleepStore(tmp_path / "store.zarr").record_ids() == [record]
+    labelled = sum(truth["stage_counts"].values()) if profile == "headband" else truth["n_epochs"]
+    assert sum(report.label_counts.values()) == labelled  # BIDS events list scored epochs only
     assert sum(map(sum, report.confusion)) == sum(truth["stage_counts"].values())
-    assert "YASA pretrained (Fpz-Cz, zero labels)" in format_profile_realism(report)
+    assert f"YASA pretrained ({channel}, zero labels)" in format_profile_realism(report)

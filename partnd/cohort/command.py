@@ -1,7 +1,7 @@
 """``partnd cohort``: the PC18 sample cohort, or a dataset profile's files (``--profile``).
 
 The command's options are those of :func:`partnd.cohort.pc18_cohort.build_parser` plus
-``--profile pc18|sleep_edf|nsrr``; ``pc18`` (the default) runs
+``--profile pc18|sleep_edf|nsrr|headband``; ``pc18`` (the default) runs
 :func:`~partnd.cohort.pc18_cohort.make_pc18_cohort` as before, the others
 :func:`~partnd.cohort.profiles.make_profile_cohort` (``--test-fraction`` and ``--progress`` do
 not apply to them).
@@ -26,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Generate a synthetic sample cohort: by default in the PhysioNet/CinC 2018 file layout "
         "(training/ and test/ records plus cohort.json with the ground truth and the injected "
         "faults; the defaults give the built-in sample cohort), or with --profile as Sleep-EDF-"
-        "like or NSRR-like (SHHS) files. Not real data: see docs/sample_cohort.md."
+        "like, NSRR-like (SHHS) or frontal-headband (BIDS) files. Not real data: see "
+        "docs/sample_cohort.md."
     )
     parser.add_argument(
         "--profile",
@@ -34,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="pc18",
         help="dataset profile: pc18 (WFDB, six derivations at 200 Hz; the default), sleep_edf "
         "(SC4ssNE0-PSG.edf with Fpz-Cz, Pz-Oz, horizontal EOG at 100 Hz + R&K Hypnogram.edf) or "
-        "nsrr (shhs1-NNNNNN.edf with C4-A1/C3-A2 at 125 Hz + NSRR XML)",
+        "nsrr (shhs1-NNNNNN.edf with C4-A1/C3-A2 at 125 Hz + NSRR XML) or headband (BIDS "
+        "sub-SS/ses-NN/eeg/*_eeg.edf with one AF7-Fpz channel at 256 Hz + *_events.tsv)",
     )
     return parser
 
@@ -62,10 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     except InputError as error:
         return command_error(parser.prog, error)
-    channels = ",".join(f"{k}={v}" for k, v in PROFILES[args.profile].store_channels.items())
     print(
         f"{parser.prog}: {args.records} {args.profile} nights of {args.hours} h, seed "
         f"{args.seed}, in {root} (ground truth in {COHORT_FILE})"
     )
-    print(f"next: partnd ingest RECORDING HYPNOGRAM --out STORE.zarr --eeg-channels '{channels}'")
+    print(f"next: partnd ingest {root} --out STORE.zarr  (pairs every night with its hypnogram)")
     return 0

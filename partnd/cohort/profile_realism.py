@@ -1,12 +1,14 @@
 """How real each dataset profile is: YASA's zero-label kappa on the channel YASA would use.
 
-``python -m partnd.cohort.profile_realism --profile sleep_edf|nsrr --out DIR`` (the PC18 profile's
-report is ``python -m partnd.cohort.realism``) writes a profile's files
-(:func:`partnd.cohort.profiles.make_profile_cohort`), ingests every night as a user would
-(:func:`partnd.preprocessing.ingest.ingest_file`: the Sleep-EDF hypnograms read back from their
-EDF+ files, SHHS's from the ground truth until an NSRR XML reader exists; 0.1-30 Hz, 100 Hz, 30 s
-windows), stages the profile's YASA channel (Fpz-Cz for Sleep-EDF, C4-A1 for SHHS) with YASA's
-pretrained classifier and reports kappa, per-stage F1, the hypnograms beside the norms of
+``python -m partnd.cohort.profile_realism --profile sleep_edf|nsrr|headband --out DIR`` (the PC18
+profile's report is ``python -m partnd.cohort.realism``) writes a profile's files
+(:func:`partnd.cohort.profiles.make_profile_cohort`), ingests the directory as a user would with
+``partnd ingest DIR`` (:func:`partnd.preprocessing.dataset_ingest.ingest_dataset`: each recording
+paired with its hypnogram by the dataset's naming, the hypnograms read from the files, R&K EDF+,
+NSRR XML or BIDS ``events.tsv``, the family's channel map; 0.1-30 Hz, 100 Hz, 30 s windows),
+refuses to go on unless every night paired and ingested, stages the profile's YASA channel
+(Fpz-Cz for Sleep-EDF, C4-A1 for SHHS, AF7-Fpz for the headband) with YASA's pretrained
+classifier and reports kappa, per-stage F1, the hypnograms beside the norms of
 :mod:`partnd.cohort.realism`, the per-stage spectra of that channel, and the profile's own
 differences (R&K stage 3/4 and movement-time epochs, the arousal and hypopnea index by age).
 """
@@ -26,7 +28,7 @@ import numpy as np
 from partnd._validation import InputError, check
 from partnd.cohort.hypnogram import STAGE_LABELS, STAGE_LETTERS
 from partnd.cohort.pc18_cohort import COHORT_FILE, plan_record
-from partnd.cohort.profiles import PROFILES, SLEEP_EDF, make_profile_cohort, plan_profile_cohort
+from partnd.cohort.profiles import PROFILES, make_profile_cohort, plan_profile_cohort
 from partnd.cohort.realism import (
     HypnogramStatistics,
     hypnogram_statistics,
@@ -96,19 +98,22 @@ def profile_realism(
     """Write, ingest and stage a profile's nights with YASA; see the module doc.
 
     Args:
-        profile_name: ``"sleep_edf"`` or ``"nsrr"``.
+        profile_name: ``"sleep_edf"``, ``"nsrr"`` or ``"headband"``.
         out_dir: Working directory (``cohort/`` and ``store.zarr`` go there; reused on reruns).
         n_records: Nights.
         hours: Length of each night.
         seed: Cohort seed.
-        n_jobs: Worker processes for writing the files.
+        n_jobs: Worker processes for writing and ingesting the files.
         n_planned: Further nights of the profile's population whose hypnograms alone are drawn.
         overwrite: Replace a cohort written with other parameters.
+
+    Raises:
+        InputError: An unknown profile, bad counts, or a night that did not pair or ingest.
     """
     from partnd.datasets.store import SleepStore
     from partnd.evaluation.classical import yasa_pretrained_stages
     from partnd.evaluation.metrics import classification_metrics
-    from partnd.preprocessing.ingest import ingest_file
+    from partnd.preprocessing.dataset_ingest import ingest_dataset
 
     check(n_planned >= 1, "n_planned", "a count >= 1", n_planned)
     check(profile_name in PROFILES, "profile", f"one of {sorted(PROFILES)}", profile_name)
@@ -125,22 +130,16 @@ def profile_realism(
     )
     truth: dict[str, dict[str, Any]] = json.loads((root / COHORT_FILE).read_text())["records"]
     store_path = out / "store.zarr"
-    done = set(SleepStore(store_path).record_ids()) if store_path.exists() else set()
-    for name, entry in truth.items():
-        if name in done:
-            continue
-        hypnogram: Any = root / entry["hypnogram_file"]
-        if profile is not SLEEP_EDF:
-            hypnogram = _stages(entry["stages"])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ingest_file(
-                root / entry["psg_file"],
-                hypnogram,
-                store_path,
-                record_id=name,
-                eeg_channels=profile.store_channels,
-            )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ingested = ingest_dataset(root, store_path, n_jobs=n_jobs, progress=False)
+    paired = {pair.record_id for pair in ingested.pairing.pairs}
+    check(
+        paired == set(truth) and not ingested.pairing.unpaired and not ingested.failed,
+        "profile",
+        f"a cohort whose {len(truth)} nights all pair and ingest with partnd ingest DIR",
+        ingested.summary(root),
+    )
     store = SleepStore(store_path)
     records = list(truth)
     with warnings.catch_warnings():

@@ -24,14 +24,27 @@ its dataset's rate, in its dataset's files, for a population like its dataset's:
   decade: Bonnet & Arand 2007, J Clin Sleep Med 3:133; SHHS1 mean about 19 per hour: Redline et
   al. 2004, Arch Intern Med 164:406) and more hypopneas (sleep-disordered breathing is common in
   SHHS and rises with age: Young et al. 2002, Arch Intern Med 162:893).
+- ``headband``: home sleep EEG from a frontal headband, in a BIDS dataset (DESIGN.md §5c: one or
+  two frontal channels at 125-500 Hz): one channel ``AF7-Fpz`` (the Muse headband's forehead
+  electrode AF7 against its reference at Fpz, sampled at 256 Hz: Krigolson et al. 2017, Front
+  Neurosci 11:109) in ``sub-SS/ses-NN/eeg/sub-SS_ses-NN_task-sleep_eeg.edf``, scored in 30-s AASM
+  stages (Berry et al., AASM Manual v2.6, 2020: no stage 4, no movement time) as BIDS
+  ``*_events.tsv`` rows ``onset``, ``duration``, ``trial_type`` (EEG-BIDS: Pernet et al. 2019,
+  Sci Data 6:103), two nights (sessions) per subject, as home headband studies record several
+  nights of each sleeper (Arnal et al. 2020, Sleep 43:zsaa097, validated the Dreem headband's
+  frontal EEG and staging against PSG in healthy adults); healthy adults aged 20 to 65. The
+  root holds BIDS's ``dataset_description.json`` and ``participants.tsv``.
 
-Sleep-EDF and SHHS score the whole recording in 30-s epochs from its first sample, so their
-records start on an epoch border (the PC18 profile's sub-epoch unscored prefix is cut) and the
-wake before lights-off is scored wake. No recording faults are injected in these profiles.
+Sleep-EDF, SHHS and the headband score the whole recording in 30-s epochs from its first sample,
+so their records start on an epoch border (the PC18 profile's sub-epoch unscored prefix is cut)
+and the wake before lights-off is scored wake. No recording faults are injected in these profiles.
+Each profile's files ingest with ``partnd ingest DIR`` (:data:`DatasetProfile.layout` names the
+pairing rule of :mod:`partnd.preprocessing.dataset_ingest` they follow).
 """
 
 from __future__ import annotations
 
+import csv
 import functools
 import json
 import os
@@ -65,12 +78,15 @@ from partnd.cohort.pc18_format import CHANNEL_NAMES, FS
 from partnd.cohort.sleep_edf_format import (
     RK_LABELS,
     EdfSignal,
+    label_runs,
     write_edf_signals,
     write_rk_hypnogram,
 )
 from partnd.cohort.synthetic_eeg import SubjectProfile
+from partnd.datasets.stages import STAGE_NAMES, stage_description
 
 __all__ = [
+    "HEADBAND",
     "NSRR",
     "PROFILES",
     "SLEEP_EDF",
@@ -90,6 +106,10 @@ smallest N3 amplitude, whose median epoch holds 75-µV waves for about a fifth o
 stage 3 floor); at 45 µV they fill more than half of it (stage 4)."""
 _MOVEMENT_SECONDS = EPOCH_SECONDS / 2
 """Movement time: an epoch more than half obscured by movement (Rechtschaffen & Kales 1968)."""
+_BIDS_SESSIONS = 2
+"""Nights (BIDS sessions) per subject of the headband profile."""
+_AASM_LABELS: tuple[str, ...] = tuple(stage_description(name) for name in STAGE_NAMES)
+"""``trial_type`` of the headband's AASM stages W N1 N2 N3 R (``"Sleep stage W"``...)."""
 
 
 @dataclass(frozen=True)
@@ -116,10 +136,13 @@ class DatasetProfile:
     """A dataset's montage, files and population.
 
     Attributes:
-        name: ``"sleep_edf"`` or ``"nsrr"``.
+        name: ``"sleep_edf"``, ``"nsrr"`` or ``"headband"``.
+        layout: The dataset family its files follow, a pairing rule of ``partnd ingest DIR``
+            (``"sleep-edf"``: R&K EDF+ hypnograms; ``"nsrr"``: NSRR XML; ``"bids"``: AASM
+            stages in BIDS ``events.tsv``).
         channels: The signals of each recording file.
         yasa_channel: Store name of the channel YASA's stager reads (a central EEG against a
-            mastoid where there is one).
+            mastoid where there is one, else the frontal channel).
         age_range: Youngest and oldest age.
         age_mean_sd: Mean and SD of a normal age distribution, or None for uniform ages.
         female_share: Share of women.
@@ -129,6 +152,7 @@ class DatasetProfile:
     """
 
     name: str
+    layout: str
     channels: tuple[ProfileChannel, ...]
     yasa_channel: str
     age_range: tuple[int, int]
@@ -145,6 +169,7 @@ class DatasetProfile:
 
 SLEEP_EDF = DatasetProfile(
     name="sleep_edf",
+    layout="sleep-edf",
     channels=(
         ProfileChannel("EEG Fpz-Cz", "Fpz-Cz", 100, "Fpz-Cz"),
         ProfileChannel("EEG Pz-Oz", "Pz-Oz", 100, "Pz-Oz"),
@@ -157,6 +182,7 @@ SLEEP_EDF = DatasetProfile(
 )
 NSRR = DatasetProfile(
     name="nsrr",
+    layout="nsrr",
     channels=(
         ProfileChannel("EEG", "C4-A1", 125, "C4-A1"),
         ProfileChannel("EEG(sec)", "C3-A2", 125, "C3-A2"),
@@ -171,7 +197,18 @@ NSRR = DatasetProfile(
     arousals_per_decade=2.0,
     hypopnea_median=8.0,
 )
-PROFILES: dict[str, DatasetProfile] = {profile.name: profile for profile in (SLEEP_EDF, NSRR)}
+HEADBAND = DatasetProfile(
+    name="headband",
+    layout="bids",
+    channels=(ProfileChannel("AF7-Fpz", "AF7-Fpz", 256, "AF7-Fpz"),),
+    yasa_channel="AF7-Fpz",
+    age_range=(20, 65),
+    age_mean_sd=None,
+    female_share=0.5,
+)
+PROFILES: dict[str, DatasetProfile] = {
+    profile.name: profile for profile in (SLEEP_EDF, NSRR, HEADBAND)
+}
 """The file-writing profiles by name (``pc18`` is :func:`make_pc18_cohort`)."""
 
 
@@ -200,13 +237,15 @@ def plan_profile_cohort(
     """Draw a profile's nights: names, ages, sexes, start times and per-night seeds.
 
     Sleep-EDF names one night per subject ``SC4ssNE0`` (``ss`` the subject, ``N`` the night,
-    1 for the first 100 records); SHHS numbers its nights ``shhs1-200001`` on.
+    1 for the first 100 records); SHHS numbers its nights ``shhs1-200001`` on; the headband's
+    BIDS records are ``sub-SS_ses-NN_task-sleep``, two sessions per subject (both nights of a
+    subject share its age and sex).
 
     Raises:
         InputError: ``n_records`` below 1 or above what the naming holds (200 for Sleep-EDF),
             ``hours`` below :data:`MIN_HOURS`.
     """
-    limit = 200 if profile is SLEEP_EDF else 99999
+    limit = 200 if profile.layout == "sleep-edf" else 99999
     check(
         isinstance(n_records, int) and 1 <= n_records <= limit,
         "n_records",
@@ -226,7 +265,19 @@ def plan_profile_cohort(
     seeds = np.random.SeedSequence([seed, 45]).generate_state(n_records, dtype=np.uint64)
     records = []
     for index in range(n_records):
-        if profile is SLEEP_EDF:
+        subject_id = None
+        if profile.layout == "bids":
+            subject = index // _BIDS_SESSIONS
+            subject_id = f"sub-{1 + subject:02d}"
+            name = f"{subject_id}_ses-{1 + index % _BIDS_SESSIONS:02d}_task-sleep"
+            folder = f"{subject_id}/ses-{1 + index % _BIDS_SESSIONS:02d}/eeg"
+            psg, hypnogram = f"{folder}/{name}_eeg.edf", f"{folder}/{name}_events.tsv"
+            day = datetime(2020, 1, 6) + timedelta(days=index % _BIDS_SESSIONS)
+            ages[index], sexes[index] = (
+                ages[subject * _BIDS_SESSIONS],
+                sexes[subject * _BIDS_SESSIONS],
+            )
+        elif profile.layout == "sleep-edf":
             stem = f"SC4{index % 100:02d}{1 + index // 100}"
             name, psg, hypnogram = f"{stem}E0", f"{stem}E0-PSG.edf", f"{stem}EC-Hypnogram.edf"
             day = datetime(1989, 4, 24)
@@ -237,7 +288,7 @@ def plan_profile_cohort(
         spec = RecordSpec(
             name=name,
             split="training",
-            subject_id=name,
+            subject_id=subject_id or name,
             age=int(ages[index]),
             sex=str(sexes[index]),
             hours=float(hours),
@@ -278,7 +329,8 @@ class ProfileNight:
         record: The planned record.
         signals: The file's signals, in :attr:`DatasetProfile.channels` order.
         epoch_labels: The hypnogram file's label of every 30-s epoch from the first sample
-            (:data:`RK_LABELS` or :data:`STAGE_CONCEPTS`).
+            (:data:`RK_LABELS`, :data:`STAGE_CONCEPTS`, or AASM ``"Sleep stage N2"``... with
+            ``""`` for an unscored epoch).
         stages: ``int8 [n_epochs]`` store stage codes of the same epochs (R&K 3 and 4 merged into
             N3, movement time and unscored -1).
         events: Scored arousals and hypopneas (NSRR profile; empty for Sleep-EDF).
@@ -324,16 +376,20 @@ def synthesize_profile_night(profile: DatasetProfile, record: ProfileRecord) -> 
     for start, end in synthesis.movements:
         moving[start:end] = True
     movement_seconds = moving[crop:stop].reshape(n_epochs, -1).sum(axis=1) / FS
-    stage4 = (stages == SleepStage.N3) & (epoch_delta >= _STAGE4_DELTA_UV)
-    movement = (stages >= 0) & (movement_seconds > _MOVEMENT_SECONDS)
-    # Index into RK_LABELS / STAGE_CONCEPTS: W 1 2 3 4 R MT ?.
-    rk = np.array([0, 1, 2, 3, 5])[np.maximum(stages, 0)]
-    rk[stage4] = 4
-    rk[movement] = 6
-    rk[stages < 0] = 7
-    stages[movement] = -1
-    names = RK_LABELS if profile is SLEEP_EDF else STAGE_CONCEPTS
-    labels = [names[index] for index in rk]
+    if profile.layout == "bids":  # AASM: no stage 4, no movement time; unscored epochs unlisted
+        names = _AASM_LABELS
+        labels = [names[code] if code >= 0 else "" for code in stages]
+    else:
+        stage4 = (stages == SleepStage.N3) & (epoch_delta >= _STAGE4_DELTA_UV)
+        movement = (stages >= 0) & (movement_seconds > _MOVEMENT_SECONDS)
+        # Index into RK_LABELS / STAGE_CONCEPTS: W 1 2 3 4 R MT ?.
+        rk = np.array([0, 1, 2, 3, 5])[np.maximum(stages, 0)]
+        rk[stage4] = 4
+        rk[movement] = 6
+        rk[stages < 0] = 7
+        stages[movement] = -1
+        names = RK_LABELS if profile.layout == "sleep-edf" else STAGE_CONCEPTS
+        labels = [names[index] for index in rk]
 
     signals = []
     for channel in profile.channels:
@@ -345,7 +401,7 @@ def synthesize_profile_night(profile: DatasetProfile, record: ProfileRecord) -> 
             EdfSignal(channel.label, _resample(source[crop:stop], channel.sfreq), channel.sfreq)
         )
     events = []
-    if profile is NSRR:
+    if profile.layout == "nsrr":
         for event in night.events:
             kind = HYPOPNEA_CONCEPT if event.label.startswith("resp_") else AROUSAL_CONCEPT
             start_s = (event.start - crop) / FS
@@ -367,6 +423,7 @@ def synthesize_profile_night(profile: DatasetProfile, record: ProfileRecord) -> 
         "stage_counts": {
             label: int(np.sum(scored == code)) for code, label in enumerate(STAGE_LABELS)
         },
+        "session_id": record.name.split("_")[1] if profile.layout == "bids" else None,
         "label_counts": {name: labels.count(name) for name in names if name in labels},
         "arousals": sum(event.event_type == AROUSAL_CONCEPT[0] for event in events),
         "hypopneas": sum(event.event_type == HYPOPNEA_CONCEPT[0] for event in events),
@@ -378,21 +435,55 @@ def synthesize_profile_night(profile: DatasetProfile, record: ProfileRecord) -> 
 _TRUTH_DIR = ".truth"
 
 
+def _write_tsv(path: Path, rows: list[list[str]]) -> None:
+    partial = path.with_name(f".{path.name}.partial")
+    with partial.open("w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle, delimiter="\t", lineterminator="\n").writerows(rows)
+    os.replace(partial, path)
+
+
+def _write_bids_events(path: Path, labels: list[str]) -> None:
+    """BIDS ``*_events.tsv``: one row (``onset``, ``duration``, ``trial_type``) per run of scored
+    epochs; unscored epochs have no row."""
+    rows = [["onset", "duration", "trial_type"]]
+    rows += [
+        [f"{onset:.1f}", f"{duration:.1f}", label]
+        for onset, duration, label in label_runs(labels, EPOCH_SECONDS)
+        if label
+    ]
+    _write_tsv(path, rows)
+
+
+def _write_bids_root(root: Path, records: list[ProfileRecord]) -> None:
+    """BIDS's ``dataset_description.json`` and ``participants.tsv`` (one row per subject)."""
+    description = {"Name": "partnd headband sample cohort (generated)", "BIDSVersion": "1.8.0"}
+    partial = root / ".dataset_description.json.partial"
+    partial.write_text(json.dumps(description, indent=1) + "\n")
+    os.replace(partial, root / "dataset_description.json")
+    subjects = {record.spec.subject_id: record.spec for record in records}
+    rows = [["participant_id", "age", "sex"]]
+    rows += [[subject, str(spec.age), spec.sex] for subject, spec in subjects.items()]
+    _write_tsv(root / "participants.tsv", rows)
+
+
 def _write_night(profile: DatasetProfile, record: ProfileRecord, root: Path) -> None:
     """Write one night: signals, then its ground truth, then the hypnogram (marks completion)."""
     night = synthesize_profile_night(profile, record)
     hypnogram_path = root / record.hypnogram_file
     hypnogram_path.unlink(missing_ok=True)
+    hypnogram_path.parent.mkdir(parents=True, exist_ok=True)
     write_edf_signals(
-        root / record.psg_file, night.signals, record.start, edf_plus=profile is SLEEP_EDF
+        root / record.psg_file, night.signals, record.start, edf_plus=profile.layout == "sleep-edf"
     )
     truth_path = root / _TRUTH_DIR / f"{record.name}.json"
     truth_path.parent.mkdir(exist_ok=True)
     partial = truth_path.with_name(f".{truth_path.name}.partial")
     partial.write_text(json.dumps(night.truth) + "\n")
     os.replace(partial, truth_path)
-    if profile is SLEEP_EDF:
+    if profile.layout == "sleep-edf":
         write_rk_hypnogram(hypnogram_path, night.epoch_labels, record.start)
+    elif profile.layout == "bids":
+        _write_bids_events(hypnogram_path, night.epoch_labels)
     else:
         write_nsrr_xml(hypnogram_path, night.epoch_labels, night.events, record.start.time())
 
@@ -413,7 +504,7 @@ def make_profile_cohort(
     atomically) and is kept on a rerun with the same parameters.
 
     Args:
-        profile: ``"sleep_edf"``, ``"nsrr"`` or a :class:`DatasetProfile`.
+        profile: ``"sleep_edf"``, ``"nsrr"``, ``"headband"`` or a :class:`DatasetProfile`.
         out_dir: Directory for the files; created if missing.
         n_records: Nights.
         hours: Length of each night before cutting to whole epochs.
@@ -444,7 +535,13 @@ def make_profile_cohort(
         "seed": int(seed),
     }
     manifest_path = root / COHORT_FILE
-    ours = {name for record in records for name in (record.psg_file, record.hypnogram_file)}
+    ours = {
+        Path(name).parts[0]
+        for record in records
+        for name in (record.psg_file, record.hypnogram_file)
+    }
+    if profile.layout == "bids":
+        ours |= {"dataset_description.json", "participants.tsv"}
     if manifest_path.is_file():
         previous = json.loads(manifest_path.read_text()).get("parameters")
         if previous != parameters:
@@ -470,6 +567,8 @@ def make_profile_cohort(
     ]
     if pending or not manifest_path.is_file():
         Parallel(n_jobs=n_jobs)(delayed(_write_night)(profile, record, root) for record in pending)
+        if profile.layout == "bids":
+            _write_bids_root(root, records)
         manifest = {
             "format": f"partnd {profile.name} sample cohort",
             "parameters": parameters,
