@@ -1107,20 +1107,22 @@ class SleepStudy:
         from partnd.evaluation.classical import (
             fit_classical_stager,
             predict_stages,
+            pretrained_channel,
             yasa_pretrained_stages,
         )
 
         test_records = list(self.split.test_records)
         if method == "yasa_pretrained":  # no labels: one prediction shared by every cell
             path = self.out / "yasa_pretrained.npy"
+            channel = pretrained_channel(self.store)
             if not path.is_file():
-                staged = yasa_pretrained_stages(self.store, test_records)
+                staged = yasa_pretrained_stages(self.store, test_records, eeg_channel=channel)
                 self._check_test_order(staged.labels)
                 partial = path.with_name(f".{path.name}.partial.npy")
                 np.save(partial, staged.predictions)
                 partial.replace(path)
             return np.load(path), {
-                "features": "YASA's own (C4-M1, rolling context, per-night z-scores)",
+                "features": f"YASA's own ({channel}, rolling context, per-night z-scores)",
                 "classifier": "YASA's shipped clf_eeg LightGBM, no labels from this data",
                 "note": "out of domain on the generated sample cohort"
                 if self.config.src is None

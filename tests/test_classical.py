@@ -26,6 +26,7 @@ from partnd.evaluation.classical import (
     fit_classical_stager,
     predict_stage_proba,
     predict_stages,
+    pretrained_channel,
     sleep_features,
     yasa_pretrained_stages,
 )
@@ -447,6 +448,29 @@ def test_yasa_pretrained_needs_a_central_channel_or_a_named_one(
     both = yasa_pretrained_stages(c3, ["r1"])
     named = yasa_pretrained_stages(c3, ["r1"], eeg_channel="C3-M2")
     np.testing.assert_array_equal(both.probabilities, named.probabilities)
+
+
+def test_pretrained_channel_is_the_channel_yasa_stages(
+    three_records: tuple[Path, dict], tmp_path: Path
+) -> None:
+    path, records = three_records  # channels C4-M1, O1-M2
+    signal, stages = records["r1"]
+    assert pretrained_channel(path) == "C4-M1"
+    assert pretrained_channel(path, "O1-M2") == "O1-M2"
+    stores = {
+        "C3-M2": ["O1-M2", "C3-M2"],
+        "C4-A1": ["Fpz-Cz", "C4-A1"],  # SHHS's central channel before Sleep-EDF's
+        "Fpz-Cz": ["Pz-Oz", "Fpz-Cz"],
+    }
+    for expected, channels in stores.items():
+        store = _store(tmp_path / f"{expected}.zarr", {"r1": (signal, stages)}, channels)
+        assert pretrained_channel(store) == expected
+    sleep_edf = tmp_path / "Fpz-Cz.zarr"
+    by_default = yasa_pretrained_stages(sleep_edf, ["r1"])
+    named = yasa_pretrained_stages(sleep_edf, ["r1"], eeg_channel="Fpz-Cz")
+    np.testing.assert_array_equal(by_default.probabilities, named.probabilities)
+    with pytest.raises(InputError, match="eeg_channel"):
+        pretrained_channel(sleep_edf, "C4-M1")
 
 
 def test_keep_windows_selects_the_labelled_windows_of_a_budget() -> None:

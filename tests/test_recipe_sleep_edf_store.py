@@ -71,6 +71,8 @@ def test_staging_and_sample_efficiency_run_on_two_named_channels_of_a_sleep_edf_
     for row in table.values():
         assert -1.0 <= float(row["kappa"]) <= 1.0
     assert study.load_cell("supervised", "window", 1, 0).report.cohen_kappa > 0.0
+    yasa_row = study.load_cell("yasa_pretrained", "sequence", 1, 0)  # labelled by what it staged
+    assert yasa_row.settings["features"].startswith("YASA's own (Fpz-Cz,")
 
     cells = sample_efficiency.cell_list(study, [("supervised", "window")])
     sample_efficiency.run_cells(study, cells, jobs=1)

@@ -80,6 +80,7 @@ __all__ = [
     "is_context_column",
     "predict_stage_proba",
     "predict_stages",
+    "pretrained_channel",
     "sleep_features",
     "yasa_pretrained_stages",
 ]
@@ -557,7 +558,23 @@ def classical_staging(
     )
 
 
-def _pretrained_channel(store: SleepStore, eeg_channel: str | None) -> str:
+def pretrained_channel(store: str | Path | SleepStore, eeg_channel: str | None = None) -> str:
+    """The channel :func:`yasa_pretrained_stages` stages ``store`` from.
+
+    Args:
+        store: A ``partnd-sleep`` store.
+        eeg_channel: A channel named by the caller, or None for the first of
+            :data:`PRETRAINED_CHANNELS` the store holds.
+
+    Returns:
+        ``eeg_channel`` when it is a store channel, else the preferred one (e.g. ``"Fpz-Cz"`` on a
+        Sleep-EDF store).
+
+    Raises:
+        InputError: No channel of :data:`PRETRAINED_CHANNELS` and none named, or the named one is
+            not a store channel.
+    """
+    store = _open_store(store)
     if eeg_channel is None:
         usable = [c for c in PRETRAINED_CHANNELS if c in store.channels]
         central = " or ".join(PRETRAINED_CHANNELS)
@@ -598,20 +615,23 @@ def yasa_pretrained_stages(
         store: A ``partnd-sleep`` store (above 80 Hz, 30 s windows).
         records: Records to stage; rows follow ``InMemoryWindows(store, records=records,
             labelled_only=labelled_only)``.
-        eeg_channel: The channel to stage from; default ``C4-M1``, else ``C3-M2``. Another store
-            channel may be named (YASA recommends a central electrode referenced to a mastoid).
+        eeg_channel: The channel to stage from; default the first of
+            :data:`PRETRAINED_CHANNELS` the store holds (:func:`pretrained_channel`). Another
+            store channel may be named (YASA recommends a central electrode referenced to a
+            mastoid).
         labelled_only: Keep only scored windows (all windows are staged either way).
 
     Returns:
         :class:`StagePredictions`.
 
     Raises:
-        InputError: The store has no ``C4-M1``/``C3-M2`` and no ``eeg_channel`` was named, the
+        InputError: The store has no channel of :data:`PRETRAINED_CHANNELS` and no
+            ``eeg_channel`` was named, the
             named channel is not in the store, a record is unknown or shorter than 15 windows, or
             the store is below 80 Hz or not of 30 s windows.
     """
     opened = _open_store(store)
-    channel = _pretrained_channel(opened, eeg_channel)
+    channel = pretrained_channel(opened, eeg_channel)
     selected = _check_records(
         opened,
         records,
