@@ -30,9 +30,9 @@ its dataset's rate, in its dataset's files, for a population like its dataset's:
   Neurosci 11:109) in ``sub-SS/ses-NN/eeg/sub-SS_ses-NN_task-sleep_eeg.edf``, scored in 30-s AASM
   stages (Berry et al., AASM Manual v2.6, 2020: no stage 4, no movement time) as BIDS
   ``*_events.tsv`` rows ``onset``, ``duration``, ``trial_type`` (EEG-BIDS: Pernet et al. 2019,
-  Sci Data 6:103), two nights (sessions) per subject, as home headband studies record several
-  nights of each sleeper (Arnal et al. 2020, Sleep 43:zsaa097, validated the Dreem headband's
-  frontal EEG and staging against PSG in healthy adults); healthy adults aged 20 to 65. The
+  Sci Data 6:103), two nights (BIDS sessions) per subject, so subject-wise splits keep a
+  subject's nights together; adults aged 20 to 65 (a choice: frontal headbands are validated
+  against PSG in adults, e.g. the Dreem headband by Arnal et al. 2020, Sleep 43:zsaa097). The
   root holds BIDS's ``dataset_description.json`` and ``participants.tsv``.
 
 Sleep-EDF, SHHS and the headband score the whole recording in 30-s epochs from its first sample,
