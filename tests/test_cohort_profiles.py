@@ -369,3 +369,23 @@ def test_profile_realism_stages_the_yasa_channel_of_the_written_files(
     assert sum(report.label_counts.values()) == labelled  # BIDS events list scored epochs only
     assert sum(map(sum, report.confusion)) == sum(truth["stage_counts"].values())
     assert f"YASA pretrained ({channel}, zero labels)" in format_profile_realism(report)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("profile", ["sleep_edf", "nsrr"])
+def test_parallel_profile_generation_writes_each_profile_format_and_the_same_bytes(
+    tmp_path: Path, profile: str
+) -> None:
+    # Worker processes receive a pickled copy of the profile: a check by identity picked the
+    # wrong writer there (every Sleep-EDF hypnogram came out as NSRR XML with n_jobs=2).
+    serial = make_profile_cohort(profile, tmp_path / "one", n_records=2, hours=0.25, seed=4)
+    parallel = make_profile_cohort(
+        profile, tmp_path / "two", n_records=2, hours=0.25, seed=4, n_jobs=2
+    )
+    suffix = "-Hypnogram.edf" if profile == "sleep_edf" else "-nsrr.xml"
+    hypnograms = sorted(parallel.rglob(f"*{suffix}"))
+    assert len(hypnograms) == 2
+    for path in hypnograms:
+        head = path.read_bytes()[:5]
+        assert head.startswith(b"<?xml") == (profile == "nsrr"), path
+        assert (serial / path.relative_to(parallel)).read_bytes() == path.read_bytes()
