@@ -185,13 +185,17 @@ def check_stage_codes(labels: np.ndarray, num_classes: int, argument: str) -> No
 
 
 def sequence_fingerprint(data: SleepSequenceDataset) -> dict[str, Any]:
-    """What identifies the sequences of a run (records, channels, context), to refuse resuming
-    it on other data."""
+    """What identifies the sequences of a run (records, channels, context, stride, sampling rate
+    and how windows are normalised: the same records read another way are other data), to
+    refuse resuming it on other data."""
     return {
         "num_items": len(data),
         "item_shape": [data.context, data.n_chans, data.n_times],
         "ch_names": list(data.ch_names),
         "records": list(data.records),
+        "stride": data.stride,
+        "sfreq": data.sfreq,
+        "normalization": data.normalize,
     }
 
 
