@@ -240,13 +240,17 @@ def _check_architecture(
     window = backbone.window if isinstance(backbone, HierarchicalEncoder) else backbone
     patch = overrides.get("patch_size", window.patch_size)
     patch = tuple(patch) if isinstance(patch, Sequence) else (patch,) * len(window.patch_size)
-    ignored: list[str] = [name for name in ("encoder", "encoder_overrides") if name in overrides]
+    fields = ("encoder", "encoder_overrides")
+    if isinstance(backbone, HierarchicalEncoder):  # it brings its temporal transformer too
+        fields += ("temporal_encoder", "temporal_overrides")
+    ignored: list[str] = [name for name in fields if name in overrides]
     ignored += [] if patch == tuple(window.patch_size) else ["patch_size"]
     check(
         not ignored,
         f"FinetuneConfig.{ignored[0]}" if ignored else "",
-        "no architecture setting with pretrained weights (they bring their own encoder and "
-        f"patch size {tuple(window.patch_size)})",
+        "no architecture setting with pretrained weights (they bring their own encoder"
+        f"{' and temporal transformer' if isinstance(backbone, HierarchicalEncoder) else ''} "
+        f"and patch size {tuple(window.patch_size)})",
         ", ".join(repr(overrides[name]) for name in ignored),
     )
 
