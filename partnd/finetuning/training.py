@@ -240,9 +240,9 @@ def _check_architecture(
     window = backbone.window if isinstance(backbone, HierarchicalEncoder) else backbone
     patch = overrides.get("patch_size", window.patch_size)
     patch = tuple(patch) if isinstance(patch, Sequence) else (patch,) * len(window.patch_size)
-    fields = ("encoder", "encoder_overrides")
+    fields = ["encoder", "encoder_overrides"]
     if isinstance(backbone, HierarchicalEncoder):  # it brings its temporal transformer too
-        fields += ("temporal_encoder", "temporal_overrides")
+        fields += ["temporal_encoder", "temporal_overrides"]
     ignored: list[str] = [name for name in fields if name in overrides]
     ignored += [] if patch == tuple(window.patch_size) else ["patch_size"]
     check(
