@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
-from partnd._validation import check
+from partnd._validation import check, check_batch_size
 from partnd.datasets.adapters import LabelledDataset, as_labelled_dataset, data_fingerprint
 from partnd.datasets.overlap import check_disjoint
 from partnd.engine.augment import Augmentation, build_augmentation
@@ -320,11 +320,14 @@ def evaluate(
     Returns:
         A :class:`~partnd.evaluation.metrics.ClassificationReport` (with ``loss``).
     """
+    check_batch_size(batch_size)
     if isinstance(model, SequenceClassifier | NightClassifier | NightStager):  # data's form first
         night = isinstance(model, NightClassifier | NightStager)
         context = None if night else cast(SequenceClassifier, model).context
+        info = model.signal_info
+        normalize = None if info is None else info.normalization
         sequences = fit_to_signal(
-            as_sequence_dataset(dataset, context, "dataset", night=night),
+            as_sequence_dataset(dataset, context, "dataset", night=night, normalize=normalize),
             model.signal_info,
             "dataset",
         )
