@@ -131,8 +131,8 @@ def as_sequence_dataset(
         if isinstance(data, np.ndarray | torch.Tensor)
         else type(data).__name__,
     )
-    options = {} if normalize is None else {"normalize": normalize}
-    return kind(Path(data), context=length, progress=progress, **options)
+    normalization = True if normalize is None else normalize  # the store reader's default
+    return kind(Path(data), context=length, progress=progress, normalize=normalization)
 
 
 def sequence_signal_info(data: SleepSequenceDataset) -> SignalInfo:
