@@ -35,6 +35,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from partnd._disk import DiskFullError, is_disk_full
 from partnd._validation import InputError, check, check_batch_size, renamed_arguments
 from partnd.datasets.adapters import as_signal_dataset, source_positions
 from partnd.datasets.hypnogram_formats import EDF_UNKNOWN_START
@@ -219,16 +220,22 @@ class Prediction:
         path = Path(path)
         start = (self.start or EDF_UNKNOWN_START).astimezone(timezone.utc).replace(tzinfo=None)
         partial = path.with_name(f".{path.name}.partial")
-        writer = pyedflib.EdfWriter(str(partial), 0, file_type=pyedflib.FILETYPE_EDFPLUS)
         try:
-            writer.setStartdatetime(start)
-            for onset, description in zip(
-                self.window_onsets(), self.descriptions(prefix), strict=True
-            ):
-                writer.writeAnnotation(float(onset), float(self.epoch_seconds), description)
-        finally:
-            writer.close()
-        partial.replace(path)
+            writer = pyedflib.EdfWriter(str(partial), 0, file_type=pyedflib.FILETYPE_EDFPLUS)
+            try:
+                writer.setStartdatetime(start)
+                for onset, description in zip(
+                    self.window_onsets(), self.descriptions(prefix), strict=True
+                ):
+                    writer.writeAnnotation(float(onset), float(self.epoch_seconds), description)
+            finally:
+                writer.close()
+            partial.replace(path)
+        except BaseException as error:  # nothing half-written is kept
+            partial.unlink(missing_ok=True)
+            if is_disk_full(error):
+                raise DiskFullError(path) from error
+            raise
 
 
 _StoreWindows = SleepWindowDataset | InMemoryWindows

@@ -67,7 +67,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -83,7 +83,7 @@ from partnd.datasets.sequences import SleepSequenceDataset
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
 from partnd.datasets.splits import SubjectSplit, make_subject_split
 from partnd.datasets.store import SIGNAL_DTYPES, SleepStore
-from partnd.engine.checkpoint import atomic_write_json
+from partnd.engine.checkpoint import atomic_save, atomic_write_json
 from partnd.engine.config import FinetuneConfig, PretrainConfig
 from partnd.engine.normalization import resolve_normalization
 from partnd.evaluation.metrics import ClassificationReport, classification_metrics
@@ -709,6 +709,11 @@ def _selected(result: FinetuneResult) -> dict[str, Any]:
     }
 
 
+def _save_npy(array: np.ndarray, handle: IO[bytes]) -> None:
+    """``np.save`` as an :func:`~partnd.engine.checkpoint.atomic_save` writer."""
+    np.save(handle, array)
+
+
 class SleepStudy:
     """Runs the stages of a sleep study in ``config.out`` (see the module docstring).
 
@@ -954,16 +959,14 @@ class SleepStudy:
                 )
         records = [*self.split.records_of(self.split.finetune_pool), *self.split.test_records]
         table = sleep_features(self.store, records, context=True, n_jobs=self.config.n_jobs)
-        partial = path.with_name(f".{path.name}.partial.npz")
-        np.savez(
-            partial,
-            features=table.features,
-            labels=table.labels,
-            records=table.records.astype(str),
-            windows=table.windows,
-            columns=np.array(table.columns),
-        )
-        partial.replace(path)
+        arrays = {
+            "features": table.features,
+            "labels": table.labels,
+            "records": table.records.astype(str),
+            "windows": table.windows,
+            "columns": np.array(table.columns),
+        }
+        atomic_save(arrays, path, save=lambda named, handle: np.savez(handle, **named))
         return table
 
     def cell_dir(
@@ -1083,7 +1086,7 @@ class SleepStudy:
         report = classification_metrics(
             labels, predictions, len(self.class_names), self.class_names
         )
-        np.save(cell / "predictions.npy", predictions.astype(np.int8))
+        atomic_save(predictions.astype(np.int8), cell / "predictions.npy", save=_save_npy)
         atomic_write_json(
             {
                 "method": method,
@@ -1118,9 +1121,7 @@ class SleepStudy:
             if not path.is_file():
                 staged = yasa_pretrained_stages(self.store, test_records, eeg_channel=channel)
                 self._check_test_order(staged.labels)
-                partial = path.with_name(f".{path.name}.partial.npy")
-                np.save(partial, staged.predictions)
-                partial.replace(path)
+                atomic_save(staged.predictions, path, save=_save_npy)
             return np.load(path), {
                 "features": f"YASA's own ({channel}, rolling context, per-night z-scores)",
                 "classifier": "YASA's shipped clf_eeg LightGBM, no labels from this data",
