@@ -233,6 +233,8 @@ _STAGE_OPTIONS = {
     "--cell-index": ("cell_index", None, ("run-cell",)),
     "--jobs": ("jobs", 1, ("run",)),
     "--allow-partial": ("allow_partial", False, ("run", "aggregate")),
+    "--loader-workers": ("loader_workers", 0, ("pretrain", "run-cell", "run")),
+    "--device": ("device", "auto", ("pretrain", "run-cell", "run")),
 }
 
 

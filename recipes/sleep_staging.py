@@ -151,6 +151,13 @@ def selected_rows(args: argparse.Namespace) -> list[tuple[str, str]]:
     """The rows a command line asks for: ``--rows``, else ``--methods`` x ``--arms`` (each
     defaulting to the demo's), else :data:`DEFAULT_ROWS`."""
     if args.rows:
+        for option, value in (("--methods", args.methods), ("--arms", args.arms)):
+            check(
+                value is None,
+                option,
+                "none beside --rows (--rows names the rows: METHOD:ARM)",
+                " ".join(value or ()),
+            )
         rows = []
         for text in args.rows:
             method, sep, arm = text.partition(":")
@@ -425,6 +432,20 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     is removed again when the command fails before writing anything into it."""
     args = build_parser(prog).parse_args(argv)
     rows = selected_rows(args)
+    check(  # the table compares the rows at one budget and --seed: more would be ignored
+        args.budgets is None or len(args.budgets) == 1,
+        "--budgets",
+        "one label budget (this recipe compares its rows at one budget; "
+        "partnd.recipes.sample_efficiency runs several)",
+        " ".join(args.budgets or ()),
+    )
+    check(
+        args.seeds is None,
+        "--seeds",
+        "none (this recipe's cells use --seed; partnd.recipes.sample_efficiency runs several "
+        "seeds)",
+        " ".join(str(seed) for seed in args.seeds or ()),
+    )
     with released_on_failure(args.out):
         run(study_from_args(args, rows), args.stage, rows, args.jobs)
     return 0

@@ -123,7 +123,7 @@ def test_a_refused_study_command_names_its_options_and_leaves_no_new_directory(
         (["prepare", "--out", str(out), "--finetune-steps", "0"], "error: --finetune-steps: "),
         (["prepare", "--out", str(out), "--pretrain-epochs", "0"], "error: --pretrain-epochs: "),
         (["prepare", "--out", str(out), "--seed", "-1"], "error: --seed: expected an int >= 0"),
-        (["prepare", "--out", str(out), "--seeds", "1", "1"], "error: --seeds: expected distinct"),
+        (["prepare", "--out", str(out), "--seeds", "1", "1"], "error: --seeds: expected none"),
         (["prepare", "--out", str(out), "--device", "gpu"], "error: --device: expected 'auto'"),
         (["prepare", "--out", str(out), "--cohort-dir", str(tmp_path / "notes.txt")],
          "error: --cohort-dir: expected a directory, got the file"),
