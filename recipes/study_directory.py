@@ -79,6 +79,15 @@ def run_recipe(
     return run_command(prog, options, resumable)
 
 
+_ABSENT = object()
+
+
+def _setting(settings: dict[str, Any], key: str) -> str:
+    """A setting as the refusal of another study shows it (a setting one side lacks: its
+    default, not recorded)."""
+    return repr(settings[key]) if key in settings else "(not recorded: the default)"
+
+
 def claim_study_directory(out: Path, settings: dict[str, Any], overwrite: bool) -> None:
     """Make ``out`` the directory of a study with ``settings``, or check that it already is.
 
@@ -115,9 +124,9 @@ def claim_study_directory(out: Path, settings: dict[str, Any], overwrite: bool) 
             f"a study made with the same settings (stored in {marker}; use --overwrite to "
             "start over)",
             ", ".join(
-                f"{key}: {stored.get(key)!r} -> {value!r}"
-                for key, value in settings.items()
-                if stored.get(key) != value
+                f"{key}: {_setting(stored, key)} stored -> {_setting(settings, key)} given"
+                for key in dict.fromkeys([*stored, *settings])
+                if stored.get(key, _ABSENT) != settings.get(key, _ABSENT)
             ),
         )
         return

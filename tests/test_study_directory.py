@@ -26,9 +26,26 @@ def test_a_new_directory_gets_the_settings_and_a_later_run_with_them_goes_on(
 def test_other_settings_are_refused_naming_what_changed(tmp_path: Path) -> None:
     out = tmp_path / "study"
     claim_study_directory(out, {"seed": 0, "lr": 0.1}, overwrite=False)
-    with pytest.raises(InputError, match=r"--out.*seed: 0 -> 1") as error:
+    with pytest.raises(InputError, match=r"--out.*seed: 0 stored -> 1 given") as error:
         claim_study_directory(out, {"seed": 1, "lr": 0.1}, overwrite=False)
     assert "lr" not in str(error.value).split("got")[-1]
+
+
+def test_a_stored_setting_left_out_is_named_with_what_was_stored(tmp_path: Path) -> None:
+    """Reopening a study without its stored non-default setting (run without --dtype float16)
+    said "... got" with nothing after it."""
+    out = tmp_path / "study"
+    claim_study_directory(out, {"seed": 0, "dtype": "float16"}, overwrite=False)
+    with pytest.raises(InputError) as error:
+        claim_study_directory(out, {"seed": 0}, overwrite=False)
+    assert str(error.value).endswith(
+        "got dtype: 'float16' stored -> (not recorded: the default) given"
+    )
+    with pytest.raises(InputError) as error:
+        claim_study_directory(out, {"seed": 0, "dtype": "float16", "frontend": "x"}, False)
+    assert str(error.value).endswith(
+        "got frontend: (not recorded: the default) stored -> 'x' given"
+    )
 
 
 def test_overwrite_clears_a_study_but_never_another_folder(tmp_path: Path) -> None:
