@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from partnd._validation import check
+from partnd.cli.errors import OptionNames
 from partnd.datasets.label_budget import LabelBudget
 from partnd.datasets.store import SIGNAL_DTYPES
 from partnd.objectives import list_objectives
@@ -74,6 +75,7 @@ from partnd.recipes.study_tasks import Cell, cell_tasks, format_cell, run_tasks
 
 __all__ = [
     "COMMANDS",
+    "OPTIONS",
     "add_pool_arguments",
     "aggregate",
     "cell_list",
@@ -85,6 +87,17 @@ __all__ = [
 ]
 
 COMMANDS = ("pretrain", "cells", "run-cell", "run", "aggregate")
+
+
+#: The options of this recipe for the arguments its messages name: the sleep recipes', and the
+#: pools' segment length (a pool pretraining's ``segment_windows``).
+OPTIONS = OptionNames(
+    {
+        **SLEEP_OPTIONS.options,
+        "segment_windows": "--pool-segment-windows",
+        "PretrainConfig.segment_windows": "--pool-segment-windows",
+    }
+)
 
 
 def cell_list(study: SleepStudy, rows: Sequence[tuple[str, str]]) -> list[Cell]:
@@ -386,4 +399,4 @@ def _run_stage(args: argparse.Namespace, rows: list[tuple[str, str]]) -> None:
 
 
 if __name__ == "__main__":  # one line and an exit status instead of a traceback
-    sys.exit(run_recipe("python -m partnd.recipes.sample_efficiency", main, SLEEP_OPTIONS))
+    sys.exit(run_recipe("python -m partnd.recipes.sample_efficiency", main, OPTIONS))

@@ -733,7 +733,9 @@ class SleepStudy:
         if overwrite and store is not None and self.out.is_dir() and any(self.out.iterdir()):
             inside = store.resolve().is_relative_to(self.out.resolve())
             check(not inside, "--store", "a store outside --out with --overwrite", "inside")
-        claim_study_directory(self.out, self.config.settings, overwrite)
+        drawn = (self.out / "pools.json").exists() or (self.out / "pretrain_pools").exists()
+        revisable = () if drawn else ("pools", "pool_overrides", "held_out_subjects")
+        claim_study_directory(self.out, self.config.settings, overwrite, revisable)
 
     @property
     def scale(self) -> dict[str, Any]:

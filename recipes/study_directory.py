@@ -12,7 +12,7 @@ import argparse
 import contextlib
 import json
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,13 +88,20 @@ def _setting(settings: dict[str, Any], key: str) -> str:
     return repr(settings[key]) if key in settings else "(not recorded: the default)"
 
 
-def claim_study_directory(out: Path, settings: dict[str, Any], overwrite: bool) -> None:
+def claim_study_directory(
+    out: Path,
+    settings: dict[str, Any],
+    overwrite: bool,
+    revisable: Collection[str] = (),
+) -> None:
     """Make ``out`` the directory of a study with ``settings``, or check that it already is.
 
     Args:
         out: The study directory (``--out``).
         settings: JSON-serialisable settings of the study, stored as ``out/study.json``.
         overwrite: Clear ``out`` first; refused unless it is a study directory.
+        revisable: Settings nothing was made from yet: another value replaces the stored one
+            (e.g. pool sizes refused before their pools were drawn, corrected by the user).
 
     Raises:
         InputError: ``--out`` is a non-empty directory of something else, or a study made with
@@ -118,6 +125,12 @@ def claim_study_directory(out: Path, settings: dict[str, Any], overwrite: bool) 
         shutil.rmtree(out)
     if marker.is_file():
         stored = json.loads(marker.read_text())
+        fixed = [key for key in dict.fromkeys([*stored, *settings]) if key not in revisable]
+        if stored != settings and all(
+            stored.get(key, _ABSENT) == settings.get(key, _ABSENT) for key in fixed
+        ):
+            atomic_write_json(settings, marker)  # only settings nothing was made from changed
+            return
         check(
             stored == settings,
             "--out",

@@ -204,3 +204,35 @@ def test_released_on_failure_keeps_a_study_with_results(tmp_path: Path) -> None:
         (out / "split.json").write_text("{}")
         raise KeyboardInterrupt
     assert (out / "split.json").is_file()
+
+
+def test_settings_nothing_was_made_from_yet_may_be_corrected(tmp_path: Path) -> None:
+    """`--pools 1 100` refused for 100 (too few hours) left study.json with both, and the
+    corrected `--pools 0.5` was then refused as a change: only --overwrite helped."""
+    import json
+
+    out = tmp_path / "study"
+    claim_study_directory(out, {"seed": 0, "pools": [1, 100]}, overwrite=False)
+    claim_study_directory(out, {"seed": 0, "pools": [0.5]}, False, revisable=("pools",))
+    assert json.loads((out / "study.json").read_text()) == {"seed": 0, "pools": [0.5]}
+    with pytest.raises(InputError, match="seed: 0 stored -> 1 given"):
+        claim_study_directory(out, {"seed": 1, "pools": [1]}, False, revisable=("pools",))
+
+
+def test_a_study_whose_pools_were_not_drawn_takes_corrected_pool_sizes(tmp_path: Path) -> None:
+    from partnd.recipes.sleep_study import SleepStudy, StudyConfig
+
+    out = tmp_path / "study"
+    SleepStudy(StudyConfig(out=out, progress=False, pools=(1.0, 100.0)))
+    SleepStudy(StudyConfig(out=out, progress=False, pools=(0.5,)))  # nothing drawn yet
+    (out / "pools.json").write_text("{}")  # the pools were drawn: they are the study's now
+    with pytest.raises(InputError, match=r"pools: \[0\.5\] stored -> \[1\.0\] given"):
+        SleepStudy(StudyConfig(out=out, progress=False, pools=(1.0,)))
+
+
+def test_a_pool_segment_length_is_named_by_its_option() -> None:
+    from partnd.recipes.sample_efficiency import OPTIONS
+
+    message = "PretrainConfig.segment_windows: expected at most 240 windows, got 480"
+    assert OPTIONS.translate(message).startswith("--pool-segment-windows: expected")
+    assert OPTIONS.translate("segment_windows: expected x").startswith("--pool-segment-windows")
