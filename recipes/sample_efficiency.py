@@ -70,7 +70,12 @@ from partnd.recipes.sleep_staging import (
     study_from_args,
 )
 from partnd.recipes.sleep_study import CellResult, SleepStudy
-from partnd.recipes.study_directory import released_on_failure, run_recipe
+from partnd.recipes.study_directory import (
+    check_table_rows,
+    record_table_rows,
+    released_on_failure,
+    run_recipe,
+)
 from partnd.recipes.study_tasks import Cell, cell_tasks, format_cell, run_tasks
 
 __all__ = [
@@ -151,6 +156,8 @@ def aggregate(
     Raises:
         InputError: Unfinished cells (without ``allow_partial``), or none finished.
     """
+    names = [f"{method}:{arm}" for method, arm in rows]
+    check_table_rows(study.out, "kappa_by_budget", names)
     every = cell_list(study, rows)
     missing = [cell for cell in every if not study.cell_done(*cell)]
     named = ", ".join(format_cell(cell) for cell in missing[:10])
@@ -174,6 +181,7 @@ def aggregate(
         kappa_rows = _with_missing(kappa_rows, budgets, missing)
         difference_rows = _with_missing(difference_rows, budgets, missing)
     write_table(kappa_rows, study.out, "kappa_by_budget")
+    record_table_rows(study.out, "kappa_by_budget", names)
     write_table(difference_rows, study.out, "difference_to_reference")
     plot_sample_efficiency(cells, study.out / "sample_efficiency.png", note=note)
     draw_notes = write_axes_report(study, cells)

@@ -66,6 +66,8 @@ from partnd.recipes.sleep_study import (
 from partnd.recipes.study_directory import (
     RECIPE_OPTIONS,
     add_run_arguments,
+    check_table_rows,
+    record_table_rows,
     released_on_failure,
     run_recipe,
 )
@@ -196,6 +198,8 @@ def report(study: SleepStudy, rows: Sequence[tuple[str, str]]) -> list[dict]:
         "a study whose rows have finished their cells (run the finetune stage first)",
         f"unfinished rows {', '.join(missing)}",
     )
+    names = [f"{method}:{arm}" for method, arm in rows]
+    check_table_rows(study.out, "results", names)
     cells: list[CellResult] = [study.load_cell(m, a, budget, seed) for m, a in rows]
     truth = study.test_set.labels.astype(np.int64)
     pretrain_steps = {}
@@ -209,6 +213,7 @@ def report(study: SleepStudy, rows: Sequence[tuple[str, str]]) -> list[dict]:
     names = study.class_names
     table = staging_table(cells, truth, study.test_subjects, names, pretrain_steps)
     write_table(table, study.out, "results")
+    record_table_rows(study.out, "results", names)
     if histories:
         plot_pretrain_loss(histories, study.out / "pretext.png")
     plot_finetune_validation(cells, study.out / "finetune_validation.png")

@@ -12,7 +12,7 @@ import argparse
 import contextlib
 import json
 import shutil
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +23,18 @@ from partnd.engine.checkpoint import atomic_write_json
 __all__ = [
     "RECIPE_OPTIONS",
     "STUDY_MARKER",
+    "TABLE_ROWS",
     "add_run_arguments",
+    "check_table_rows",
     "claim_study_directory",
+    "record_table_rows",
     "released_on_failure",
     "run_recipe",
 ]
 
 STUDY_MARKER = "study.json"
+TABLE_ROWS = "table_rows.json"
+"""The rows (``METHOD:ARM``) each table of a study was last written from."""
 
 RECIPE_OPTIONS = OptionNames(
     {
@@ -183,3 +188,36 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bars"
     )
+
+
+def check_table_rows(out: Path, table: str, rows: Sequence[str]) -> None:
+    """Refuse to replace ``out/<table>.md`` (and its siblings), written from other rows, by a
+    table of fewer rows: ``--rows`` naming a subset would silently drop the others' results.
+
+    Args:
+        out: The study directory.
+        table: The table's name (``"results"``, ``"kappa_by_budget"``).
+        rows: The rows (``METHOD:ARM``) the table would now be written from.
+
+    Raises:
+        InputError: Naming ``--rows`` and the rows the table would lose.
+    """
+    path = out / TABLE_ROWS
+    if not path.is_file() or not (out / f"{table}.md").is_file():
+        return
+    recorded = json.loads(path.read_text()).get(table, [])
+    dropped = [row for row in recorded if row not in rows]
+    check(
+        not dropped,
+        "--rows",
+        f"every row of the study's {table}.md ({' '.join(recorded)}) or more: fewer would "
+        f"replace it (delete {table}.md to write it from fewer rows)",
+        f"{' '.join(rows)}, without {' '.join(dropped)}",
+    )
+
+
+def record_table_rows(out: Path, table: str, rows: Sequence[str]) -> None:
+    """Record that ``out/<table>.md`` was written from ``rows`` (see :func:`check_table_rows`)."""
+    path = out / TABLE_ROWS
+    recorded = json.loads(path.read_text()) if path.is_file() else {}
+    atomic_write_json({**recorded, table: list(rows)}, path)

@@ -236,3 +236,27 @@ def test_a_pool_segment_length_is_named_by_its_option() -> None:
     message = "PretrainConfig.segment_windows: expected at most 240 windows, got 480"
     assert OPTIONS.translate(message).startswith("--pool-segment-windows: expected")
     assert OPTIONS.translate("segment_windows: expected x").startswith("--pool-segment-windows")
+
+
+def test_a_table_is_not_replaced_by_one_of_fewer_rows(tmp_path: Path) -> None:
+    """`aggregate --rows classical:window` rewrote a 4-row kappa_by_budget.md with 1 row, and
+    `sleep_staging report --rows ...` results.md."""
+    from partnd.recipes.study_directory import check_table_rows, record_table_rows
+
+    rows = ["classical:window", "supervised:window", "part:window", "part:probe"]
+    check_table_rows(tmp_path, "results", rows[:1])  # no table yet
+    (tmp_path / "results.md").write_text("| 4 rows |")
+    record_table_rows(tmp_path, "results", rows)
+    with pytest.raises(InputError) as error:
+        check_table_rows(tmp_path, "results", rows[:1])
+    assert str(error.value).startswith(
+        "--rows: expected every row of the study's results.md (classical:window "
+        "supervised:window part:window part:probe) or more"
+    )
+    assert str(error.value).endswith(
+        "got classical:window, without supervised:window part:window part:probe"
+    )
+    check_table_rows(tmp_path, "results", [*rows, "mae:window"])  # more rows: a superset
+    check_table_rows(tmp_path, "kappa_by_budget", rows[:1])  # another table
+    (tmp_path / "results.md").unlink()  # deleted on purpose: written from fewer rows again
+    check_table_rows(tmp_path, "results", rows[:1])
