@@ -98,7 +98,7 @@ from partnd.objectives import list_objectives
 from partnd.objectives.registry import registered
 from partnd.preprocessing.pipeline import PreprocessingConfig
 from partnd.pretraining import pretrain
-from partnd.recipes.study_directory import claim_study_directory
+from partnd.recipes.study_directory import claim_study_directory, exclusive
 from partnd.recipes.study_pools import PoolStage, ingested_store, preprocessed, read_jsonl
 
 __all__ = [
@@ -1067,7 +1067,20 @@ class SleepStudy:
     ) -> CellResult:
         """Train ``method``'s ``arm`` on the draw of ``budget`` for ``seed`` (on ``pool``'s
         encoder) and test it, unless done. A pretrained method's pretraining must have
-        finished (:meth:`run_pretraining`)."""
+        finished (:meth:`run_pretraining`). One process at a time writes a cell: another
+        one writing it (a worker of a killed command finishing its cell) is refused."""
+        cell = self.cell_dir(method, arm, budget, seed, pool)
+        with exclusive(cell.with_name(f".{cell.name}.lock"), f"the cell {cell}"):
+            return self._run_cell(method, arm, budget, seed, pool)
+
+    def _run_cell(
+        self,
+        method: str,
+        arm: str,
+        budget: LabelBudget | int | str,
+        seed: int,
+        pool: str | None = None,
+    ) -> CellResult:
         self._check_cell(method, arm, pool)
         if self.cell_done(method, arm, budget, seed, pool):
             return self.load_cell(method, arm, budget, seed, pool)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import shutil
 from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from partnd._validation import check
+from partnd._validation import InputError, check
 from partnd.cli.errors import OptionNames, run_command
 from partnd.engine.checkpoint import atomic_write_json
 
@@ -27,6 +28,7 @@ __all__ = [
     "add_run_arguments",
     "check_table_rows",
     "claim_study_directory",
+    "exclusive",
     "record_table_rows",
     "released_on_failure",
     "run_recipe",
@@ -221,3 +223,25 @@ def record_table_rows(out: Path, table: str, rows: Sequence[str]) -> None:
     path = out / TABLE_ROWS
     recorded = json.loads(path.read_text()) if path.is_file() else {}
     atomic_write_json({**recorded, table: list(rows)}, path)
+
+
+@contextlib.contextmanager
+def exclusive(lock: Path, what: str) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``lock`` while writing ``what``; the system releases
+    it when the process ends, however it ends.
+
+    Raises:
+        InputError: Another process holds it (``--out`` named: e.g. a worker of a killed
+            command still finishing ``what``).
+    """
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError(
+                f"--out: expected no other process writing {what}, got one holding {lock} (a "
+                "worker of an interrupted command finishes its task first; run the command "
+                "again once it has)"
+            ) from None
+        yield

@@ -51,3 +51,45 @@ def test_sample_efficiency_refuses_run_settings_a_command_does_not_read(
     with pytest.raises(InputError, match=re.escape(message)):
         sample_efficiency.main([*argv, "--out", str(tmp_path / "study")])
     assert not (tmp_path / "study").exists()
+
+
+def test_one_process_at_a_time_writes_a_cell(tmp_path: Path) -> None:
+    """After kill -9 of `run --jobs 2` its workers went on writing cells while a resume
+    started at once ran the same cells: two writers of one cell."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from partnd.recipes.sleep_study import SleepStudy, StudyConfig
+    from partnd.recipes.study_directory import exclusive
+
+    study = SleepStudy(StudyConfig(out=tmp_path / "study", progress=False))
+    cell = study.cell_dir("classical", "window", 1, 0)
+    lock = cell.with_name(f".{cell.name}.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen(  # a worker that outlived its command, busy with the cell
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time; h = open(sys.argv[1], 'a'); "
+            "fcntl.flock(h, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+            str(lock),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(InputError, match=r"--out: expected no other process writing the cell"):
+            study.run_cell("classical", "window", 1, 0)
+        assert not cell.exists()
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+    with (
+        exclusive(lock, "the cell"),  # the system released the killed holder's lock
+        pytest.raises(InputError, match="no other process writing the cell"),
+        exclusive(lock, "the cell"),
+    ):
+        pass
