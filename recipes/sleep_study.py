@@ -1069,9 +1069,12 @@ class SleepStudy:
         encoder) and test it, unless done. A pretrained method's pretraining must have
         finished (:meth:`run_pretraining`). One process at a time writes a cell: another
         one writing it (a worker of a killed command finishing its cell) is refused."""
+        self._check_cell(method, arm, pool)
+        if self.cell_done(method, arm, budget, seed, pool):
+            return self.load_cell(method, arm, budget, seed, pool)
         cell = self.cell_dir(method, arm, budget, seed, pool)
         with exclusive(cell.with_name(f".{cell.name}.lock"), f"the cell {cell}"):
-            return self._run_cell(method, arm, budget, seed, pool)
+            return self._run_cell(method, arm, budget, seed, pool)  # done meanwhile: loaded
 
     def _run_cell(
         self,
