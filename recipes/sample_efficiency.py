@@ -136,6 +136,8 @@ def run_cells(study: SleepStudy, cells: Sequence[Cell], jobs: int) -> None:
     (:func:`partnd.recipes.study_tasks.cell_tasks`: the pretrainings side by side with the cells
     that need none, then the cells of the pretrained encoders)."""
     todo = [cell for cell in cells if not study.cell_done(*cell)]
+    for budget, seed in dict.fromkeys((cell[2], cell[3]) for cell in todo):
+        study.draw(budget, seed)  # a budget the pool cannot hold is refused before any cell runs
     print(f"{len(cells) - len(todo)} of {len(cells)} cells already finished")
     for tasks in cell_tasks(todo, study.pretrained):
         run_tasks(study, tasks, jobs)
