@@ -63,6 +63,8 @@ the arms that read context.
 from __future__ import annotations
 
 import json
+import shutil
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
@@ -72,7 +74,7 @@ from typing import IO, Any
 import numpy as np
 import torch
 
-from partnd._validation import check, renamed_arguments
+from partnd._validation import InputError, check, renamed_arguments
 from partnd.cohort.pc18_cohort import ensure_sample_cohort
 from partnd.datasets.adapters import as_labelled_dataset
 from partnd.datasets.channel_subset import store_with_channels
@@ -1073,8 +1075,14 @@ class SleepStudy:
         if self.cell_done(method, arm, budget, seed, pool):
             return self.load_cell(method, arm, budget, seed, pool)
         cell = self.cell_dir(method, arm, budget, seed, pool)
+        name = ":".join(str(part) for part in (method, arm, budget, seed, pool) if part is not None)
         with exclusive(cell.with_name(f".{cell.name}.lock"), f"the cell {cell}"):
-            return self._run_cell(method, arm, budget, seed, pool)  # done meanwhile: loaded
+            try:
+                return self._run_cell(method, arm, budget, seed, pool)  # done meanwhile: loaded
+            except InputError as error:  # which cell, also from a worker of --jobs N
+                if cell.is_dir() and not any(p.is_file() for p in cell.rglob("*")):
+                    shutil.rmtree(cell)  # no empty cell folder is left
+                raise InputError(f"{error} (in the cell {name})") from error
 
     def _run_cell(
         self,
@@ -1228,6 +1236,15 @@ class SleepStudy:
         encoder: Any = None if from_scratch else self.pretrain_dir(method, pool)
         night = config.context == "night"
         train = self.arm_data(arm, draw.subjects, config, draw.labelled_windows)
+        if not resume and 0 < len(train) < config.batch_size:  # a scarce draw, a short record
+            warnings.warn(
+                f"the cell {method}:{arm}:{draw.budget}:{seed}"
+                f"{'' if pool is None else ':' + pool}: {len(train)} training items cannot fill "
+                f"a batch of {config.batch_size}; it trains with batches of {len(train)}",
+                UserWarning,
+                stacklevel=2,
+            )
+            config = config.replace(batch_size=len(train))  # recorded in the cell's settings
         val = None
         if draw.validation:
             val = self.arm_data(arm, draw.validation, config, evaluation=True)
