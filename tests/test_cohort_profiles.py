@@ -369,3 +369,21 @@ def test_profile_realism_stages_the_yasa_channel_of_the_written_files(
     assert sum(report.label_counts.values()) == labelled  # BIDS events list scored epochs only
     assert sum(map(sum, report.confusion)) == sum(truth["stage_counts"].values())
     assert f"YASA pretrained ({channel}, zero labels)" in format_profile_realism(report)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argument"),
+    [
+        ({"hours": float("inf")}, "hours"),
+        ({"hours": 1e6}, "hours"),
+        ({"hours": 1, "seed": -1}, "seed"),
+    ],
+)
+def test_a_profile_night_is_bounded(tmp_path: Path, kwargs: dict, argument: str) -> None:
+    """As partnd cohort (issue 43 #14): inf hours overflowed, 1e6 hours had no bound, seed -1
+    reached numpy's ValueError."""
+    from partnd.cohort.profiles import make_profile_cohort
+
+    with pytest.raises(InputError, match=f"^{argument}: expected"):
+        make_profile_cohort("sleep_edf", tmp_path / "c", n_records=1, **kwargs)
+    assert not (tmp_path / "c").exists()
