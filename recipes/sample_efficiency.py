@@ -101,6 +101,7 @@ OPTIONS = OptionNames(
         **SLEEP_OPTIONS.options,
         "segment_windows": "--pool-segment-windows",
         "PretrainConfig.segment_windows": "--pool-segment-windows",
+        "pool_overrides": "--pool-patience/--pool-eval-steps/--pool-segment-windows",
     }
 )
 

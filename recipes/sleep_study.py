@@ -466,6 +466,13 @@ class StudyConfig:
             "no pool source or store without pools (give the pool sizes)",
             str(self.pool_src or self.pool_store),
         )
+        for name, unset in (("held_out_subjects", None), ("pool_overrides", {})):
+            check(  # they only set the pools' pretraining: ignored without pools
+                self.pools is not None or getattr(self, name) == unset,
+                name,
+                f"{unset!r} without pools (it sets the pools' pretraining; give the pool sizes)",
+                repr(getattr(self, name)),
+            )
         check(
             self.held_out_subjects is None or self.held_out_subjects >= 1,
             "held_out_subjects",

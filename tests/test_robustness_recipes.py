@@ -143,3 +143,26 @@ def test_a_failing_cell_is_named_and_leaves_no_empty_folder(
         "dataset: expected at least 64 items, got 60 (in the cell supervised:window:1:0)"
     )
     assert not study.cell_dir("supervised", "window", 1, 0).exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--held-out-subjects", "3"], "--held-out-subjects: expected None without pools"),
+        (
+            ["--pool-patience", "3"],
+            "--pool-patience/--pool-eval-steps/--pool-segment-windows: expected {} without pools",
+        ),
+    ],
+)
+def test_pool_settings_without_pools_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture, argv: list[str], message: str
+) -> None:
+    """They only set the pools' pretraining, yet were accepted and stored without --pools."""
+    from partnd.recipes.sample_efficiency import OPTIONS
+    from partnd.recipes.study_directory import run_recipe
+
+    command = ["cells", "--out", str(tmp_path / "study"), *argv]
+    assert run_recipe("se", lambda: sample_efficiency.main(command), OPTIONS) == 2
+    assert f"se: error: {message}" in capsys.readouterr().err
+    assert not (tmp_path / "study").exists()
