@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # torch is imported lazily: preprocessing workers never need 
 __all__ = [
     "InputError",
     "check",
+    "check_batch_size",
     "check_finite",
     "describe",
     "rename_arguments",
@@ -60,6 +61,17 @@ def check(condition: bool, argument: str, expected: str, got: Any) -> None:
     if not condition:
         got_text = got if isinstance(got, str) else describe(got)
         raise InputError(f"{argument}: expected {expected}, got {got_text}")
+
+
+def check_batch_size(batch_size: Any, argument: str = "batch_size") -> None:
+    """Refuse a batch size that is not an int >= 1 (0 or a negative one reached ``torch.split``
+    and failed there, naming no argument)."""
+    check(
+        isinstance(batch_size, int) and not isinstance(batch_size, bool) and batch_size >= 1,
+        argument,
+        "an int >= 1",
+        repr(batch_size),
+    )
 
 
 def check_finite(tensor: torch.Tensor, argument: str) -> None:

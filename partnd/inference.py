@@ -35,7 +35,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from partnd._validation import InputError, check, renamed_arguments
+from partnd._disk import DiskFullError, is_disk_full
+from partnd._validation import InputError, check, check_batch_size, renamed_arguments
 from partnd.datasets.adapters import as_signal_dataset, source_positions
 from partnd.datasets.hypnogram_formats import EDF_UNKNOWN_START
 from partnd.datasets.nights import SleepNightDataset, time_of_night
@@ -78,7 +79,7 @@ def predict_logits(
     Returns:
         [N, K] float32 logits on the CPU.
     """
-    check(batch_size >= 1, "batch_size", "a positive int", repr(batch_size))
+    check_batch_size(batch_size)
     target = resolve_device(device)
     first = next(iter(model.parameters()), None)
     original = first.device if first is not None else target
@@ -219,16 +220,22 @@ class Prediction:
         path = Path(path)
         start = (self.start or EDF_UNKNOWN_START).astimezone(timezone.utc).replace(tzinfo=None)
         partial = path.with_name(f".{path.name}.partial")
-        writer = pyedflib.EdfWriter(str(partial), 0, file_type=pyedflib.FILETYPE_EDFPLUS)
         try:
-            writer.setStartdatetime(start)
-            for onset, description in zip(
-                self.window_onsets(), self.descriptions(prefix), strict=True
-            ):
-                writer.writeAnnotation(float(onset), float(self.epoch_seconds), description)
-        finally:
-            writer.close()
-        partial.replace(path)
+            writer = pyedflib.EdfWriter(str(partial), 0, file_type=pyedflib.FILETYPE_EDFPLUS)
+            try:
+                writer.setStartdatetime(start)
+                for onset, description in zip(
+                    self.window_onsets(), self.descriptions(prefix), strict=True
+                ):
+                    writer.writeAnnotation(float(onset), float(self.epoch_seconds), description)
+            finally:
+                writer.close()
+            partial.replace(path)
+        except BaseException as error:  # nothing half-written is kept
+            partial.unlink(missing_ok=True)
+            if is_disk_full(error):
+                raise DiskFullError(path) from error
+            raise
 
 
 _StoreWindows = SleepWindowDataset | InMemoryWindows
@@ -359,6 +366,7 @@ def predict(
     Returns:
         A :class:`Prediction`.
     """
+    check_batch_size(batch_size)
     expected = getattr(model, "signal_info", None)
     dataset, _ = as_signal_dataset(data, "data", expected=expected)
     located = _store_windows(dataset)
@@ -450,6 +458,7 @@ def predict_records(
         ``{record id: Prediction}`` in record order, each with the store's window onsets and the
         recording's start date.
     """
+    check_batch_size(batch_size)
     opened = store if isinstance(store, SleepStore) else SleepStore(store)
     check(
         records is None or not isinstance(records, str),

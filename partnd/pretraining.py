@@ -253,5 +253,5 @@ def _selected(
         "step": state.best_step,
         "epoch": state.best_epoch,
         "steps": state.step,
-        "stopped_early": state.stopped_early,
+        "stopped_early": trainer.stopped_before_budget,
     }

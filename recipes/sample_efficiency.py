@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from partnd._validation import check
+from partnd.cli.errors import OptionNames
 from partnd.datasets.label_budget import LabelBudget
 from partnd.datasets.store import SIGNAL_DTYPES
 from partnd.objectives import list_objectives
@@ -69,11 +70,17 @@ from partnd.recipes.sleep_staging import (
     study_from_args,
 )
 from partnd.recipes.sleep_study import CellResult, SleepStudy
-from partnd.recipes.study_directory import released_on_failure, run_recipe
+from partnd.recipes.study_directory import (
+    check_table_rows,
+    record_table_rows,
+    released_on_failure,
+    run_recipe,
+)
 from partnd.recipes.study_tasks import Cell, cell_tasks, format_cell, run_tasks
 
 __all__ = [
     "COMMANDS",
+    "OPTIONS",
     "add_pool_arguments",
     "aggregate",
     "cell_list",
@@ -85,6 +92,18 @@ __all__ = [
 ]
 
 COMMANDS = ("pretrain", "cells", "run-cell", "run", "aggregate")
+
+
+#: The options of this recipe for the arguments its messages name: the sleep recipes', and the
+#: pools' segment length (a pool pretraining's ``segment_windows``).
+OPTIONS = OptionNames(
+    {
+        **SLEEP_OPTIONS.options,
+        "segment_windows": "--pool-segment-windows",
+        "PretrainConfig.segment_windows": "--pool-segment-windows",
+        "pool_overrides": "--pool-patience/--pool-eval-steps/--pool-segment-windows",
+    }
+)
 
 
 def cell_list(study: SleepStudy, rows: Sequence[tuple[str, str]]) -> list[Cell]:
@@ -118,6 +137,8 @@ def run_cells(study: SleepStudy, cells: Sequence[Cell], jobs: int) -> None:
     (:func:`partnd.recipes.study_tasks.cell_tasks`: the pretrainings side by side with the cells
     that need none, then the cells of the pretrained encoders)."""
     todo = [cell for cell in cells if not study.cell_done(*cell)]
+    for budget, seed in dict.fromkeys((cell[2], cell[3]) for cell in todo):
+        study.draw(budget, seed)  # a budget the pool cannot hold is refused before any cell runs
     print(f"{len(cells) - len(todo)} of {len(cells)} cells already finished")
     for tasks in cell_tasks(todo, study.pretrained):
         run_tasks(study, tasks, jobs)
@@ -138,6 +159,8 @@ def aggregate(
     Raises:
         InputError: Unfinished cells (without ``allow_partial``), or none finished.
     """
+    names = [f"{method}:{arm}" for method, arm in rows]
+    check_table_rows(study.out, "kappa_by_budget", names)
     every = cell_list(study, rows)
     missing = [cell for cell in every if not study.cell_done(*cell)]
     named = ", ".join(format_cell(cell) for cell in missing[:10])
@@ -161,6 +184,7 @@ def aggregate(
         kappa_rows = _with_missing(kappa_rows, budgets, missing)
         difference_rows = _with_missing(difference_rows, budgets, missing)
     write_table(kappa_rows, study.out, "kappa_by_budget")
+    record_table_rows(study.out, "kappa_by_budget", names)
     write_table(difference_rows, study.out, "difference_to_reference")
     plot_sample_efficiency(cells, study.out / "sample_efficiency.png", note=note)
     draw_notes = write_axes_report(study, cells)
@@ -233,6 +257,8 @@ _STAGE_OPTIONS = {
     "--cell-index": ("cell_index", None, ("run-cell",)),
     "--jobs": ("jobs", 1, ("run",)),
     "--allow-partial": ("allow_partial", False, ("run", "aggregate")),
+    "--loader-workers": ("loader_workers", 0, ("pretrain", "run-cell", "run")),
+    "--device": ("device", "auto", ("pretrain", "run-cell", "run")),
 }
 
 
@@ -384,4 +410,4 @@ def _run_stage(args: argparse.Namespace, rows: list[tuple[str, str]]) -> None:
 
 
 if __name__ == "__main__":  # one line and an exit status instead of a traceback
-    sys.exit(run_recipe("python -m partnd.recipes.sample_efficiency", main, SLEEP_OPTIONS))
+    sys.exit(run_recipe("python -m partnd.recipes.sample_efficiency", main, OPTIONS))

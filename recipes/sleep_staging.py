@@ -66,6 +66,8 @@ from partnd.recipes.sleep_study import (
 from partnd.recipes.study_directory import (
     RECIPE_OPTIONS,
     add_run_arguments,
+    check_table_rows,
+    record_table_rows,
     released_on_failure,
     run_recipe,
 )
@@ -151,6 +153,13 @@ def selected_rows(args: argparse.Namespace) -> list[tuple[str, str]]:
     """The rows a command line asks for: ``--rows``, else ``--methods`` x ``--arms`` (each
     defaulting to the demo's), else :data:`DEFAULT_ROWS`."""
     if args.rows:
+        for option, value in (("--methods", args.methods), ("--arms", args.arms)):
+            check(
+                value is None,
+                option,
+                "none beside --rows (--rows names the rows: METHOD:ARM)",
+                " ".join(value or ()),
+            )
         rows = []
         for text in args.rows:
             method, sep, arm = text.partition(":")
@@ -189,6 +198,8 @@ def report(study: SleepStudy, rows: Sequence[tuple[str, str]]) -> list[dict]:
         "a study whose rows have finished their cells (run the finetune stage first)",
         f"unfinished rows {', '.join(missing)}",
     )
+    names = [f"{method}:{arm}" for method, arm in rows]
+    check_table_rows(study.out, "results", names)
     cells: list[CellResult] = [study.load_cell(m, a, budget, seed) for m, a in rows]
     truth = study.test_set.labels.astype(np.int64)
     pretrain_steps = {}
@@ -202,6 +213,7 @@ def report(study: SleepStudy, rows: Sequence[tuple[str, str]]) -> list[dict]:
     names = study.class_names
     table = staging_table(cells, truth, study.test_subjects, names, pretrain_steps)
     write_table(table, study.out, "results")
+    record_table_rows(study.out, "results", names)
     if histories:
         plot_pretrain_loss(histories, study.out / "pretext.png")
     plot_finetune_validation(cells, study.out / "finetune_validation.png")
@@ -425,6 +437,20 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     is removed again when the command fails before writing anything into it."""
     args = build_parser(prog).parse_args(argv)
     rows = selected_rows(args)
+    check(  # the table compares the rows at one budget and --seed: more would be ignored
+        args.budgets is None or len(args.budgets) == 1,
+        "--budgets",
+        "one label budget (this recipe compares its rows at one budget; "
+        "partnd.recipes.sample_efficiency runs several)",
+        " ".join(args.budgets or ()),
+    )
+    check(
+        args.seeds is None,
+        "--seeds",
+        "none (this recipe's cells use --seed; partnd.recipes.sample_efficiency runs several "
+        "seeds)",
+        " ".join(str(seed) for seed in args.seeds or ()),
+    )
     with released_on_failure(args.out):
         run(study_from_args(args, rows), args.stage, rows, args.jobs)
     return 0

@@ -63,16 +63,18 @@ the arms that read context.
 from __future__ import annotations
 
 import json
+import shutil
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
 
-from partnd._validation import check, renamed_arguments
+from partnd._validation import InputError, check, renamed_arguments
 from partnd.cohort.pc18_cohort import ensure_sample_cohort
 from partnd.datasets.adapters import as_labelled_dataset
 from partnd.datasets.channel_subset import store_with_channels
@@ -83,7 +85,7 @@ from partnd.datasets.sequences import SleepSequenceDataset
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
 from partnd.datasets.splits import SubjectSplit, make_subject_split
 from partnd.datasets.store import SIGNAL_DTYPES, SleepStore
-from partnd.engine.checkpoint import atomic_write_json
+from partnd.engine.checkpoint import atomic_save, atomic_write_json
 from partnd.engine.config import FinetuneConfig, PretrainConfig
 from partnd.engine.normalization import resolve_normalization
 from partnd.evaluation.metrics import ClassificationReport, classification_metrics
@@ -98,7 +100,7 @@ from partnd.objectives import list_objectives
 from partnd.objectives.registry import registered
 from partnd.preprocessing.pipeline import PreprocessingConfig
 from partnd.pretraining import pretrain
-from partnd.recipes.study_directory import claim_study_directory
+from partnd.recipes.study_directory import claim_study_directory, exclusive
 from partnd.recipes.study_pools import PoolStage, ingested_store, preprocessed, read_jsonl
 
 __all__ = [
@@ -464,6 +466,13 @@ class StudyConfig:
             "no pool source or store without pools (give the pool sizes)",
             str(self.pool_src or self.pool_store),
         )
+        for name, unset in (("held_out_subjects", None), ("pool_overrides", {})):
+            check(  # they only set the pools' pretraining: ignored without pools
+                self.pools is not None or getattr(self, name) == unset,
+                name,
+                f"{unset!r} without pools (it sets the pools' pretraining; give the pool sizes)",
+                repr(getattr(self, name)),
+            )
         check(
             self.held_out_subjects is None or self.held_out_subjects >= 1,
             "held_out_subjects",
@@ -709,6 +718,11 @@ def _selected(result: FinetuneResult) -> dict[str, Any]:
     }
 
 
+def _save_npy(array: np.ndarray, handle: IO[bytes]) -> None:
+    """``np.save`` as an :func:`~partnd.engine.checkpoint.atomic_save` writer."""
+    np.save(handle, array)
+
+
 class SleepStudy:
     """Runs the stages of a sleep study in ``config.out`` (see the module docstring).
 
@@ -728,7 +742,9 @@ class SleepStudy:
         if overwrite and store is not None and self.out.is_dir() and any(self.out.iterdir()):
             inside = store.resolve().is_relative_to(self.out.resolve())
             check(not inside, "--store", "a store outside --out with --overwrite", "inside")
-        claim_study_directory(self.out, self.config.settings, overwrite)
+        drawn = (self.out / "pools.json").exists() or (self.out / "pretrain_pools").exists()
+        revisable = () if drawn else ("pools", "pool_overrides", "held_out_subjects")
+        claim_study_directory(self.out, self.config.settings, overwrite, revisable)
 
     @property
     def scale(self) -> dict[str, Any]:
@@ -954,16 +970,14 @@ class SleepStudy:
                 )
         records = [*self.split.records_of(self.split.finetune_pool), *self.split.test_records]
         table = sleep_features(self.store, records, context=True, n_jobs=self.config.n_jobs)
-        partial = path.with_name(f".{path.name}.partial.npz")
-        np.savez(
-            partial,
-            features=table.features,
-            labels=table.labels,
-            records=table.records.astype(str),
-            windows=table.windows,
-            columns=np.array(table.columns),
-        )
-        partial.replace(path)
+        arrays = {
+            "features": table.features,
+            "labels": table.labels,
+            "records": table.records.astype(str),
+            "windows": table.windows,
+            "columns": np.array(table.columns),
+        }
+        atomic_save(arrays, path, save=lambda named, handle: np.savez(handle, **named))
         return table
 
     def cell_dir(
@@ -1062,7 +1076,29 @@ class SleepStudy:
     ) -> CellResult:
         """Train ``method``'s ``arm`` on the draw of ``budget`` for ``seed`` (on ``pool``'s
         encoder) and test it, unless done. A pretrained method's pretraining must have
-        finished (:meth:`run_pretraining`)."""
+        finished (:meth:`run_pretraining`). One process at a time writes a cell: another
+        one writing it (a worker of a killed command finishing its cell) is refused."""
+        self._check_cell(method, arm, pool)
+        if self.cell_done(method, arm, budget, seed, pool):
+            return self.load_cell(method, arm, budget, seed, pool)
+        cell = self.cell_dir(method, arm, budget, seed, pool)
+        name = ":".join(str(part) for part in (method, arm, budget, seed, pool) if part is not None)
+        with exclusive(cell.with_name(f".{cell.name}.lock"), f"the cell {cell}"):
+            try:
+                return self._run_cell(method, arm, budget, seed, pool)  # done meanwhile: loaded
+            except InputError as error:  # which cell, also from a worker of --jobs N
+                if cell.is_dir() and not any(p.is_file() for p in cell.rglob("*")):
+                    shutil.rmtree(cell)  # no empty cell folder is left
+                raise InputError(f"{error} (in the cell {name})") from error
+
+    def _run_cell(
+        self,
+        method: str,
+        arm: str,
+        budget: LabelBudget | int | str,
+        seed: int,
+        pool: str | None = None,
+    ) -> CellResult:
         self._check_cell(method, arm, pool)
         if self.cell_done(method, arm, budget, seed, pool):
             return self.load_cell(method, arm, budget, seed, pool)
@@ -1083,7 +1119,7 @@ class SleepStudy:
         report = classification_metrics(
             labels, predictions, len(self.class_names), self.class_names
         )
-        np.save(cell / "predictions.npy", predictions.astype(np.int8))
+        atomic_save(predictions.astype(np.int8), cell / "predictions.npy", save=_save_npy)
         atomic_write_json(
             {
                 "method": method,
@@ -1118,9 +1154,7 @@ class SleepStudy:
             if not path.is_file():
                 staged = yasa_pretrained_stages(self.store, test_records, eeg_channel=channel)
                 self._check_test_order(staged.labels)
-                partial = path.with_name(f".{path.name}.partial.npy")
-                np.save(partial, staged.predictions)
-                partial.replace(path)
+                atomic_save(staged.predictions, path, save=_save_npy)
             return np.load(path), {
                 "features": f"YASA's own ({channel}, rolling context, per-night z-scores)",
                 "classifier": "YASA's shipped clf_eeg LightGBM, no labels from this data",
@@ -1209,6 +1243,15 @@ class SleepStudy:
         encoder: Any = None if from_scratch else self.pretrain_dir(method, pool)
         night = config.context == "night"
         train = self.arm_data(arm, draw.subjects, config, draw.labelled_windows)
+        if not resume and 0 < len(train) < config.batch_size:  # a scarce draw, a short record
+            warnings.warn(
+                f"the cell {method}:{arm}:{draw.budget}:{seed}"
+                f"{'' if pool is None else ':' + pool}: {len(train)} training items cannot fill "
+                f"a batch of {config.batch_size}; it trains with batches of {len(train)}",
+                UserWarning,
+                stacklevel=2,
+            )
+            config = config.replace(batch_size=len(train))  # recorded in the cell's settings
         val = None
         if draw.validation:
             val = self.arm_data(arm, draw.validation, config, evaluation=True)

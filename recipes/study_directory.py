@@ -10,26 +10,33 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from partnd._validation import check
+from partnd._validation import InputError, check
 from partnd.cli.errors import OptionNames, run_command
 from partnd.engine.checkpoint import atomic_write_json
 
 __all__ = [
     "RECIPE_OPTIONS",
     "STUDY_MARKER",
+    "TABLE_ROWS",
     "add_run_arguments",
+    "check_table_rows",
     "claim_study_directory",
+    "exclusive",
+    "record_table_rows",
     "released_on_failure",
     "run_recipe",
 ]
 
 STUDY_MARKER = "study.json"
+TABLE_ROWS = "table_rows.json"
+"""The rows (``METHOD:ARM``) each table of a study was last written from."""
 
 RECIPE_OPTIONS = OptionNames(
     {
@@ -79,13 +86,29 @@ def run_recipe(
     return run_command(prog, options, resumable)
 
 
-def claim_study_directory(out: Path, settings: dict[str, Any], overwrite: bool) -> None:
+_ABSENT = object()
+
+
+def _setting(settings: dict[str, Any], key: str) -> str:
+    """A setting as the refusal of another study shows it (a setting one side lacks: its
+    default, not recorded)."""
+    return repr(settings[key]) if key in settings else "(not recorded: the default)"
+
+
+def claim_study_directory(
+    out: Path,
+    settings: dict[str, Any],
+    overwrite: bool,
+    revisable: Collection[str] = (),
+) -> None:
     """Make ``out`` the directory of a study with ``settings``, or check that it already is.
 
     Args:
         out: The study directory (``--out``).
         settings: JSON-serialisable settings of the study, stored as ``out/study.json``.
         overwrite: Clear ``out`` first; refused unless it is a study directory.
+        revisable: Settings nothing was made from yet: another value replaces the stored one
+            (e.g. pool sizes refused before their pools were drawn, corrected by the user).
 
     Raises:
         InputError: ``--out`` is a non-empty directory of something else, or a study made with
@@ -109,15 +132,21 @@ def claim_study_directory(out: Path, settings: dict[str, Any], overwrite: bool) 
         shutil.rmtree(out)
     if marker.is_file():
         stored = json.loads(marker.read_text())
+        fixed = [key for key in dict.fromkeys([*stored, *settings]) if key not in revisable]
+        if stored != settings and all(
+            stored.get(key, _ABSENT) == settings.get(key, _ABSENT) for key in fixed
+        ):
+            atomic_write_json(settings, marker)  # only settings nothing was made from changed
+            return
         check(
             stored == settings,
             "--out",
             f"a study made with the same settings (stored in {marker}; use --overwrite to "
             "start over)",
             ", ".join(
-                f"{key}: {stored.get(key)!r} -> {value!r}"
-                for key, value in settings.items()
-                if stored.get(key) != value
+                f"{key}: {_setting(stored, key)} stored -> {_setting(settings, key)} given"
+                for key in dict.fromkeys([*stored, *settings])
+                if stored.get(key, _ABSENT) != settings.get(key, _ABSENT)
             ),
         )
         return
@@ -161,3 +190,58 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bars"
     )
+
+
+def check_table_rows(out: Path, table: str, rows: Sequence[str]) -> None:
+    """Refuse to replace ``out/<table>.md`` (and its siblings), written from other rows, by a
+    table of fewer rows: ``--rows`` naming a subset would silently drop the others' results.
+
+    Args:
+        out: The study directory.
+        table: The table's name (``"results"``, ``"kappa_by_budget"``).
+        rows: The rows (``METHOD:ARM``) the table would now be written from.
+
+    Raises:
+        InputError: Naming ``--rows`` and the rows the table would lose.
+    """
+    path = out / TABLE_ROWS
+    if not path.is_file() or not (out / f"{table}.md").is_file():
+        return
+    recorded = json.loads(path.read_text()).get(table, [])
+    dropped = [row for row in recorded if row not in rows]
+    check(
+        not dropped,
+        "--rows",
+        f"every row of the study's {table}.md ({' '.join(recorded)}) or more: fewer would "
+        f"replace it (delete {table}.md to write it from fewer rows)",
+        f"{' '.join(rows)}, without {' '.join(dropped)}",
+    )
+
+
+def record_table_rows(out: Path, table: str, rows: Sequence[str]) -> None:
+    """Record that ``out/<table>.md`` was written from ``rows`` (see :func:`check_table_rows`)."""
+    path = out / TABLE_ROWS
+    recorded = json.loads(path.read_text()) if path.is_file() else {}
+    atomic_write_json({**recorded, table: list(rows)}, path)
+
+
+@contextlib.contextmanager
+def exclusive(lock: Path, what: str) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``lock`` while writing ``what``; the system releases
+    it when the process ends, however it ends.
+
+    Raises:
+        InputError: Another process holds it (``--out`` named: e.g. a worker of a killed
+            command still finishing ``what``).
+    """
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError(
+                f"--out: expected no other process writing {what}, got one holding {lock} (a "
+                "worker of an interrupted command finishes its task first; run the command "
+                "again once it has)"
+            ) from None
+        yield

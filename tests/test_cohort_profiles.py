@@ -389,3 +389,21 @@ def test_parallel_profile_generation_writes_each_profile_format_and_the_same_byt
         head = path.read_bytes()[:5]
         assert head.startswith(b"<?xml") == (profile == "nsrr"), path
         assert (serial / path.relative_to(parallel)).read_bytes() == path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argument"),
+    [
+        ({"hours": float("inf")}, "hours"),
+        ({"hours": 1e6}, "hours"),
+        ({"hours": 1, "seed": -1}, "seed"),
+    ],
+)
+def test_a_profile_night_is_bounded(tmp_path: Path, kwargs: dict, argument: str) -> None:
+    """As partnd cohort (issue 43 #14): inf hours overflowed, 1e6 hours had no bound, seed -1
+    reached numpy's ValueError."""
+    from partnd.cohort.profiles import make_profile_cohort
+
+    with pytest.raises(InputError, match=f"^{argument}: expected"):
+        make_profile_cohort("sleep_edf", tmp_path / "c", n_records=1, **kwargs)
+    assert not (tmp_path / "c").exists()

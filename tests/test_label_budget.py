@@ -186,3 +186,21 @@ def test_labelled_windows_mask_the_other_labels_in_every_dataset(store: Path) ->
         InMemoryWindows(store, records=["r01"], labelled_windows={"r01": [0]}, progress=False)
     with pytest.raises(InputError, match=r"window indices in \[0, 40\)"):
         SleepSequenceDataset(store, records=["r01"], labelled_windows={"r01": [40]})
+
+
+def test_a_budget_the_pool_cannot_hold_beside_its_validation_subjects_is_refused(
+    store: Path,
+) -> None:
+    """`--budgets 4 99` on a 5-subject pool: the "99" cell labelled all 5 subjects with no
+    validation subject, the "4" cell got 1 validation subject instead of 2."""
+    split = make_subject_split(store, n_test_subjects=0.3, finetune_sizes=(1,), seed=0)
+    pool = len(split.finetune_pool)
+    largest = draw_labels(split, store, pool - 2, 0, n_validation=2)
+    assert len(largest.subjects) == pool - 2 and len(largest.validation) == 2
+    for budget in (pool - 1, pool, 99):
+        with pytest.raises(InputError) as error:
+            draw_labels(split, store, budget, 0, n_validation=2)
+        assert str(error.value) == (
+            f"budgets: expected at most {pool - 2} labelled subjects (the fine-tuning pool of "
+            f"{pool} keeps 2 validation subjects), got {budget}"
+        )

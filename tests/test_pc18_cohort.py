@@ -337,6 +337,11 @@ def test_missing_file_is_regenerated(tmp_path: Path) -> None:
         ({"test_fraction": 1.0}, "test_fraction"),
         ({"n_records": 1, "test_fraction": 0.6}, "test_fraction"),
         ({"n_jobs": 0}, "n_jobs"),
+        ({"hours": float("inf")}, "hours"),  # OverflowError
+        ({"hours": float("nan")}, "hours"),
+        ({"hours": 1e6}, "hours"),  # no night is that long
+        ({"seed": -1}, "seed"),  # ValueError from numpy
+        ({"n_records": 100000}, "n_records"),  # "Cannot take a larger sample than population"
     ],
 )
 def test_bad_arguments_are_rejected(tmp_path: Path, kwargs: dict, argument: str) -> None:
@@ -386,3 +391,23 @@ def test_saturation_never_writes_the_wfdb_invalid_marker() -> None:
     digital, n_clipped = physical_to_digital(physical)
     assert digital[0].tolist() == [-32767, 32767, 0, 5]
     assert n_clipped[0] == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["--hours", "inf"], "--hours"),
+        (["--hours", "1e6"], "--hours"),
+        (["--seed", "-1"], "--seed"),
+        (["--records", "100000"], "--records"),
+    ],
+)
+def test_cli_bounds_what_a_night_can_be(
+    tmp_path: Path, capsys, argv: list[str], option: str
+) -> None:
+    """These values crashed with a traceback (or, for 1e6 hours, started a year-long night)."""
+    from partnd.cohort.pc18_cohort import main
+
+    assert main(["--out", str(tmp_path / "c"), "--no-progress", *argv]) == 2
+    assert capsys.readouterr().err.startswith(f"partnd cohort: error: {option}: expected")
+    assert not (tmp_path / "c").exists()

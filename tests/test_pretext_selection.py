@@ -200,3 +200,34 @@ def test_the_held_out_monitor_is_fixed_learns_on_content_and_leaves_training_alo
     noise = np.random.default_rng(0).standard_normal((8, 2, 400)).astype(np.float32)
     on_noise = PretextMonitor(noise, batch_size=4)(result.model, 0)
     assert on_noise["heldout_error"] > 0.8  # nothing to place in white noise
+
+
+def test_a_selection_that_cannot_happen_is_refused(tmp_path: Path) -> None:
+    """select_metric without a monitor was accepted (selected None); a misspelt one trained the
+    whole budget with no selection."""
+    data = ramp_1d(8)
+    with pytest.raises(InputError, match="select_metric: expected None without a monitor"):
+        pretrain(data, out_dir=tmp_path / "a", config=tiny_config(), select_metric="heldout_error")
+    with pytest.raises(InputError, match=r"select_metric: expected one of .*heldout_error"):
+        pretrain(
+            data,
+            out_dir=tmp_path / "b",
+            config=tiny_config(),
+            monitor=scripted(CURVE),
+            select_metric="heldout_eror",
+        )
+
+
+def test_a_run_that_trained_its_whole_budget_did_not_stop_early(tmp_path: Path) -> None:
+    """epochs=3, patience=1: the last evaluation ran out of patience at the last step, and
+    stopped_early said True although every step was trained."""
+    result = pretrain(
+        ramp_1d(8),
+        out_dir=tmp_path / "run",
+        config=tiny_config(epochs=3, patience=1),
+        monitor=scripted({0: 1.0, 1: 0.8, 2: 0.9}),
+        select_metric="heldout_error",
+    )
+    assert result.selected is not None
+    assert result.selected["steps"] == 6 and result.selected["epoch"] == 1
+    assert not result.selected["stopped_early"]

@@ -13,6 +13,7 @@ from partnd.cohort.pc18_format import CHANNEL_NAMES, FS
 from partnd.cohort.realism import (
     NORMS,
     SPECTRAL_RANGES,
+    RealismReport,
     format_report,
     hypnogram_statistics,
     main,
@@ -119,7 +120,72 @@ def test_sri_hypnograms_are_read_with_light_sleep_as_n2(tmp_path) -> None:
 
 def test_cli_refuses_a_directory_without_a_cohort(tmp_path, capsys) -> None:
     assert main(["--out", str(tmp_path / "out"), "--cohort", str(tmp_path)]) == 2
-    assert "cohort_dir" in capsys.readouterr().err
+    assert "error: --cohort: expected a generated cohort" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--cohort", "C", "--records", "3"], "--records: expected None with --cohort"),
+        (["--cohort", "C", "--hours", "2"], "--hours: expected None with --cohort"),
+        (["--seed", "-1"], "--seed: expected an int >= 0"),
+        (["--planned", "-2"], "--planned: expected a count in [0, 9999]"),
+        (["--records", "0"], "--records: expected an int in [1, 9999]"),
+        (["--hours", "inf"], "--hours: expected a record length"),
+        (["--real-hypnograms", "nope.csv.xz"], "--real-hypnograms: expected a file"),
+    ],
+)
+def test_cli_refuses_before_any_work_naming_the_option(tmp_path, capsys, argv, message) -> None:
+    """--cohort with --records/--hours ignored them; --seed -1 and a missing --real-hypnograms
+    crashed (the latter after the staging); errors named cohort_dir, n_records, n_planned."""
+    argv = [str(tmp_path / a) if a in ("C", "nope.csv.xz") else a for a in argv]
+    assert main(["--out", str(tmp_path / "out"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m partnd.cohort.realism: error: ") and message in err, err
+    assert not (tmp_path / "out").exists()  # nothing generated
+
+
+def test_cli_refuses_to_replace_an_existing_json(tmp_path, capsys) -> None:
+    existing = tmp_path / "report.json"
+    existing.write_text("{}")
+    assert main(["--out", str(tmp_path / "out"), "--json", str(existing)]) == 2
+    assert "--json: expected a new file (pass --overwrite to replace it)" in capsys.readouterr().err
+    assert existing.read_text() == "{}" and not (tmp_path / "out").exists()
+
+
+def _report(planned) -> RealismReport:
+    nights = [plan_record(spec).scored for spec in plan_cohort(3, 8.0, 4, 0.0)]
+    generated = hypnogram_statistics(nights)
+    return RealismReport(
+        cohort="c",
+        n_records=3,
+        hours=8.0,
+        generation_seconds_per_night=None,
+        n_jobs=1,
+        kappa=0.5,
+        accuracy=0.6,
+        per_stage_f1=dict.fromkeys(STAGE_LABELS, 0.5),
+        confusion=[[1] * 5] * 5,
+        per_record_kappa={"a": 0.5},
+        generated=generated,
+        planned=planned,
+        real=None,
+        spectra={},
+        yasa_features={},
+    )
+
+
+def test_without_planned_nights_the_generated_ones_are_held_against_the_norms() -> None:
+    """--planned 0 printed the generated nights a second time as "planned, same length" and
+    called them the planned hypnograms outside the norms."""
+    text = format_report(_report(None))
+    assert "planned, same length" not in text
+    assert "| generated (3 nights)" in text and "generated hypnograms outside the norms" in text
+    assert "planned hypnograms" not in text
+    planned = hypnogram_statistics([plan_record(s).scored for s in plan_cohort(5, 8.0, 9, 0.0)])
+    text = format_report(_report(planned))
+    assert "| planned, same length (5 nights)" in text
+    assert "planned hypnograms outside the norms" in text
 
 
 @pytest.mark.slow

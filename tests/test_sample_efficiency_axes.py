@@ -236,7 +236,7 @@ def test_the_command_line_of_the_axes(
     argv = ["cells", "--out", str(out), "--src", str(src), "--no-progress"]
     argv += ["--pool-src", str(pool_src), "--pools", "0.4", "1.2", "--budgets", "2", "w20", "1"]
     argv += ["--rows", "part_windows:sequence", "supervised:night", "--seeds", "0"]
-    argv += ["--pool-segment-windows", "480", "--pool-patience", "3", "--loader-workers", "2"]
+    argv += ["--pool-segment-windows", "480", "--pool-patience", "3"]
     assert sample_efficiency.main(argv) == 0
     listed = capsys.readouterr().out.split()
     assert listed == [
@@ -272,7 +272,8 @@ def test_the_command_line_of_the_axes(
         "run_pretraining",
         lambda self, method, pool=None: pretrained.append((method, pool)),
     )
-    one_pool = ["pretrain", *argv[1:], "--rows", "part_windows:probe", "mae:night", "--pool"]
+    one_pool = ["pretrain", *argv[1:], "--loader-workers", "2"]
+    one_pool += ["--rows", "part_windows:probe", "mae:night", "--pool"]
     assert sample_efficiency.main([*one_pool, "1.2h"]) == 0
     assert pretrained == [("part_windows", "1.2h"), ("mae", "1.2h")]  # that pool's, no other
     assert run_recipe("se", lambda: sample_efficiency.main([*one_pool, "9h"])) == 2

@@ -26,9 +26,26 @@ def test_a_new_directory_gets_the_settings_and_a_later_run_with_them_goes_on(
 def test_other_settings_are_refused_naming_what_changed(tmp_path: Path) -> None:
     out = tmp_path / "study"
     claim_study_directory(out, {"seed": 0, "lr": 0.1}, overwrite=False)
-    with pytest.raises(InputError, match=r"--out.*seed: 0 -> 1") as error:
+    with pytest.raises(InputError, match=r"--out.*seed: 0 stored -> 1 given") as error:
         claim_study_directory(out, {"seed": 1, "lr": 0.1}, overwrite=False)
     assert "lr" not in str(error.value).split("got")[-1]
+
+
+def test_a_stored_setting_left_out_is_named_with_what_was_stored(tmp_path: Path) -> None:
+    """Reopening a study without its stored non-default setting (run without --dtype float16)
+    said "... got" with nothing after it."""
+    out = tmp_path / "study"
+    claim_study_directory(out, {"seed": 0, "dtype": "float16"}, overwrite=False)
+    with pytest.raises(InputError) as error:
+        claim_study_directory(out, {"seed": 0}, overwrite=False)
+    assert str(error.value).endswith(
+        "got dtype: 'float16' stored -> (not recorded: the default) given"
+    )
+    with pytest.raises(InputError) as error:
+        claim_study_directory(out, {"seed": 0, "dtype": "float16", "frontend": "x"}, False)
+    assert str(error.value).endswith(
+        "got frontend: (not recorded: the default) stored -> 'x' given"
+    )
 
 
 def test_overwrite_clears_a_study_but_never_another_folder(tmp_path: Path) -> None:
@@ -123,7 +140,7 @@ def test_a_refused_study_command_names_its_options_and_leaves_no_new_directory(
         (["prepare", "--out", str(out), "--finetune-steps", "0"], "error: --finetune-steps: "),
         (["prepare", "--out", str(out), "--pretrain-epochs", "0"], "error: --pretrain-epochs: "),
         (["prepare", "--out", str(out), "--seed", "-1"], "error: --seed: expected an int >= 0"),
-        (["prepare", "--out", str(out), "--seeds", "1", "1"], "error: --seeds: expected distinct"),
+        (["prepare", "--out", str(out), "--seeds", "1", "1"], "error: --seeds: expected none"),
         (["prepare", "--out", str(out), "--device", "gpu"], "error: --device: expected 'auto'"),
         (["prepare", "--out", str(out), "--cohort-dir", str(tmp_path / "notes.txt")],
          "error: --cohort-dir: expected a directory, got the file"),
@@ -187,3 +204,59 @@ def test_released_on_failure_keeps_a_study_with_results(tmp_path: Path) -> None:
         (out / "split.json").write_text("{}")
         raise KeyboardInterrupt
     assert (out / "split.json").is_file()
+
+
+def test_settings_nothing_was_made_from_yet_may_be_corrected(tmp_path: Path) -> None:
+    """`--pools 1 100` refused for 100 (too few hours) left study.json with both, and the
+    corrected `--pools 0.5` was then refused as a change: only --overwrite helped."""
+    import json
+
+    out = tmp_path / "study"
+    claim_study_directory(out, {"seed": 0, "pools": [1, 100]}, overwrite=False)
+    claim_study_directory(out, {"seed": 0, "pools": [0.5]}, False, revisable=("pools",))
+    assert json.loads((out / "study.json").read_text()) == {"seed": 0, "pools": [0.5]}
+    with pytest.raises(InputError, match="seed: 0 stored -> 1 given"):
+        claim_study_directory(out, {"seed": 1, "pools": [1]}, False, revisable=("pools",))
+
+
+def test_a_study_whose_pools_were_not_drawn_takes_corrected_pool_sizes(tmp_path: Path) -> None:
+    from partnd.recipes.sleep_study import SleepStudy, StudyConfig
+
+    out = tmp_path / "study"
+    SleepStudy(StudyConfig(out=out, progress=False, pools=(1.0, 100.0)))
+    SleepStudy(StudyConfig(out=out, progress=False, pools=(0.5,)))  # nothing drawn yet
+    (out / "pools.json").write_text("{}")  # the pools were drawn: they are the study's now
+    with pytest.raises(InputError, match=r"pools: \[0\.5\] stored -> \[1\.0\] given"):
+        SleepStudy(StudyConfig(out=out, progress=False, pools=(1.0,)))
+
+
+def test_a_pool_segment_length_is_named_by_its_option() -> None:
+    from partnd.recipes.sample_efficiency import OPTIONS
+
+    message = "PretrainConfig.segment_windows: expected at most 240 windows, got 480"
+    assert OPTIONS.translate(message).startswith("--pool-segment-windows: expected")
+    assert OPTIONS.translate("segment_windows: expected x").startswith("--pool-segment-windows")
+
+
+def test_a_table_is_not_replaced_by_one_of_fewer_rows(tmp_path: Path) -> None:
+    """`aggregate --rows classical:window` rewrote a 4-row kappa_by_budget.md with 1 row, and
+    `sleep_staging report --rows ...` results.md."""
+    from partnd.recipes.study_directory import check_table_rows, record_table_rows
+
+    rows = ["classical:window", "supervised:window", "part:window", "part:probe"]
+    check_table_rows(tmp_path, "results", rows[:1])  # no table yet
+    (tmp_path / "results.md").write_text("| 4 rows |")
+    record_table_rows(tmp_path, "results", rows)
+    with pytest.raises(InputError) as error:
+        check_table_rows(tmp_path, "results", rows[:1])
+    assert str(error.value).startswith(
+        "--rows: expected every row of the study's results.md (classical:window "
+        "supervised:window part:window part:probe) or more"
+    )
+    assert str(error.value).endswith(
+        "got classical:window, without supervised:window part:window part:probe"
+    )
+    check_table_rows(tmp_path, "results", [*rows, "mae:window"])  # more rows: a superset
+    check_table_rows(tmp_path, "kappa_by_budget", rows[:1])  # another table
+    (tmp_path / "results.md").unlink()  # deleted on purpose: written from fewer rows again
+    check_table_rows(tmp_path, "results", rows[:1])

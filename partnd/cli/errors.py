@@ -7,6 +7,8 @@ mapping once (:class:`OptionNames`) and runs its body through :func:`run_command
 * :class:`~partnd._validation.InputError` (and ``FileNotFoundError``/``FileExistsError`` raised
   for its paths) into ``<prog>: error: <message with options>`` and exit status 2;
 * :class:`~partnd.engine.trainer.NonFiniteLossError` into the same line and status 1;
+* a full disk (:class:`~partnd._disk.DiskFullError`, ``OSError`` ``ENOSPC``, ``torch.save``'s
+  failed write) into ``no space left on device while writing PATH ...`` and status 1;
 * Ctrl-C / SIGTERM (``KeyboardInterrupt``, or the engine's
   :class:`~partnd.engine.trainer.TrainingInterrupted` after it saved a resumable checkpoint) into
   ``<prog>: interrupted ...`` and status ``128 + signal`` (130 for Ctrl-C, 143 for SIGTERM);
@@ -23,6 +25,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from partnd._disk import DiskFullError, is_disk_full
 from partnd._validation import InputError, rename_arguments
 
 __all__ = ["OptionNames", "run_command"]
@@ -89,3 +92,12 @@ def run_command(prog: str, names: OptionNames, body: Callable[[], int | None]) -
         os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit must not fail again
         os.close(devnull)
         return 141  # 128 + SIGPIPE
+    except (OSError, RuntimeError) as error:
+        if not is_disk_full(error):
+            raise
+        message = str(error)
+        if not isinstance(error, DiskFullError):  # a writer without a temporary file
+            written = getattr(error, "filename", None) or "a file"
+            message = f"no space left on device while writing {written}"
+        say("error: ", message)
+        return 1

@@ -74,12 +74,15 @@ __all__ = [
     "COHORT_FORMAT",
     "FAULT_KINDS",
     "GENERATOR_VERSION",
+    "MAX_HOURS",
+    "MAX_RECORDS",
     "MIN_HOURS",
     "CohortInfo",
     "RecordPlan",
     "RecordSpec",
     "SynthesizedRecord",
     "build_parser",
+    "check_plan",
     "command_error",
     "default_cache_dir",
     "ensure_sample_cohort",
@@ -105,6 +108,10 @@ FAULT_KINDS = ("flat_channel", "clipped_channel", "line_noise")
 """Record faults the generator injects on purpose and declares per record in ``cohort.json``."""
 MIN_HOURS = 0.25
 """Shortest record length: room for an unscored prefix and every sleep stage."""
+MAX_HOURS = 24.0
+"""Longest record length: one recording is at most a day (a night with its evening and morning)."""
+MAX_RECORDS = 9999
+"""Most records of one cohort: the PC18 names ``tr03-0005`` number them 1-9999."""
 
 _PARTIAL_DIR = ".partial"
 _LOCK_FILE = ".lock"
@@ -185,6 +192,30 @@ def _parameters(n_records: int, hours: float, seed: int, test_fraction: float) -
     }
 
 
+def check_plan(
+    n_records: int,
+    hours: float,
+    seed: int,
+    names: tuple[str, str, str] = ("n_records", "hours", "seed"),
+) -> None:
+    """Refuse a cohort no night can be: ``n_records`` in [1, :data:`MAX_RECORDS`], ``hours`` in
+    [:data:`MIN_HOURS`, :data:`MAX_HOURS`], an int ``seed >= 0``; ``names`` name the three
+    arguments in the messages."""
+    check(
+        isinstance(n_records, int) and 1 <= n_records <= MAX_RECORDS,
+        names[0],
+        f"an int in [1, {MAX_RECORDS}] (records are numbered 1-{MAX_RECORDS})",
+        n_records,
+    )
+    check(
+        MIN_HOURS <= hours <= MAX_HOURS,
+        names[1],
+        f"a record length in [{MIN_HOURS}, {MAX_HOURS}] hours",
+        hours,
+    )
+    check(isinstance(seed, int | np.integer) and seed >= 0, names[2], "an int >= 0", seed)
+
+
 def plan_cohort(n_records: int, hours: float, seed: int, test_fraction: float) -> list[RecordSpec]:
     """Draw a cohort's records: names, subjects, splits, injected faults and per-record seeds.
 
@@ -200,6 +231,7 @@ def plan_cohort(n_records: int, hours: float, seed: int, test_fraction: float) -
     Returns:
         Training specs then test specs, each sorted by name.
     """
+    check_plan(n_records, hours, seed)
     n_test = round(n_records * test_fraction)
     n_train = n_records - n_test
     rng = np.random.default_rng(seed)
@@ -554,8 +586,7 @@ def make_pc18_cohort(
         InputError: On invalid arguments, on a directory holding foreign files, or on an existing
             cohort with other parameters when ``overwrite`` is False.
     """
-    check(isinstance(n_records, int) and n_records >= 1, "n_records", "an int >= 1", n_records)
-    check(hours >= MIN_HOURS, "hours", f"at least {MIN_HOURS} hours", hours)
+    check_plan(n_records, hours, seed)
     check(0.0 <= test_fraction < 1.0, "test_fraction", "a fraction in [0, 1)", test_fraction)
     check(
         n_records - round(n_records * test_fraction) >= 1,
@@ -727,7 +758,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, required=True, help="cohort directory to write")
     parser.add_argument("--records", type=int, default=24, help="number of records (subjects)")
     parser.add_argument(
-        "--hours", type=float, default=2.0, help=f"length of each record (at least {MIN_HOURS})"
+        "--hours",
+        type=float,
+        default=2.0,
+        help=f"length of each record ({MIN_HOURS} to {MAX_HOURS})",
     )
     parser.add_argument("--seed", type=int, default=0, help="generator seed")
     parser.add_argument(

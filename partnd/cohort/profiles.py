@@ -70,6 +70,7 @@ from partnd.cohort.nsrr_format import (
 from partnd.cohort.pc18_cohort import (
     COHORT_FILE,
     GENERATOR_VERSION,
+    MAX_HOURS,
     MIN_HOURS,
     RecordSpec,
     synthesize_record,
@@ -243,7 +244,7 @@ def plan_profile_cohort(
 
     Raises:
         InputError: ``n_records`` below 1 or above what the naming holds (200 for Sleep-EDF),
-            ``hours`` below :data:`MIN_HOURS`.
+            ``hours`` outside [:data:`MIN_HOURS`, :data:`MAX_HOURS`], a negative ``seed``.
     """
     limit = 200 if profile.layout == "sleep-edf" else 99999
     check(
@@ -252,7 +253,13 @@ def plan_profile_cohort(
         f"an int in [1, {limit}]",
         n_records,
     )
-    check(hours >= MIN_HOURS, "hours", f"at least {MIN_HOURS} hours", hours)
+    check(
+        MIN_HOURS <= hours <= MAX_HOURS,
+        "hours",
+        f"a record length in [{MIN_HOURS}, {MAX_HOURS}] hours",
+        hours,
+    )
+    check(isinstance(seed, int | np.integer) and seed >= 0, "seed", "an int >= 0", seed)
     rng = np.random.default_rng([seed, len(profile.name)])
     low, high = profile.age_range
     if profile.age_mean_sd is None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 import warnings
 from collections.abc import Sequence
@@ -36,9 +35,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.signal
 
-from partnd._validation import InputError, check
+from partnd._validation import check
+from partnd.cli.errors import OptionNames, run_command
 from partnd.cohort.hypnogram import STAGE_LABELS, SleepStage, hypnogram_from_string
-from partnd.cohort.pc18_cohort import COHORT_FILE, make_pc18_cohort, plan_cohort, plan_record
+from partnd.cohort.pc18_cohort import (
+    COHORT_FILE,
+    MAX_RECORDS,
+    check_plan,
+    make_pc18_cohort,
+    plan_cohort,
+    plan_record,
+)
+from partnd.engine.checkpoint import atomic_write_json
 
 if TYPE_CHECKING:
     from partnd.datasets.store import SleepStore
@@ -326,7 +334,8 @@ class RealismReport:
         confusion: ``[5, 5]`` confusion matrix (rows true, columns YASA).
         per_record_kappa: Kappa of each record.
         generated: Hypnogram statistics of the staged records.
-        planned: Hypnogram statistics of many planned records of the same length (hypnograms only).
+        planned: Hypnogram statistics of many planned records of the same length (hypnograms
+            only), or None (``n_planned=0``).
         real: Statistics of the real hypnograms given, or None.
         spectra: :func:`stage_spectra` of C4-M1 of the staged records.
         yasa_features: Median per stage of some of YASA's C4-M1 features.
@@ -343,7 +352,7 @@ class RealismReport:
     confusion: list[list[int]]
     per_record_kappa: dict[str, float]
     generated: HypnogramStatistics
-    planned: HypnogramStatistics
+    planned: HypnogramStatistics | None
     real: HypnogramStatistics | None
     spectra: dict[str, dict[str, float]]
     yasa_features: dict[str, dict[str, float]]
@@ -371,8 +380,8 @@ def _yasa_feature_medians(store: SleepStore, records: Sequence[str]) -> dict[str
 def realism_report(
     out_dir: str | Path,
     *,
-    n_records: int = 6,
-    hours: float = 8.0,
+    n_records: int | None = None,
+    hours: float | None = None,
     seed: int = 0,
     n_jobs: int = 1,
     cohort_dir: str | Path | None = None,
@@ -385,12 +394,14 @@ def realism_report(
 
     Args:
         out_dir: Working directory: ``cohort/`` (unless ``cohort_dir``) and ``store/`` go there.
-        n_records: Records (subjects, all labelled) to generate.
-        hours: Length of each record.
-        seed: Cohort seed.
+        n_records: Records (subjects, all labelled) to generate (default 6; ``None`` with
+            ``cohort_dir``, whose records are reported).
+        hours: Length of each record (default 8; ``None`` with ``cohort_dir``).
+        seed: Cohort seed (the planned hypnograms are drawn with ``seed + 1``).
         n_jobs: Worker processes for generation and preprocessing.
         cohort_dir: An existing generated cohort to report on instead of generating one.
-        n_planned: Further records whose hypnograms alone are drawn for the hypnogram statistics.
+        n_planned: Further records whose hypnograms alone are drawn for the hypnogram statistics
+            (0: none, and the generated nights are the ones held against the norms).
         real_hypnograms: YASA's ``sample_data_sri.csv.xz`` to report beside the norms, or None.
         overwrite: Replace what an earlier call left in ``out_dir``.
         progress: Show progress bars.
@@ -403,11 +414,34 @@ def realism_report(
     from partnd.evaluation.metrics import classification_metrics
     from partnd.preprocessing.physionet2018 import preprocess_physionet2018
 
-    check(n_planned >= 0, "n_planned", "a count >= 0", n_planned)
+    check(
+        isinstance(n_planned, int) and 0 <= n_planned <= MAX_RECORDS,
+        "n_planned",
+        f"a count in [0, {MAX_RECORDS}]",
+        n_planned,
+    )
+    check(isinstance(seed, int) and seed >= 0, "seed", "an int >= 0", seed)
+    if cohort_dir is not None:  # the cohort's own records and length are reported
+        for name, value in (("n_records", n_records), ("hours", hours)):
+            check(value is None, name, "None with cohort_dir (its records are reported)", value)
+    else:
+        n_records = 6 if n_records is None else n_records
+        hours = 8.0 if hours is None else hours
+        check_plan(n_records, hours, seed)
+    real = None  # read first: a wrong path must not wait for the staging
+    if real_hypnograms is not None:
+        check(
+            Path(real_hypnograms).is_file(),
+            "real_hypnograms",
+            "a file (YASA's sample_data_sri.csv.xz)",
+            str(real_hypnograms),
+        )
+        real = hypnogram_statistics(read_sri_hypnograms(real_hypnograms))
     out = Path(out_dir).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     seconds_per_night: float | None = None
     if cohort_dir is None:
+        assert n_records is not None and hours is not None
         manifest_path = out / "cohort" / COHORT_FILE
         before = manifest_path.stat().st_mtime_ns if manifest_path.is_file() else None
         start = time.perf_counter()
@@ -460,13 +494,10 @@ def realism_report(
         stages.append(store.stages(name))
     spectra = stage_spectra(np.concatenate(signals), np.concatenate(stages), store.sfreq)
     generated = hypnogram_statistics([hypnogram_from_string(truth[r]["hypnogram"]) for r in truth])
-    planned = generated
+    planned = None
     if n_planned > 0:
         specs = plan_cohort(n_planned, float(parameters["hours"]), seed + 1, 0.0)
         planned = hypnogram_statistics([plan_record(spec).scored for spec in specs])
-    real = None
-    if real_hypnograms is not None:
-        real = hypnogram_statistics(read_sri_hypnograms(real_hypnograms))
     return RealismReport(
         cohort=str(root),
         n_records=len(records),
@@ -521,15 +552,20 @@ def format_report(report: RealismReport) -> str:
         "|---|---|---|---|---|",
     ]
     lines += _statistics_rows("generated", report.generated)
-    lines += _statistics_rows("planned, same length", report.planned)
+    if report.planned is not None:
+        lines += _statistics_rows("planned, same length", report.planned)
     if report.real is not None:
         lines += _statistics_rows("real: Menghini 2021 (N2 = N1+N2)", report.real)
     lines += ["", "| norm | range | source |", "|---|---|---|"]
     lines += [f"| {key} | {n.low}–{n.high} | {n.source} |" for key, n in NORMS.items()]
-    violations = report.planned.violations()
+    held, which = (report.generated, "generated")
+    if report.planned is not None:
+        held, which = (report.planned, "planned")
+    violations = held.violations()
     lines.append("")
     lines.append(
-        "planned hypnograms outside the norms: " + ("; ".join(violations) if violations else "none")
+        f"{which} hypnograms outside the norms: "
+        + ("; ".join(violations) if violations else "none")
     )
     lines += [
         "",
@@ -570,8 +606,12 @@ def build_parser() -> argparse.ArgumentParser:
         "statistics beside published norms and per-stage spectra.",
     )
     parser.add_argument("--out", type=Path, required=True, help="working directory")
-    parser.add_argument("--records", type=int, default=6, help="records (nights) to generate")
-    parser.add_argument("--hours", type=float, default=8.0, help="length of each record")
+    parser.add_argument(
+        "--records", type=int, default=None, help="records (nights) to generate (default 6)"
+    )
+    parser.add_argument(
+        "--hours", type=float, default=None, help="length of each record (default 8)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="cohort seed")
     parser.add_argument("--n-jobs", type=int, default=1, help="worker processes")
     parser.add_argument(
@@ -586,12 +626,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="YASA's sample_data_sri.csv.xz (from its sdist) to report beside the norms",
     )
-    parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        help="also write the report as JSON to this new file (an existing one needs --overwrite)",
+    )
     parser.add_argument(
         "--overwrite",
         action=argparse.BooleanOptionalAction,
         default=False,
-        help="replace what an earlier run left in --out",
+        help="replace what an earlier run left in --out (and an existing --json file)",
     )
     return parser
 
@@ -600,24 +645,47 @@ def main(argv: list[str] | None = None) -> int:
     """Run the realism report; 0 when it ran, 2 for unusable arguments."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        report = realism_report(
-            args.out,
-            n_records=args.records,
-            hours=args.hours,
-            seed=args.seed,
-            n_jobs=args.n_jobs,
-            cohort_dir=args.cohort,
-            n_planned=args.planned,
-            real_hypnograms=args.real_hypnograms,
-            overwrite=args.overwrite,
+    return run_command(parser.prog, _OPTIONS, lambda: _run(args))
+
+
+_OPTIONS = OptionNames(
+    {
+        "out_dir": "--out",
+        "n_records": "--records",
+        "hours": "--hours",
+        "seed": "--seed",
+        "n_jobs": "--n-jobs",
+        "cohort_dir": "--cohort",
+        "n_planned": "--planned",
+        "real_hypnograms": "--real-hypnograms",
+        "json": "--json",
+        "overwrite": "--overwrite",
+    }
+)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.json is not None:  # refused before hours of work, not replaced after them
+        check(
+            args.overwrite or not args.json.exists(),
+            "json",
+            "a new file (pass overwrite=True to replace it)",
+            f"the existing {args.json}",
         )
-    except InputError as error:
-        print(f"{parser.prog}: error: {error}", file=sys.stderr)
-        return 2
+    report = realism_report(
+        args.out,
+        n_records=args.records,
+        hours=args.hours,
+        seed=args.seed,
+        n_jobs=args.n_jobs,
+        cohort_dir=args.cohort,
+        n_planned=args.planned,
+        real_hypnograms=args.real_hypnograms,
+        overwrite=args.overwrite,
+    )
     print(format_report(report))
     if args.json is not None:
-        args.json.write_text(json.dumps(asdict(report), indent=1) + "\n")
+        atomic_write_json(asdict(report), args.json)
     return 0
 
 

@@ -598,7 +598,8 @@ def as_signal_dataset(
 
     Args:
         data: Dataset of ``[C, *spatial]`` items (or tuples starting with one), an array/tensor
-            ``[N, C, *spatial]``, or a path (see :func:`load_signals`).
+            ``[N, C, *spatial]``, or a path (see :func:`load_signals`; a store is read with
+            ``expected``'s normalisation when it records one).
         argument: Name used in error messages.
         expected: The signal a model was trained on: data that do not fit it are refused, and
             its channels are picked by name when the data hold them (see
@@ -609,6 +610,10 @@ def as_signal_dataset(
     Returns:
         The adapted dataset and the item shape inferred from item 0.
     """
+    if isinstance(data, str | Path) and Path(data).is_dir():
+        normalization = None if expected is None else expected.normalization
+        options = {} if normalization is None else {"normalize": normalization}
+        data = load_signals(data, argument, **options)  # a store, read as the model was
     dataset = _wrap(data, None, argument)
     spec = _inspect(dataset, argument)
     dataset, spec = _fit(dataset, spec, expected, argument, same_shape, reference)

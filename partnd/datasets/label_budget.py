@@ -304,15 +304,29 @@ def draw_labels(
         budget: A :class:`LabelBudget` or its written form (``2``, ``"w20"``).
         seed: Seed of the draw; every row of a study with the same budget and seed gets the same
             draw, so differences between rows are paired.
-        n_validation: Validation subjects to draw (fewer when the pool has no more).
+        n_validation: Validation subjects to draw (for a window budget, fewer when the pool
+            has no more).
 
     Returns:
         The :class:`LabelDraw`.
+
+    Raises:
+        InputError: A subject budget that leaves fewer than ``n_validation`` subjects of the pool
+            to validate on (it would label other subjects than its name says, or none would be
+            left to select a checkpoint on).
     """
     budget = LabelBudget.parse(budget)
     check(isinstance(seed, int | np.integer), "seed", "an int", seed)
     check(n_validation >= 0, "n_validation", "an int >= 0", n_validation)
     if budget.subjects is not None:
+        pool = len(split.finetune_pool)
+        check(
+            budget.subjects + n_validation <= pool,
+            "budgets",
+            f"at most {pool - n_validation} labelled subjects (the fine-tuning pool of {pool} "
+            f"keeps {n_validation} validation subjects)",
+            str(budget),
+        )
         training = tuple(sorted(split.finetune_order(int(seed))[: budget.subjects]))
         validation = _validation(split, training, int(seed), n_validation)
         return LabelDraw(budget, int(seed), training, validation)

@@ -18,6 +18,7 @@ from typing import IO, Any
 
 import torch
 
+from partnd._disk import DiskFullError, is_disk_full
 from partnd._validation import InputError
 
 __all__ = [
@@ -33,7 +34,8 @@ _EPOCH_FILE = re.compile(r"^epoch_(\d{4,})\.pt$")
 
 @contextlib.contextmanager
 def _atomic_file(path: Path, mode: str) -> Iterator[IO[Any]]:
-    """Open a temp file beside ``path``; on success fsync it and ``os.replace`` it onto ``path``."""
+    """Open a temp file beside ``path``; on success fsync it and ``os.replace`` it onto ``path``.
+    On any failure the temp file is removed; a full disk is raised as :class:`DiskFullError`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temp_name = tempfile.mkstemp(
         dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
@@ -44,9 +46,11 @@ def _atomic_file(path: Path, mode: str) -> Iterator[IO[Any]]:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temp_name, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp_name)
+        if is_disk_full(error) and not isinstance(error, DiskFullError):
+            raise DiskFullError(path) from error
         raise
     with contextlib.suppress(OSError):
         directory = os.open(path.parent, os.O_RDONLY)
@@ -57,17 +61,21 @@ def _atomic_file(path: Path, mode: str) -> Iterator[IO[Any]]:
 
 
 def atomic_save(
-    obj: Any, path: str | Path, save: Callable[[Any, IO[bytes]], None] = torch.save
+    obj: Any, path: str | Path, save: Callable[[Any, IO[bytes]], None] | None = None
 ) -> None:
     """Serialise ``obj`` to ``path`` atomically (temp file, fsync, ``os.replace``).
 
     Args:
         obj: Anything ``save`` can write (by default a ``torch.save``-able object).
         path: Destination file.
-        save: Writer called as ``save(obj, binary_handle)``.
+        save: Writer called as ``save(obj, binary_handle)``; ``None``: ``torch.save``.
+
+    Raises:
+        DiskFullError: When the disk is full; the temporary file is removed and ``path`` keeps
+            its previous content.
     """
     with _atomic_file(Path(path), "wb") as handle:
-        save(obj, handle)
+        (torch.save if save is None else save)(obj, handle)
 
 
 def atomic_write_text(text: str, path: str | Path) -> None:

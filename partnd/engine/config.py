@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -236,8 +237,11 @@ class TrainConfig:
         value = getattr(self, name)
         if value is None and allow_none:
             return
-        ok = value is not None and (value > 0 if strict else value >= 0)
-        check(ok, self._arg(name), "a number > 0" if strict else "a number >= 0", repr(value))
+        ok = value is not None and (value > 0 if strict else value >= 0) and math.isfinite(value)
+        expected = "a number > 0" if strict else "a number >= 0"
+        if value is not None and not math.isfinite(value):
+            expected = f"a finite {expected[2:]}"
+        check(ok, self._arg(name), expected, repr(value))
 
     def _check_encoder_preset(self, name: str) -> None:
         """Refuse an unknown ``encoder`` preset ``name`` when the config is made, not when the
@@ -263,6 +267,12 @@ class TrainConfig:
         ):
             self._positive(name, allow_none=True)
         self._positive("grad_clip", allow_none=True)
+        check(
+            self.patience_start is None or math.isfinite(self.patience_start),
+            self._arg("patience_start"),
+            "None or a finite number (the metric's value patience starts counting after)",
+            repr(self.patience_start),
+        )
         check(
             self.patience_start is None or self.patience is not None,
             self._arg("patience_start"),
@@ -682,6 +692,21 @@ class FinetuneConfig(TrainConfig):
         )
         if self.context != "night":
             self._positive("context", allow_none=True)
+        check(  # a setting a single-window or sequence classifier would ignore, yet record
+            self.context == "night" or self.night_crop == 128,
+            self._arg("night_crop"),
+            "its default 128 unless context='night' (it sets the training crops of a night "
+            f"classifier; context is {self.context!r})",
+            repr(self.night_crop),
+        )
+        for name, default in (("temporal_encoder", "temporal_small"), ("temporal_overrides", {})):
+            check(
+                self.context is not None or getattr(self, name) == default,
+                self._arg(name),
+                f"its default {default!r} unless context is set (it builds the temporal "
+                "transformer of a sequence or night classifier; context is None)",
+                repr(getattr(self, name)),
+            )
         if self.context is not None:
             from partnd.models.sequence import TEMPORAL_PRESETS
 

@@ -221,8 +221,9 @@ class TrainState:
         evaluated_step: Step of the last evaluation (``None`` before the first).
         best_step: Optimiser step of ``best_value``.
         evaluations_since_best: Evaluations in a row without a better value (early stopping).
-        stopped_early: The run stopped after ``patience`` evaluations without improvement; it
-            counts as finished.
+        stopped_early: ``patience`` evaluations in a row brought no improvement: the run counts
+            as finished (it may have been at the end of its budget anyway; see
+            :attr:`Trainer.stopped_before_budget`).
     """
 
     epoch: int = 0
@@ -302,6 +303,12 @@ class Trainer:
             "None unless the run evaluates and selects on a metric (a validation set or a "
             "monitor with a selection metric)",
             repr(config.patience),
+        )
+        check(
+            select_metric is None or evaluate is not None,
+            "select_metric",
+            "None without a monitor (an evaluation whose metric the run selects on)",
+            repr(select_metric),
         )
         self.config = config
         self.context = context
@@ -597,6 +604,12 @@ class Trainer:
             self.state.evaluated_step = self.state.step
             metrics = self.evaluate(self.eval_model, epoch)
             logger.log({"phase": "val", "epoch": epoch, "step": self.state.step, **metrics})
+            check(
+                self.select_metric is None or self.select_metric in metrics,
+                "select_metric",
+                f"one of the evaluation's metrics {sorted(metrics)}",
+                repr(self.select_metric),
+            )
             value = metrics.get(self.select_metric) if self.select_metric else None
             if value is not None:
                 self._select(float(value), metrics, epoch, logger)
@@ -639,6 +652,15 @@ class Trainer:
                     self.select_metric or "value": self.state.best_value,
                 }
             )
+
+    @property
+    def stopped_before_budget(self) -> bool:
+        """Whether early stopping left steps of the budget (``epochs``, ``max_steps``) untrained:
+        out of patience at the budget's last evaluation is no early stop."""
+        budget = self.total_steps
+        if self.config.max_steps is not None:
+            budget = min(budget, self.config.max_steps)
+        return self.state.stopped_early and self.state.step < budget
 
     def _evaluation_due(self, epoch: int) -> bool:
         """Whether the evaluation runs after ``epoch`` (see ``TrainConfig.eval_every_steps``)."""

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from partnd._validation import check, describe
+from partnd._validation import check, check_batch_size, describe
 from partnd.datasets.nights import SleepNightDataset, time_of_night
 from partnd.datasets.sequences import Night, SleepSequenceDataset
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
@@ -75,6 +75,7 @@ def as_sequence_dataset(
     *,
     progress: bool = False,
     night: bool = False,
+    normalize: bool | str | None = None,
 ) -> SleepSequenceDataset:
     """The sequences of ``context`` consecutive windows held by a store-backed dataset, or (with
     ``night``) the crops of ``context`` windows of its whole records.
@@ -89,6 +90,8 @@ def as_sequence_dataset(
         argument: Name of the caller's argument for messages.
         progress: Show a progress bar while loading.
         night: Crops of whole records with their time of night (a night classifier's data).
+        normalize: How a store given by path is read (a model's recorded normalisation;
+            ``None``: the store reader's default); a dataset keeps its own.
 
     Returns:
         The dataset (sequences with at least one labelled window).
@@ -128,7 +131,8 @@ def as_sequence_dataset(
         if isinstance(data, np.ndarray | torch.Tensor)
         else type(data).__name__,
     )
-    return kind(Path(data), context=length, progress=progress)
+    normalization = True if normalize is None else normalize  # the store reader's default
+    return kind(Path(data), context=length, progress=progress, normalize=normalization)
 
 
 def sequence_signal_info(data: SleepSequenceDataset) -> SignalInfo:
@@ -185,13 +189,17 @@ def check_stage_codes(labels: np.ndarray, num_classes: int, argument: str) -> No
 
 
 def sequence_fingerprint(data: SleepSequenceDataset) -> dict[str, Any]:
-    """What identifies the sequences of a run (records, channels, context), to refuse resuming
-    it on other data."""
+    """What identifies the sequences of a run (records, channels, context, stride, sampling rate
+    and how windows are normalised: the same records read another way are other data), to
+    refuse resuming it on other data."""
     return {
         "num_items": len(data),
         "item_shape": [data.context, data.n_chans, data.n_times],
         "ch_names": list(data.ch_names),
         "records": list(data.records),
+        "stride": data.stride,
+        "sfreq": data.sfreq,
+        "normalization": data.normalize,
     }
 
 
@@ -358,6 +366,7 @@ def predict_nights(
         One :class:`NightPrediction` per run (per record for a night classifier), in the data's
         record order.
     """
+    check_batch_size(batch_size)
     check(
         not isinstance(model, NightClassifier | NightStager) or isinstance(data, SleepNightDataset),
         "data",

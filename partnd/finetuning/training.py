@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
-from partnd._validation import check
+from partnd._validation import check, check_batch_size
 from partnd.datasets.adapters import LabelledDataset, as_labelled_dataset, data_fingerprint
 from partnd.datasets.overlap import check_disjoint
 from partnd.engine.augment import Augmentation, build_augmentation
@@ -240,13 +240,17 @@ def _check_architecture(
     window = backbone.window if isinstance(backbone, HierarchicalEncoder) else backbone
     patch = overrides.get("patch_size", window.patch_size)
     patch = tuple(patch) if isinstance(patch, Sequence) else (patch,) * len(window.patch_size)
-    ignored: list[str] = [name for name in ("encoder", "encoder_overrides") if name in overrides]
+    fields = ["encoder", "encoder_overrides"]
+    if isinstance(backbone, HierarchicalEncoder):  # it brings its temporal transformer too
+        fields += ["temporal_encoder", "temporal_overrides"]
+    ignored: list[str] = [name for name in fields if name in overrides]
     ignored += [] if patch == tuple(window.patch_size) else ["patch_size"]
     check(
         not ignored,
         f"FinetuneConfig.{ignored[0]}" if ignored else "",
-        "no architecture setting with pretrained weights (they bring their own encoder and "
-        f"patch size {tuple(window.patch_size)})",
+        "no architecture setting with pretrained weights (they bring their own encoder"
+        f"{' and temporal transformer' if isinstance(backbone, HierarchicalEncoder) else ''} "
+        f"and patch size {tuple(window.patch_size)})",
         ", ".join(repr(overrides[name]) for name in ignored),
     )
 
@@ -316,11 +320,14 @@ def evaluate(
     Returns:
         A :class:`~partnd.evaluation.metrics.ClassificationReport` (with ``loss``).
     """
+    check_batch_size(batch_size)
     if isinstance(model, SequenceClassifier | NightClassifier | NightStager):  # data's form first
         night = isinstance(model, NightClassifier | NightStager)
         context = None if night else cast(SequenceClassifier, model).context
+        info = model.signal_info
+        normalize = None if info is None else info.normalization
         sequences = fit_to_signal(
-            as_sequence_dataset(dataset, context, "dataset", night=night),
+            as_sequence_dataset(dataset, context, "dataset", night=night, normalize=normalize),
             model.signal_info,
             "dataset",
         )

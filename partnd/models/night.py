@@ -41,7 +41,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from partnd._validation import check
+from partnd._validation import check, check_batch_size
 from partnd.models.sequence import (
     HierarchicalEncoder,
     RecordClassifier,
@@ -209,6 +209,7 @@ class NightClassifier(RecordClassifier):
         Returns:
             [N, K] float32 probabilities on the CPU.
         """
+        check_batch_size(batch_size)
         embeddings = self.encoder.embed_night(windows, batch_size)  # checks the windows
         check(
             time.shape == (len(windows), TIME_FEATURES),

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from partnd._validation import check
+from partnd._validation import check, check_batch_size
 from partnd.models.vit import ViTEncoder
 from partnd.patches.sampling import GridSampler
 from partnd.signal_info import SignalInfo
@@ -246,6 +246,7 @@ class HierarchicalEncoder(nn.Module):
             f"a night of windows [N, {self.in_chans}, {self.window_samples}]",
             windows,
         )
+        check_batch_size(batch_size)
         device = self.window.cls_token.device
         return torch.cat(
             [self.embed_windows(chunk.to(device)) for chunk in windows.split(batch_size)]
