@@ -31,6 +31,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset
 
 from partnd._validation import InputError
@@ -96,8 +97,15 @@ class ObjectiveTask:
     def compute_loss(
         self, model: nn.Module, batch: torch.Tensor, generator: torch.Generator
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Args: model: (DDP-wrapped) objective; batch: [B, C, *spatial]. Returns: loss, metrics."""
-        output = model(batch, generator=generator)
+        """Draw the step's boxes, pairs and masks eagerly from ``generator``
+        (:meth:`~partnd.objectives.base.Objective.draw`), then run the (compiled, DDP-wrapped)
+        forward on them, which draws nothing and so compiles as one graph.
+
+        Args: model: (DDP-wrapped) objective; batch: [B, C, *spatial]. Returns: loss, metrics."""
+        wrapped = model.module if isinstance(model, DistributedDataParallel) else model
+        objective = cast(Objective, wrapped)
+        draws = objective.draw(batch, generator)
+        output = model(batch, draws=draws)
         return output.loss, output.metrics
 
 

@@ -11,7 +11,7 @@ synchronisation per step.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -45,21 +45,45 @@ class ObjectiveOutput:
 class Objective(nn.Module):
     """Base class of the pretraining objectives (PART, PART-grid, MAE, MP3, DropPos).
 
-    Subclasses keep their backbone in ``self.encoder`` and implement :meth:`forward`.
-    ``pretrain`` returns ``objective.encoder``; fine-tuning drops the rest. An objective whose
-    behaviour changes over the run (DropPos's smoothing) defines
+    Subclasses keep their backbone in ``self.encoder`` and implement :meth:`draw` and
+    :meth:`forward`. ``pretrain`` returns ``objective.encoder``; fine-tuning drops the rest. An
+    objective whose behaviour changes over the run (DropPos's smoothing) defines
     ``set_training_progress(fraction)``: the engine calls it before every step with
     ``step / total_steps`` in ``[0, 1)``, so it is a function of the step and resumes exactly.
+
+    **Draws before the forward.** Every random quantity of a step (boxes, pairs, masks) comes from
+    :meth:`draw`, a small frozen dataclass of tensors drawn from the step's generator; the forward
+    given those draws is a pure function of the batch, the draws and the parameters, so
+    ``torch.compile`` traces it as one graph (a generator cannot be traced: every draw inside the
+    forward would break it). The engine draws eagerly, then calls the (compiled) forward;
+    ``forward(x, generator)`` draws itself and gives the same result.
     """
 
     encoder: ViTEncoder
 
-    def forward(self, x: Tensor, generator: torch.Generator | None = None) -> ObjectiveOutput:
+    def draw(self, x: Tensor, generator: torch.Generator | None = None) -> Any:
+        """Draw every random quantity of a step on ``x`` (its shape and device are read, not
+        its values).
+
+        Args:
+            x: [B, C, *spatial] inputs.
+            generator: Source of every random draw of the step.
+
+        Returns:
+            The objective's draws (a frozen dataclass of tensors on ``x``'s device).
+        """
+        raise NotImplementedError
+
+    def forward(
+        self, x: Tensor, generator: torch.Generator | None = None, *, draws: Any = None
+    ) -> ObjectiveOutput:
         """Compute the loss of a batch.
 
         Args:
             x: [B, C, *spatial] inputs (already validated by the caller).
-            generator: Source of every random draw of the step (boxes, masks, pairs).
+            generator: Source of every random draw of the step (boxes, masks, pairs), used when
+                ``draws`` is ``None``.
+            draws: The step's draws from :meth:`draw` (then nothing is drawn here).
 
         Returns:
             The loss and diagnostics.
@@ -95,6 +119,12 @@ class GridObjective(Objective):
 
     def sample(self, x: Tensor) -> PatchBatch:
         """Tile ``x: [B, C, *spatial]`` on the grid (shape checks only, no gradient)."""
+        self.check_input(x)
+        with torch.no_grad():
+            return self.sampler(x, validate=False)
+
+    def check_input(self, x: Tensor) -> None:
+        """Check that ``x`` is ``[B, C, *spatial_shape]`` with the encoder's channels."""
         check(
             x.dim() == 2 + self.encoder.ndim
             and x.shape[1] == self.encoder.in_chans
@@ -103,8 +133,6 @@ class GridObjective(Objective):
             f"a tensor [B, {self.encoder.in_chans}, {', '.join(map(str, self.spatial_shape))}]",
             x,
         )
-        with torch.no_grad():
-            return self.sampler(x, validate=False)
 
 
 def patch_shape(config: PretrainConfig, spec: SignalSpec) -> tuple[int, ...]:

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DropPosDecoder",
+    "DropPosDraws",
     "DropPosModel",
     "DropPosOutput",
     "build_droppos",
@@ -134,6 +135,20 @@ def position_smoothing(grid_shape: tuple[int, ...], sigma: float) -> Tensor:
     """
     coordinates = grid_coordinates(grid_shape)
     return smoothed_labels(coordinates, torch.arange(coordinates.shape[0]), sigma)
+
+
+@dataclass(frozen=True)
+class DropPosDraws:
+    """The random masks of one DropPos step (:meth:`DropPosModel.draw`).
+
+    Attributes:
+        kept: [B, K] slot indices of the patches the encoder sees, ascending.
+        hidden: [B, M] positions among the K kept tokens whose slot embedding is dropped,
+            ascending.
+    """
+
+    kept: Tensor
+    hidden: Tensor
 
 
 @dataclass(frozen=True)
@@ -311,21 +326,45 @@ class DropPosModel(GridObjective):
         similarity = F.cosine_similarity(cls, tokens, dim=-1)
         return torch.softmax(similarity / ATTENTION_TEMPERATURE, dim=-1)
 
-    def forward(self, x: Tensor, generator: torch.Generator | None = None) -> DropPosOutput:
+    def draw(self, x: Tensor, generator: torch.Generator | None = None) -> DropPosDraws:
+        """Draw the dropped patches, then the dropped positions among the kept ones.
+
+        Args:
+            x: [B, C, *spatial] inputs (shape and device read).
+            generator: Random source of the masks (same seed, same masks).
+
+        Returns:
+            The :class:`DropPosDraws`.
+        """
+        self.check_input(x)
+        batch, device = int(x.shape[0]), x.device
+        _, kept = random_split(batch, self.num_positions, self.num_dropped, generator, device)
+        hidden, _ = random_split(batch, self.num_kept, self.num_position_masked, generator, device)
+        return DropPosDraws(kept=kept, hidden=hidden)
+
+    def forward(
+        self,
+        x: Tensor,
+        generator: torch.Generator | None = None,
+        *,
+        draws: DropPosDraws | None = None,
+    ) -> DropPosOutput:
         """Run one DropPos step.
 
         Args:
             x: [B, C, *spatial] inputs.
             generator: Random source of the dropped patches and positions (same seed, same
-                masks).
+                masks), without ``draws``.
+            draws: The step's masks (:meth:`draw`).
 
         Returns:
             A :class:`DropPosOutput`; call ``output.loss.backward()`` to train.
         """
+        if draws is None:
+            draws = self.draw(x, generator)
+        kept, hidden = draws.kept, draws.hidden
         patches = self.sample(x).patches  # [B, N, C, *P], slot order
         batch, device = patches.shape[0], patches.device
-        _, kept = random_split(batch, self.num_positions, self.num_dropped, generator, device)
-        hidden, _ = random_split(batch, self.num_kept, self.num_position_masked, generator, device)
         position_mask = torch.zeros(batch, self.num_kept, dtype=torch.bool, device=device)
         position_mask.scatter_(1, hidden, True)
         rows = torch.arange(batch, device=device).unsqueeze(1)

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAEDecoder",
+    "MAEDraws",
     "MAEModel",
     "MAEOutput",
     "TokenDecoder",
@@ -153,6 +154,19 @@ def decoder_width(encoder: ViTEncoder, width: int | None) -> tuple[int, int]:
     check(width >= 1, "decoder_dim", "a positive int", repr(width))
     num_heads = max(h for h in range(1, min(heads, width) + 1) if width % h == 0)
     return width, num_heads
+
+
+@dataclass(frozen=True)
+class MAEDraws:
+    """The random masks of one MAE step (:meth:`MAEModel.draw`).
+
+    Attributes:
+        masked: [B, M] slot indices of the masked patches, ascending.
+        visible: [B, N - M] slot indices of the visible patches, ascending.
+    """
+
+    masked: Tensor
+    visible: Tensor
 
 
 @dataclass(frozen=True)
@@ -337,21 +351,44 @@ class MAEModel(GridObjective):
         self.num_masked = masked_count(mask_ratio, num_positions)
         self.norm_pix_loss = norm_pix_loss
 
-    def forward(self, x: Tensor, generator: torch.Generator | None = None) -> MAEOutput:
-        """Run one MAE step.
+    def draw(self, x: Tensor, generator: torch.Generator | None = None) -> MAEDraws:
+        """Draw the masked and visible slots of every example of ``x`` (shape and device read).
 
         Args:
             x: [B, C, *spatial] inputs.
             generator: Random source of the masks (same seed, same masks).
 
         Returns:
+            The :class:`MAEDraws`.
+        """
+        self.check_input(x)
+        masked, visible = random_split(
+            int(x.shape[0]), self.num_positions, self.num_masked, generator, x.device
+        )
+        return MAEDraws(masked=masked, visible=visible)
+
+    def forward(
+        self,
+        x: Tensor,
+        generator: torch.Generator | None = None,
+        *,
+        draws: MAEDraws | None = None,
+    ) -> MAEOutput:
+        """Run one MAE step.
+
+        Args:
+            x: [B, C, *spatial] inputs.
+            generator: Random source of the masks (same seed, same masks), without ``draws``.
+            draws: The step's masks (:meth:`draw`).
+
+        Returns:
             An :class:`MAEOutput`; call ``output.loss.backward()`` to train.
         """
+        if draws is None:
+            draws = self.draw(x, generator)
+        masked, visible = draws.masked, draws.visible
         patches = self.sample(x).patches  # [B, N, C, *P], slot order (grid_index = arange)
         batch = patches.shape[0]
-        masked, visible = random_split(
-            batch, self.num_positions, self.num_masked, generator, patches.device
-        )
         rows = torch.arange(batch, device=patches.device).unsqueeze(1)
         features = self.encoder.forward_features(patches[rows, visible], visible)
         pred = self.decoder(features, visible)  # [B, N, F]

@@ -49,7 +49,18 @@ if TYPE_CHECKING:
     from partnd.engine.config import PretrainConfig
     from partnd.signal_info import SignalSpec
 
-__all__ = ["MP3Model", "MP3Output", "build_mp3"]
+__all__ = ["MP3Draws", "MP3Model", "MP3Output", "build_mp3"]
+
+
+@dataclass(frozen=True)
+class MP3Draws:
+    """The random key masks of one MP3 step (:meth:`MP3Model.draw`).
+
+    Attributes:
+        masked: [B, M] slot indices of the tokens removed from the keys and values, ascending.
+    """
+
+    masked: Tensor
 
 
 @dataclass(frozen=True)
@@ -103,24 +114,47 @@ class MP3Model(GridObjective):
         self.mask_ratio = mask_ratio
         self.num_masked = masked_count(mask_ratio, num_positions)
 
-    def forward(self, x: Tensor, generator: torch.Generator | None = None) -> MP3Output:
+    def draw(self, x: Tensor, generator: torch.Generator | None = None) -> MP3Draws:
+        """Draw the tokens removed from the keys and values of every example of ``x``.
+
+        Args:
+            x: [B, C, *spatial] inputs (shape and device read).
+            generator: Random source of the key masks (same seed, same masks).
+
+        Returns:
+            The :class:`MP3Draws`.
+        """
+        self.check_input(x)
+        masked, _ = random_split(
+            int(x.shape[0]), self.num_positions, self.num_masked, generator, x.device
+        )
+        return MP3Draws(masked=masked)
+
+    def forward(
+        self,
+        x: Tensor,
+        generator: torch.Generator | None = None,
+        *,
+        draws: MP3Draws | None = None,
+    ) -> MP3Output:
         """Run one MP3 step.
 
         Args:
             x: [B, C, *spatial] inputs.
-            generator: Random source of the key masks (same seed, same masks).
+            generator: Random source of the key masks (same seed, same masks), without ``draws``.
+            draws: The step's key masks (:meth:`draw`).
 
         Returns:
             An :class:`MP3Output`; call ``output.loss.backward()`` to train.
         """
+        if draws is None:
+            draws = self.draw(x, generator)
+        masked = draws.masked
         batch_patches = self.sample(x)
         patches = batch_patches.patches  # [B, N, C, *P]
         labels = batch_patches.grid_index
         assert labels is not None
         batch = patches.shape[0]
-        masked, _ = random_split(
-            batch, self.num_positions, self.num_masked, generator, patches.device
-        )
         key_mask = torch.zeros(batch, self.num_positions, dtype=torch.bool, device=patches.device)
         key_mask.scatter_(1, masked, True)
         features = self.encoder.forward_features(patches, None, key_mask=key_mask)

@@ -43,6 +43,7 @@ the answer away).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -55,22 +56,44 @@ from partnd.models.vit import ViTEncoder
 from partnd.objectives.anti_collapse import variance_covariance_terms
 from partnd.objectives.base import Objective, ObjectiveOutput
 from partnd.objectives.diagnostics import regression_diagnostics, target_names
-from partnd.patches.sampling import PatchBatch
+from partnd.patches.sampling import Boxes, PatchBatch
 from partnd.patches.targets import all_pairs, relative_targets, sample_pairs
 
-__all__ = ["PARTModel", "PARTOutput", "PatchSampler"]
+__all__ = ["PARTDraws", "PARTModel", "PARTOutput", "PatchSampler"]
 
 
 class PatchSampler(Protocol):
-    """Anything that cuts a :class:`~partnd.patches.sampling.PatchBatch` out of ``x: [B, C,
-    *spatial]``."""
+    """Anything that draws boxes for inputs ``x: [B, C, *spatial]`` and cuts a
+    :class:`~partnd.patches.sampling.PatchBatch` out of them."""
 
     ndim: int
     patch_size: tuple[int, ...]
 
-    def __call__(
-        self, x: Tensor, generator: torch.Generator | None = None, *, validate: bool = True
-    ) -> PatchBatch: ...
+    def draw(
+        self,
+        shape: Sequence[int],
+        generator: torch.Generator | None = None,
+        device: torch.device | str = "cpu",
+    ) -> Boxes: ...
+
+    def cut(self, x: Tensor, boxes: Boxes) -> PatchBatch: ...
+
+
+@dataclass(frozen=True)
+class PARTDraws:
+    """Every random quantity of one PART step, drawn before the forward (:meth:`PARTModel.draw`).
+
+    Attributes:
+        boxes: The sampler's :class:`~partnd.patches.sampling.Boxes`.
+        ref: [K] (shared pairs) or [B, K] reference patch indices.
+        tgt: Target patch indices, same shape as ``ref``.
+        position_mask: Anchored PART: [B, N] bool, True where the slot is hidden; else ``None``.
+    """
+
+    boxes: Boxes
+    ref: Tensor
+    tgt: Tensor
+    position_mask: Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -247,15 +270,17 @@ class PARTModel(Objective):
         return tokens, tokens
 
     def _anchored_pairs(
-        self, patches: PatchBatch, generator: torch.Generator | None
+        self,
+        batch: int,
+        num_patches: int,
+        generator: torch.Generator | None,
+        device: torch.device,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Hide ``M`` slots per example and draw pairs whose target is hidden.
 
         Returns:
             ``position_mask: [B, N]`` and per-example ``ref, tgt: [B, K]``.
         """
-        batch, num_patches = patches.batch_size, patches.num_patches
-        device = patches.centers.device
         ratio = self.encoder.pos_mask_ratio
         num_masked = min(num_patches - 1, max(1, round(ratio * num_patches)))
         draw_device = generator.device if generator is not None else device
@@ -274,7 +299,7 @@ class PARTModel(Objective):
         return position_mask, ref, tgt
 
     def _local_pairs(
-        self, patches: PatchBatch, generator: torch.Generator | None
+        self, boxes: Boxes, generator: torch.Generator | None
     ) -> tuple[Tensor, Tensor]:
         """Per-example pairs among patches closer than ``pair_radius`` reference lengths.
 
@@ -284,8 +309,8 @@ class PARTModel(Objective):
             ``ref, tgt: [B, K]``.
         """
         assert self.pair_radius is not None
-        centers, sizes = patches.centers, patches.sizes
-        num_patches = patches.num_patches
+        centers, sizes = boxes.centers, boxes.sizes
+        num_patches = int(centers.shape[1])
         offsets = (centers[:, None, :, :] - centers[:, :, None, :]).abs()  # [B, ref, tgt, d]
         close = (offsets < self.pair_radius * sizes[:, :, None, :]).all(dim=-1)
         eye = torch.eye(num_patches, dtype=torch.bool, device=centers.device)
@@ -326,8 +351,7 @@ class PARTModel(Objective):
             [translation, ratios[..., ndim:].mean(dim=(0, 1)).expand_as(translation)], -1
         )
 
-    def sample(self, x: Tensor, generator: torch.Generator | None = None) -> PatchBatch:
-        """Cut patches from ``x: [B, C, *spatial]`` without gradient (shape checks only)."""
+    def _check_input(self, x: Tensor) -> None:
         check(
             x.dim() == 2 + self.encoder.ndim and x.shape[1] == self.encoder.in_chans,
             "x",
@@ -335,39 +359,84 @@ class PARTModel(Objective):
             "dimension(s)",
             x,
         )
-        with torch.no_grad():
-            return self.sampler(x, generator=generator, validate=False)
 
-    def forward(self, x: Tensor, generator: torch.Generator | None = None) -> PARTOutput:
-        """Run one PART step.
+    def cut(self, x: Tensor, boxes: Boxes) -> PatchBatch:
+        """Cut the patches of drawn ``boxes`` from ``x: [B, C, *spatial]`` (no gradient, no
+        random draws; shape checks only)."""
+        self._check_input(x)
+        with torch.no_grad():
+            return self.sampler.cut(x, boxes)
+
+    def sample(self, x: Tensor, generator: torch.Generator | None = None) -> PatchBatch:
+        """Draw boxes and cut patches from ``x: [B, C, *spatial]`` without gradient (shape checks
+        only)."""
+        self._check_input(x)
+        return self.cut(x, self.sampler.draw(x.shape, generator, x.device))
+
+    def draw(self, x: Tensor, generator: torch.Generator | None = None) -> PARTDraws:
+        """Draw every random quantity of a step on ``x`` (reads its shape and device only): the
+        boxes, then the hidden slots and pairs (anchored), the local pairs, or the pairs.
+
+        The same draws, in the same order, from the same generator as the step drew inside its
+        forward before they were split out, so a seed gives the boxes and pairs it always gave.
 
         Args:
-            x: [B, C, *spatial] inputs (finite; validated once where the data enter).
-            generator: Random source for boxes and pairs (same seed, same boxes and pairs).
+            x: [B, C, *spatial] inputs.
+            generator: Random source (same seed, same draws).
 
         Returns:
-            A :class:`PARTOutput`; call ``output.loss.backward()`` to train.
+            The :class:`PARTDraws`, on ``x``'s device.
         """
-        patches = self.sample(x, generator)
-        baseline = None
+        self._check_input(x)
+        boxes = self.sampler.draw(x.shape, generator, x.device)
+        batch, num_patches = int(boxes.sizes.shape[0]), int(boxes.sizes.shape[1])
         if self.anchored:
-            position_mask, ref, tgt = self._anchored_pairs(patches, generator)
-            tokens, features = self.encode(patches, position_mask)
-            spatial = tuple(int(length) for length in x.shape[2:])
-            baseline = self._anchored_floor(patches, spatial, position_mask, ref, tgt)
-        elif self.pair_radius is not None:
-            tokens, features = self.encode(patches)
-            ref, tgt = self._local_pairs(patches, generator)
+            position_mask, ref, tgt = self._anchored_pairs(batch, num_patches, generator, x.device)
+            return PARTDraws(boxes=boxes, ref=ref, tgt=tgt, position_mask=position_mask)
+        if self.pair_radius is not None:
+            ref, tgt = self._local_pairs(boxes, generator)
         else:
-            tokens, features = self.encode(patches)
-            batch, num_patches = tokens.shape[:2]
             ref, tgt = sample_pairs(
                 num_patches,
                 self.num_pairs,
                 batch_size=None if self.shared_pairs else batch,
                 generator=generator,
-                device=tokens.device,
+                device=x.device,
             )
+        return PARTDraws(boxes=boxes, ref=ref, tgt=tgt)
+
+    def forward(
+        self,
+        x: Tensor,
+        generator: torch.Generator | None = None,
+        *,
+        draws: PARTDraws | None = None,
+    ) -> PARTOutput:
+        """Run one PART step.
+
+        Args:
+            x: [B, C, *spatial] inputs (finite; validated once where the data enter).
+            generator: Random source for boxes and pairs (same seed, same boxes and pairs), used
+                when ``draws`` is ``None``.
+            draws: The step's draws (:meth:`draw`); with them the forward draws nothing, and
+                compiles as one graph.
+
+        Returns:
+            A :class:`PARTOutput`; call ``output.loss.backward()`` to train.
+        """
+        if draws is None:
+            draws = self.draw(x, generator)
+        patches = self.cut(x, draws.boxes)
+        ref, tgt = draws.ref, draws.tgt
+        baseline = None
+        if self.anchored:
+            position_mask = draws.position_mask
+            assert position_mask is not None
+            tokens, features = self.encode(patches, position_mask)
+            spatial = tuple(int(length) for length in x.shape[2:])
+            baseline = self._anchored_floor(patches, spatial, position_mask, ref, tgt)
+        else:
+            tokens, features = self.encode(patches)
         target = relative_targets(
             patches.centers, patches.sizes, ref, tgt, scale=self.scale_targets, validate=False
         ).float()

@@ -62,12 +62,13 @@ from torch import Tensor, nn
 
 from partnd._validation import check
 from partnd.engine.config import PretrainConfig
+from partnd.engine.normalization import instance_normalize
 from partnd.models.heads import build_head
 from partnd.models.sequence import TEMPORAL_PRESETS, HierarchicalEncoder, create_temporal_encoder
 from partnd.models.vit import ViTEncoder
 from partnd.objectives.base import build_encoder
-from partnd.objectives.part import PARTModel, PARTOutput
-from partnd.patches.sampling import OffGridSampler, PatchBatch
+from partnd.objectives.part import PARTDraws, PARTModel, PARTOutput
+from partnd.patches.sampling import Boxes, OffGridSampler, PatchBatch
 from partnd.signal_info import SignalSpec
 
 __all__ = [
@@ -222,22 +223,7 @@ class CrossWindowPART(PARTModel):
         """The window encoder and the temporal encoder."""
         return cast(HierarchicalEncoder, self.encoder)
 
-    def sample(self, x: Tensor, generator: torch.Generator | None = None) -> PatchBatch:
-        """Draw ``N`` windows per segment and normalise each as fine-tuning windows are (no
-        gradient): instance normalisation, or (``normalize="record"``, segments already divided
-        by their night's channel scales) the window's mean removed.
-
-        Args:
-            x: [B, C, S * T] segments of raw (not per-window normalised) values.
-            generator: Random source of the window starts.
-
-        Returns:
-            A :class:`~partnd.patches.sampling.PatchBatch` with ``patches: [B, N, C, T]`` normalised
-            per window and channel, centres and sizes in samples, ``grid_index`` the slot of
-            each window's centre.
-        """
-        from partnd.engine.normalization import instance_normalize  # the reader pulls zarr
-
+    def _check_input(self, x: Tensor) -> None:
         hierarchical = self.hierarchical
         length = self.segment_windows * hierarchical.window_samples
         check(
@@ -247,7 +233,22 @@ class CrossWindowPART(PARTModel):
             f"of {hierarchical.window_samples} samples)",
             x,
         )
-        windows = super().sample(x, generator)
+
+    def cut(self, x: Tensor, boxes: Boxes) -> PatchBatch:
+        """Cut the drawn windows of every segment and normalise each as fine-tuning windows are
+        (no gradient): instance normalisation, or (``normalize="record"``, segments already
+        divided by their night's channel scales) the window's mean removed.
+
+        Args:
+            x: [B, C, S * T] segments of raw (not per-window normalised) values.
+            boxes: The windows drawn by :meth:`draw` (``N`` per segment).
+
+        Returns:
+            A :class:`~partnd.patches.sampling.PatchBatch` with ``patches: [B, N, C, T]`` normalised
+            per window and channel, centres and sizes in samples, ``grid_index`` the slot of
+            each window's centre.
+        """
+        windows = super().cut(x, boxes)
         with torch.no_grad():
             patches = windows.patches
             if self.normalize == "window":
@@ -273,12 +274,19 @@ class CrossWindowPART(PARTModel):
         tokens = hierarchical.encode_embeddings(embeddings, positions, position_mask=position_mask)
         return tokens[:, hierarchical.num_prefix_tokens :], embeddings
 
-    def forward(self, x: Tensor, generator: torch.Generator | None = None) -> PARTOutput:
+    def forward(
+        self,
+        x: Tensor,
+        generator: torch.Generator | None = None,
+        *,
+        draws: PARTDraws | None = None,
+    ) -> PARTOutput:
         """One step (see :meth:`PARTModel.forward`), plus the diagnostics of isolated pairs.
 
         Args:
             x: [B, C, S * T] segments.
-            generator: Random source of windows, hidden slots and pairs.
+            generator: Random source of windows, hidden slots and pairs (without ``draws``).
+            draws: The step's draws (:meth:`~partnd.objectives.part.PARTModel.draw`).
 
         Returns:
             PART's output; ``metrics`` also hold ``nmse_isolated`` (error over the content-free
@@ -286,7 +294,7 @@ class CrossWindowPART(PARTModel):
             ``isolated_share`` (their share of the pairs); a batch without such a pair counts
             as the floor (1).
         """
-        output = super().forward(x, generator)
+        output = super().forward(x, generator, draws=draws)
         with torch.no_grad():
             alone = isolated_windows(
                 output.patches.centers[..., 0], self.hierarchical.window_samples

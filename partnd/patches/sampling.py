@@ -23,6 +23,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -30,7 +31,7 @@ from partnd._validation import check, check_finite
 from partnd.patches.integer_box_resize import resize_integer_boxes
 from partnd.patches.resampling import resampling_taps
 
-__all__ = ["GridSampler", "OffGridSampler", "PatchBatch", "crop_and_resize"]
+__all__ = ["Boxes", "GridSampler", "OffGridSampler", "PatchBatch", "crop_and_resize"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,28 @@ class PatchBatch:
             if grid_index is None
             else grid_index.to(device, non_blocking=non_blocking),
         )
+
+
+@dataclass(frozen=True)
+class Boxes:
+    """The boxes a sampler cuts, drawn before the patches are cut (see ``OffGridSampler.draw``).
+
+    Attributes:
+        starts: ``[B, N, ndim]`` float32 lower box corners in input coordinates.
+        sizes: ``[B, N, ndim]`` float32 box extents.
+        size_bounds: Whole-sample extents on the CPU: the ``(lowest, highest)`` extent per
+            dimension that :func:`~partnd.patches.integer_box_resize.resize_integer_boxes` sizes
+            its tables by; ``None`` on the other paths.
+    """
+
+    starts: Tensor
+    sizes: Tensor
+    size_bounds: tuple[tuple[int, int], ...] | None = None
+
+    @property
+    def centers(self) -> Tensor:
+        """``[B, N, ndim]`` box centres, ``starts + sizes / 2``."""
+        return self.starts + self.sizes / 2
 
 
 def _patch_shape(patch_size: int | Sequence[int], ndim: int, argument: str) -> tuple[int, ...]:
@@ -341,6 +364,34 @@ def _resample_by_extent(x: Tensor) -> bool:
     return x.device.type == "cpu"
 
 
+@torch.compiler.disable(reason="a numba kernel on the CPU, which torch.compile cannot trace")
+def _resize_integer_boxes(
+    x: Tensor,
+    starts: Tensor,
+    sizes: Tensor,
+    patch_shape: tuple[int, ...],
+    size_bounds: list[tuple[int, int]],
+    antialias: bool,
+) -> Tensor:
+    """:func:`~partnd.patches.integer_box_resize.resize_integer_boxes`, run eagerly inside a
+    compiled step (its CPU kernel is numba's: one graph break, on the CPU with ``scale_range``)."""
+    return resize_integer_boxes(x, starts, sizes, patch_shape, size_bounds, antialias)
+
+
+def _integer_extent_range(
+    spatial: Sequence[int], patch_shape: Sequence[int], scale_range: tuple[float, float]
+) -> tuple[list[float], list[float]]:
+    """Whole-sample extent range per dimension: ``ceil(min(a P, L))`` and ``floor(min(b P,
+    L))``, each at least 1, computed in float32 as the drawn extents are."""
+    patch = np.asarray(patch_shape, dtype=np.float32)
+    lengths = np.asarray(spatial, dtype=np.float32)
+    low = np.minimum(patch * np.float32(scale_range[0]), lengths)
+    high = np.minimum(patch * np.float32(scale_range[1]), lengths)
+    low = np.maximum(np.ceil(low), np.float32(1.0))
+    high = np.maximum(np.floor(high), np.float32(1.0))
+    return [float(v) for v in low], [float(v) for v in high]
+
+
 def _draw_uniform(
     shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device
 ) -> Tensor:
@@ -458,7 +509,7 @@ class OffGridSampler:
     def __call__(
         self, x: Tensor, generator: torch.Generator | None = None, *, validate: bool = True
     ) -> PatchBatch:
-        """Draw boxes and cut the patches.
+        """Draw boxes and cut the patches (:meth:`draw`, then :meth:`cut`).
 
         Args:
             x: ``[B, C, *spatial]`` floating point input, every ``L_d >= P_d``.
@@ -472,43 +523,78 @@ class OffGridSampler:
             [B, N, ndim]`` and ``grid_index: [B, N]``.
         """
         if validate:
-            spatial = _check_input(x, self.patch_size)
-        else:
-            spatial = tuple(int(length) for length in x.shape[2:])
+            _check_input(x, self.patch_size)
+        return self.cut(x, self.draw(x.shape, generator, x.device))
+
+    def draw(
+        self,
+        shape: Sequence[int],
+        generator: torch.Generator | None = None,
+        device: torch.device | str = "cpu",
+    ) -> Boxes:
+        """Draw the boxes of a batch of inputs of shape ``shape`` (every random draw of the
+        sampler; no input values are read, so a training step draws before its compiled forward).
+
+        Args:
+            shape: ``(B, C, *spatial)``, the input's shape.
+            generator: Source of randomness (same seed, same boxes); draws happen on its device and
+                are moved to ``device``.
+            device: Device of the input (and of the returned boxes).
+
+        Returns:
+            The :class:`Boxes`: float32 ``starts``/``sizes: [B, N, ndim]`` on ``device``.
+        """
+        device = torch.device(device)
+        spatial = tuple(int(length) for length in shape[2:])
         num_boxes = self._resolve_num_patches(spatial, "x")
-        batch = int(x.shape[0])
-        shape = (batch, num_boxes, self.ndim)
-        lengths = torch.tensor(spatial, dtype=torch.float32, device=x.device)
-        patch = torch.tensor(self.patch_size, dtype=torch.float32, device=x.device)
-        size_bounds: list[tuple[int, int]] | None = None  # whole-sample extents drawn on the CPU
+        box_shape = (int(shape[0]), num_boxes, self.ndim)
+        lengths = torch.tensor(spatial, dtype=torch.float32, device=device)
+        patch = torch.tensor(self.patch_size, dtype=torch.float32, device=device)
+        size_bounds: tuple[tuple[int, int], ...] | None = None
         if self.scale_range is None:
-            sizes = patch.expand(shape).clone()
+            sizes = patch.expand(box_shape).clone()
+        elif self.integer_boxes:
+            # the extent range in whole samples, in float32 on the host (no read-back)
+            lowest, highest = _integer_extent_range(spatial, self.patch_size, self.scale_range)
+            low = torch.tensor(lowest, dtype=torch.float32, device=device)
+            high = torch.tensor(highest, dtype=torch.float32, device=device)
+            draw = _draw_uniform(box_shape, generator, device)
+            sizes = (low + draw * (high - low + 1)).floor_().clamp_(max=high)
+            # low > high (rounding) draws only high
+            size_bounds = tuple(
+                (int(min(a, b)), int(b)) for a, b in zip(lowest, highest, strict=True)
+            )
         else:
             low = torch.minimum(patch * self.scale_range[0], lengths)
             high = torch.minimum(patch * self.scale_range[1], lengths)
-            draw = _draw_uniform(shape, generator, x.device)
-            if self.integer_boxes:
-                low, high = low.ceil().clamp(min=1.0), high.floor().clamp(min=1.0)
-                sizes = (low + draw * (high - low + 1)).floor_().clamp_(max=high)
-                if _resample_by_extent(x):  # low > high (rounding) draws only high
-                    size_bounds = [
-                        (int(min(a, b)), int(b))
-                        for a, b in zip(low.tolist(), high.tolist(), strict=True)
-                    ]
-            else:
-                sizes = low + draw * (high - low)
+            draw = _draw_uniform(box_shape, generator, device)
+            sizes = low + draw * (high - low)
         free = lengths - sizes
-        draw = _draw_uniform(shape, generator, x.device)
+        draw = _draw_uniform(box_shape, generator, device)
         if self.integer_boxes:
             starts = (draw * (free + 1)).floor_().clamp_(max=free)
         else:
             starts = draw * free
+        return Boxes(starts=starts, sizes=sizes, size_bounds=size_bounds)
+
+    def cut(self, x: Tensor, boxes: Boxes) -> PatchBatch:
+        """Cut the patches of drawn boxes (no random draws, no gradient, no checks of ``x``).
+
+        Args:
+            x: ``[B, C, *spatial]`` floating point input.
+            boxes: Boxes drawn by :meth:`draw` for ``x``'s shape and device.
+
+        Returns:
+            A :class:`PatchBatch` (see :meth:`__call__`).
+        """
+        spatial = tuple(int(length) for length in x.shape[2:])
+        starts, sizes = boxes.starts, boxes.sizes
         with torch.no_grad():
             if self.scale_range is None and self.integer_boxes:
                 patches = _slice_boxes(x, starts, self.patch_size)
-            elif size_bounds is not None:
-                patches = resize_integer_boxes(
-                    x, starts, sizes, self.patch_size, size_bounds, self.antialias
+            elif boxes.size_bounds is not None and _resample_by_extent(x):
+                patches = _resize_integer_boxes(
+                    x, starts, sizes, self.patch_size, list(boxes.size_bounds), self.antialias
                 )
             else:
                 largest = [
@@ -578,9 +664,43 @@ class GridSampler:
             sizes ``P`` and ``grid_index = arange(N)``.
         """
         if validate:
-            spatial = _check_input(x, self.patch_size)
-        else:
-            spatial = tuple(int(length) for length in x.shape[2:])
+            _check_input(x, self.patch_size)
+        return self.cut(x, self.draw(x.shape, generator, x.device))
+
+    def draw(
+        self,
+        shape: Sequence[int],
+        generator: torch.Generator | None = None,
+        device: torch.device | str = "cpu",
+    ) -> Boxes:
+        """The tiles of inputs of shape ``shape`` as :class:`Boxes` (deterministic: the
+        generator is ignored, as in :meth:`__call__`).
+
+        Returns:
+            Tile corners ``g * P`` and extents ``P``, ``[B, N, ndim]`` float32 on ``device``.
+        """
+        spatial = tuple(int(length) for length in shape[2:])
+        grid = _grid_shape(spatial, self.patch_size)
+        batch = int(shape[0])
+        axes = [
+            torch.arange(g, device=device, dtype=torch.float32) * p
+            for g, p in zip(grid, self.patch_size, strict=True)
+        ]
+        mesh = torch.meshgrid(*axes, indexing="ij")
+        starts = torch.stack([m.reshape(-1) for m in mesh], dim=-1).expand(batch, -1, -1)
+        sizes = torch.tensor(self.patch_size, dtype=torch.float32, device=device)
+        return Boxes(
+            starts=starts.contiguous(), sizes=sizes.expand_as(starts).contiguous(), size_bounds=None
+        )
+
+    def cut(self, x: Tensor, boxes: Boxes) -> PatchBatch:
+        """Tile ``x`` (the boxes of :meth:`draw` give the centres and extents; no checks of
+        ``x``).
+
+        Returns:
+            A :class:`PatchBatch` (see :meth:`__call__`).
+        """
+        spatial = tuple(int(length) for length in x.shape[2:])
         grid = _grid_shape(spatial, self.patch_size)
         batch, channels = int(x.shape[0]), int(x.shape[1])
         ndim = self.ndim
@@ -594,18 +714,11 @@ class GridSampler:
         tiles = tiles.permute(0, *grid_axes, 1, *patch_axes)
         num_tiles = math.prod(grid)
         patches = tiles.reshape(batch, num_tiles, channels, *self.patch_size)
-        axes = [
-            (torch.arange(g, device=x.device, dtype=torch.float32) + 0.5) * p
-            for g, p in zip(grid, self.patch_size, strict=True)
-        ]
-        mesh = torch.meshgrid(*axes, indexing="ij")
-        centers = torch.stack([m.reshape(-1) for m in mesh], dim=-1).expand(batch, -1, -1)
-        sizes = torch.tensor(self.patch_size, dtype=torch.float32, device=x.device)
         grid_index = torch.arange(num_tiles, device=x.device).expand(batch, -1)
         return PatchBatch(
             patches=patches,
-            centers=centers.contiguous(),
-            sizes=sizes.expand(batch, num_tiles, ndim).contiguous(),
+            centers=boxes.centers,
+            sizes=boxes.sizes,
             grid_index=grid_index.contiguous(),
         )
 
