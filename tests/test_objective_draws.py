@@ -1,7 +1,7 @@
 """Every random quantity of an objective's step is drawn before its forward (``draw``), and those
 draws are the ones the step drew inside its forward before the split.
 
-``tests/data/objective_draws.json`` was recorded from the code before the draws were split out
+``tests/recorded/objective_draws.json`` was recorded from the code before the draws were split out
 (the same cases, batch and seeds as here): boxes, pairs and masks, the loss, and the next two
 draws of the generator (so the step consumed exactly what it consumed before). The pre-drawn
 forward must also be the forward that draws for itself.
@@ -19,7 +19,7 @@ from partnd.engine.config import PretrainConfig
 from partnd.objectives import build_objective
 from partnd.signal_info import SignalSpec
 
-RECORDED = json.loads((Path(__file__).parent / "data" / "objective_draws.json").read_text())
+RECORDED = json.loads((Path(__file__).parent / "recorded" / "objective_draws.json").read_text())
 
 WINDOWS = {"window_samples": 8, "segment_windows": 4, "num_windows": 3}
 WINDOWS.update({"temporal_encoder": "temporal_test"})
