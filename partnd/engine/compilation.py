@@ -9,15 +9,19 @@ them as CUDA graphs, one launch per compiled region (PART 2.9x, bare 2.8x).
 
 The module is compiled in place (:meth:`torch.nn.Module.compile`): its ``state_dict`` keys, the
 optimiser's parameters, the EMA copy, checkpoints and DDP wrapping are unchanged, and the EMA
-copy (made before compiling) and every submodule called directly stay eager. The objectives'
-random draws take an explicit ``torch.Generator``, which ``torch.compile`` does not trace: each
-draw runs eagerly between compiled regions, so a compiled step draws exactly what the eager
-step draws and resumes from the same generator states.
+copy (made before compiling) and every submodule called directly stay eager. The objectives draw
+every random quantity of a step before the forward (``Objective.draw``, from the run's
+generator, eagerly), and the forward on those draws is a pure function: it compiles as **one
+graph** (forward, and backward through autograd), so a step is one compiled region (one CUDA-graph
+replay with ``"reduce-overhead"``; before, the generator's draws inside the forward broke PART's
+EEG step into 9 regions). A compiled step draws exactly what the eager step draws and resumes
+from the same generator states.
 
 Settings (``TrainConfig.compile``): ``"off"``; ``"default"`` (fused kernels);
-``"reduce-overhead"`` (fused kernels replayed as CUDA graphs; CUDA only); ``"auto"``: see
-:func:`resolve_compile`. The first steps of a compiled run include the compilation (tens of
-seconds on a GPU host, minutes on a small CPU).
+``"reduce-overhead"`` (fused kernels replayed as CUDA graphs, at fixed shapes: the engine's
+batches all have the same shape, ``drop_last``; off CUDA there is no graph to replay and it
+resolves to ``"default"``); ``"auto"``: see :func:`resolve_compile`. The first steps of a compiled
+run include the compilation (tens of seconds on a GPU host, minutes on a small CPU).
 """
 
 from __future__ import annotations
@@ -35,10 +39,12 @@ COMPILE_MODES = ("auto", "off", "default", "reduce-overhead")
 #: ``torch.compile`` backend (tests swap in ``"aot_eager"``: the same tracing, no code generation).
 BACKEND = "inductor"
 
-#: What ``"auto"`` resolves to on CUDA. Measured on an H200 (``docs/cost.md``, bf16, batch 256):
-#: PART's EEG step 14,677 samples/s eager, 26,825 ``"default"``, 42,624 ``"reduce-overhead"``; the
-#: engine's whole step (clipping, EMA) 20,022 eager and 25,275 ``"default"``. ``"default"`` is the
-#: one that ran through the engine there; ``"reduce-overhead"`` is the faster opt-in.
+#: What ``"auto"`` resolves to on CUDA. Measured on an H200 (``docs/cost.md``, bf16, batch 256)
+#: before the draws were split out of the forward: PART's EEG step 14,677 samples/s eager, 26,825
+#: ``"default"``, 42,624 ``"reduce-overhead"``; the engine's whole step (clipping, EMA) 20,022
+#: eager and 25,275 ``"default"``. ``"default"`` is the one that ran through the engine there;
+#: whether ``"reduce-overhead"`` (one CUDA graph per step now) wins through the engine and
+#: resumes exactly on a GPU is pending measurement (``benchmarks/gpu_goals.py``).
 AUTO_ON_CUDA = "default"
 
 
@@ -52,21 +58,19 @@ def resolve_compile(setting: str, device: torch.device | str) -> str:
     Returns:
         ``"off"``, ``"default"`` or ``"reduce-overhead"``: ``"auto"`` gives
         :data:`AUTO_ON_CUDA` on CUDA and ``"off"`` elsewhere (on a CPU a step is bound by its
-        arithmetic, and compiling takes minutes); the others are returned as given.
+        arithmetic, and compiling takes minutes); ``"reduce-overhead"`` gives ``"default"`` off
+        CUDA (CUDA graphs replay on CUDA only; the fused kernels remain); the others are
+        returned as given.
 
     Raises:
-        InputError: For an unknown setting, or ``"reduce-overhead"`` off CUDA.
+        InputError: For an unknown setting.
     """
     check(setting in COMPILE_MODES, "compile", f"one of {COMPILE_MODES}", repr(setting))
     device = torch.device(device)
-    check(
-        setting != "reduce-overhead" or device.type == "cuda",
-        "compile",
-        "'auto', 'off' or 'default' off CUDA ('reduce-overhead' replays CUDA graphs)",
-        f"{setting!r} on {device}",
-    )
     if setting == "auto":
         return AUTO_ON_CUDA if device.type == "cuda" else "off"
+    if setting == "reduce-overhead" and device.type != "cuda":
+        return "default"
     return setting
 
 

@@ -130,8 +130,9 @@ class TrainConfig:
         compile: Compile the trained model's forward and backward with ``torch.compile``
             (:mod:`partnd.engine.compilation`): ``"auto"`` (on CUDA, where a small model's step
             is bound by kernel launches; off on a CPU), ``"off"``, ``"default"`` (fused kernels)
-            or ``"reduce-overhead"`` (fused kernels replayed as CUDA graphs, CUDA only). The same
-            losses and gradients within float rounding, the same random draws; the first steps
+            or ``"reduce-overhead"`` (fused kernels replayed as CUDA graphs; ``"default"`` off
+            CUDA). The same losses and gradients within float rounding, the same random draws
+            (drawn before the compiled forward, which is one graph); the first steps
             include the compilation. The run's ``meta.json`` records what it resolved to.
         num_workers: DataLoader worker processes (0 loads in the main process).
         loader_dtype: Dtype in which the loader ships input batches to the training process,
