@@ -1,4 +1,4 @@
-"""How ``TrainConfig.compile`` resolves per device (:func:`partnd.engine.compilation.resolve_compile`)."""
+"""How ``TrainConfig.compile`` resolves per device (``resolve_compile``)."""
 
 from __future__ import annotations
 
