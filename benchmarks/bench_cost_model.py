@@ -396,8 +396,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Measure, predict and print (see the module docstring)."""
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Measure, predict and print (see the module docstring); returns the validation's figures
+    (``predicted_s``, ``measured_s``, ``error``...) with ``--validate``, else nothing."""
     args = _parse(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -531,6 +532,8 @@ def main(argv: list[str] | None = None) -> None:
             f"  predicted {result['predicted_s']:.1f} s, measured {result['measured_s']:.1f} s, "
             f"error {100 * result['error']:+.1f}% (goal within 15%)"
         )
+        return result
+    return {}
 
 
 if __name__ == "__main__":

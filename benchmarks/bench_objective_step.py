@@ -14,6 +14,15 @@ It prints samples/s and each method's ratio to the bare step with the same numbe
 in the same turn); goals: MAE above 1 (its encoder sees a quarter of the tokens), PART at least
 0.9, every other method at least 0.8. Also the share of PART's step spent sampling patches.
 
+Next to samples/s it prints each step's **model FLOPs utilisation**: the FLOPs of one step
+(forward and backward, counted by ``torch.utils.flop_counter.FlopCounterMode`` on the eager
+module: matrix products and attention, the arithmetic that matters) per second of the timed
+step, over the device's dense bf16 peak (:data:`PEAK_BF16_TFLOPS` by device name; on a CPU the
+rate of a large bf16 matrix product measured at the start, or ``--peak-tflops``).
+
+Each method's step draws its boxes, pairs and masks first (``Objective.draw``) and runs the
+forward on them, as the engine does (the forward is then one compiled graph).
+
 ``--compile MODE`` compiles every timed module the way ``TrainConfig.compile`` does (in place,
 :mod:`partnd.engine.compilation`): each method's objective and the bare steps' encoder loss
 alike, so the ratios stay fair; the warm-up then includes the compilation (two more warm-up
@@ -26,6 +35,7 @@ Usage::
     python benchmarks/bench_objective_step.py --device cuda --steps 20
     python benchmarks/bench_objective_step.py --device cuda --steps 20 --compile default
     python benchmarks/bench_objective_step.py --threads 1 --clock cpu --batch-size 32  # loaded CPU
+    python benchmarks/bench_objective_step.py --device cuda --compile default --peak-tflops 989
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from partnd.engine.compilation import COMPILE_MODES, compile_module, mark_step
 from partnd.engine.config import PretrainConfig
@@ -50,6 +61,56 @@ from partnd.objectives import build_encoder, build_objective, list_objectives
 from partnd.signal_info import SignalSpec
 
 SHAPES = {"eeg_sleep": (6, (3000,)), "images_cifar": (3, (32, 32))}
+
+
+#: Dense bf16 peak (TFLOP/s, no sparsity) by a substring of ``torch.cuda.get_device_name``,
+#: first match wins (vendor data sheets).
+PEAK_BF16_TFLOPS = {
+    "H100 PCIe": 756.0,
+    "H100": 989.0,  # SXM
+    "H200": 989.0,
+    "A100": 312.0,
+    "L40S": 362.0,
+    "A10G": 70.0,
+}
+
+
+def step_flops(model: torch.nn.Module, compute_loss: Callable[[], torch.Tensor]) -> int:
+    """FLOPs of one forward and backward of ``compute_loss`` (an eager module: compiled
+    kernels are not seen by the counter); the gradients are cleared after."""
+    counter = FlopCounterMode(display=False)
+    with counter:
+        compute_loss().float().backward()
+    model.zero_grad(set_to_none=True)
+    return int(counter.get_total_flops())
+
+
+def measured_matmul_tflops(device: torch.device, size: int = 1024, repeats: int = 5) -> float:
+    """TFLOP/s of the fastest of ``repeats`` bf16 ``size``-square matrix products on
+    ``device`` (a CPU's attainable peak, for the utilisation where no data sheet applies)."""
+    a = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+    b = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+    best = math.inf
+    for _ in range(repeats + 1):
+        _synchronize(device)
+        start = time.perf_counter()
+        a @ b
+        _synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e12
+
+
+def peak_tflops(device: torch.device, given: float | None = None) -> tuple[float, str]:
+    """The bf16 peak to divide by and where it comes from: ``given``, the data sheet of the
+    CUDA device (:data:`PEAK_BF16_TFLOPS`), else a measured matrix product."""
+    if given is not None:
+        return given, "given"
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        for key, value in PEAK_BF16_TFLOPS.items():
+            if key in name:
+                return value, f"{key} data sheet"
+    return measured_matmul_tflops(device), "measured bf16 matmul"
 
 
 def _synchronize(device: torch.device) -> None:
@@ -153,9 +214,11 @@ def run(
     precision: str,
     clock: str = "wall",
     compile_mode: str = "off",
+    peak: float | None = None,
 ) -> list[dict[str, Any]]:
     """Time every method and the bare steps (each compiled with ``compile_mode``); one row per
-    method."""
+    method. With ``peak`` (TFLOP/s), each row also holds the model FLOPs utilisation ``mfu`` of
+    the method and ``bare_mfu`` of its bare step."""
     channels, spatial = SHAPES[preset]
     spec = SignalSpec(channels, spatial)
     base = PretrainConfig.preset(preset)
@@ -168,26 +231,32 @@ def run(
     part_tokens = base.num_patches or grid_tokens
     token_counts = {part_tokens if method == "part" else grid_tokens for method in methods}
     timed: dict[str, Callable[[], None]] = {}
+    flops: dict[str, int] = {}
     for tokens in sorted(token_counts):
         torch.manual_seed(0)
         bare = BareLoss(build_encoder(base, spec)).to(device).train()
-        compile_module(bare, compile_mode)
         patches = torch.randn(batch_size, tokens, channels, *patch, device=device)
 
         def bare_loss(bare: Any = bare, patches: torch.Tensor = patches) -> torch.Tensor:
             return bare(patches)
 
+        with autocast(device, precision):
+            flops[f"bare_{tokens}"] = step_flops(bare, bare_loss)
+        compile_module(bare, compile_mode)
         timed[f"bare_{tokens}"] = training_step(bare, bare_loss, device, precision, compile_mode)
     models = {}
     for method in methods:
         torch.manual_seed(0)
         model = build_objective(base.replace(method=method), spec).to(device).train()
-        compile_module(model, compile_mode)
         models[method] = model
 
         def loss(model: Any = model) -> torch.Tensor:
-            return model(inputs, generator=generator).loss
+            # as the engine: the step's draws first (eager), then the forward on them
+            return model(inputs, draws=model.draw(inputs, generator)).loss
 
+        with autocast(device, precision):
+            flops[method] = step_flops(model, loss)
+        compile_module(model, compile_mode)
         timed[method] = training_step(model, loss, device, precision, compile_mode)
     if "part" in models:
 
@@ -213,6 +282,11 @@ def run(
         }
         if method == "part":
             row["sampling_share"] = seconds["part_sampling"] / seconds["part"]
+        row["step_tflop"] = flops[method] / 1e12
+        row["bare_step_tflop"] = flops[f"bare_{tokens}"] / 1e12
+        if peak is not None:
+            row["mfu"] = flops[method] / seconds[method] / (peak * 1e12)
+            row["bare_mfu"] = flops[f"bare_{tokens}"] / bare / (peak * 1e12)
         rows.append(row)
     return rows
 
@@ -242,6 +316,13 @@ def main(argv: list[str] | None = None) -> None:
         help="compile every timed module as TrainConfig.compile does (the methods and the bare "
         "steps alike)",
     )
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="the device's dense bf16 peak for the utilisation (default: the data sheet of a "
+        "known GPU, else a measured bf16 matrix product)",
+    )
     parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
     args = parser.parse_args(argv)
     if args.threads is not None:
@@ -258,6 +339,8 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.steps} timed + {args.warmup} warm-up steps each, interleaved, {args.clock} "
         f"clock, compile {args.compile}; load average {os.getloadavg()[0]:.1f}"
     )
+    peak, peak_source = peak_tflops(device, args.peak_tflops)
+    print(f"bf16 peak {peak:.3g} TFLOP/s ({peak_source})")
     rows = run(
         args.preset,
         args.methods,
@@ -268,10 +351,11 @@ def main(argv: list[str] | None = None) -> None:
         args.precision,
         args.clock,
         args.compile,
+        peak,
     )
     print(
         f"{'method':>10} {'params M':>9} {'samples/s':>10} {'bare/s':>9} {'tokens':>7} "
-        f"{'ratio':>6} {'spread':>11}"
+        f"{'ratio':>6} {'spread':>11} {'MFU':>6} {'bare MFU':>8}"
     )
     for row in rows:
         extra = (
@@ -282,10 +366,12 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"{row['method']:>10} {row['parameters_M']:9.2f} {row['samples_per_s']:10.1f} "
             f"{row['bare_samples_per_s']:9.1f} {row['bare_tokens']:7d} {row['ratio']:6.2f} "
-            f"{row['ratio_spread'][0]:5.2f}-{row['ratio_spread'][1]:<5.2f}{extra}"
+            f"{row['ratio_spread'][0]:5.2f}-{row['ratio_spread'][1]:<5.2f} "
+            f"{row['mfu']:6.1%} {row['bare_mfu']:8.1%}{extra}"
         )
     if args.json is not None:
         settings = {"preset": args.preset, "device": where, "precision": args.precision}
+        settings.update({"peak_tflops": peak, "peak_source": peak_source})
         settings.update({"batch_size": args.batch_size, "compile": args.compile})
         with open(args.json, "w") as handle:
             json.dump({**settings, "rows": rows}, handle, indent=1)

@@ -11,8 +11,11 @@ of windows:
 * **bare**: ready-cut windows ``[B, N, C, T]`` with their slots through the same encoder, a
   mean-square stand-in loss.
 
-It prints windows/s of both and their ratio (goal: at least 0.9), and the share of the step
-spent drawing and normalising windows.
+It prints windows/s of both and their ratio (goal: at least 0.9), the share of the step
+spent drawing and normalising windows, and the model FLOPs utilisation of both steps
+(``bench_objective_step.step_flops`` over the device's bf16 peak). The objective draws its
+windows and pairs first (``Objective.draw``), then runs the forward on them, as the engine does;
+``--compile MODE`` compiles both steps as ``TrainConfig.compile`` does.
 
 Usage::
 
@@ -20,6 +23,7 @@ Usage::
     python benchmarks/bench_part_windows_step.py --demo --batch-size 16  # the demo's encoder
     python benchmarks/bench_part_windows_step.py --head cross_attention  # the paper's head
     python benchmarks/bench_part_windows_step.py --device cuda --batch-size 64 --steps 20
+    python benchmarks/bench_part_windows_step.py --device cuda --batch-size 64 --compile default
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ import argparse
 from typing import Any
 
 import torch
-from bench_objective_step import interleaved_times, training_step
+from bench_objective_step import interleaved_times, peak_tflops, step_flops, training_step
 
+from partnd.engine.compilation import COMPILE_MODES, compile_module
 from partnd.engine.config import PretrainConfig
 from partnd.engine.distributed import resolve_device
 from partnd.engine.precision import PRECISIONS, autocast, resolve_precision
@@ -40,10 +45,31 @@ from partnd.signal_info import SignalSpec
 CHANNELS = 6
 
 
+class BareWindows(torch.nn.Module):
+    """The bare step's forward: the hierarchical encoder on ready-cut windows (with their slots)
+    and a mean-square stand-in loss (a module, so that it compiles like the objective)."""
+
+    def __init__(self, encoder: torch.nn.Module, positions: torch.Tensor | None) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.positions = positions
+
+    def forward(self, patches: torch.Tensor) -> torch.Tensor:
+        """Args: patches: [B, N, C, T] windows. Returns: the scalar stand-in loss."""
+        return self.encoder.forward_features(patches, self.positions).float().square().mean()
+
+
 def run(
-    config: PretrainConfig, batch_size: int, steps: int, warmup: int, device: torch.device
+    config: PretrainConfig,
+    batch_size: int,
+    steps: int,
+    warmup: int,
+    device: torch.device,
+    compile_mode: str = "off",
+    peak: float | None = None,
 ) -> dict[str, Any]:
-    """Time the objective's step, the bare step and the window sampling."""
+    """Time the objective's step, the bare step and the window sampling (both steps compiled
+    with ``compile_mode``); with ``peak`` (TFLOP/s) also their FLOPs utilisation."""
     spec = SignalSpec(CHANNELS, (config.segment_windows * config.window_samples,))
     segments = torch.randn(batch_size, *spec.item_shape, device=device)
     generator = torch.Generator(device=device).manual_seed(0)
@@ -59,23 +85,39 @@ def run(
     positions = slots if bare.pos_embed is not None else None
 
     def objective_loss() -> torch.Tensor:
-        return objective(segments, generator=generator).loss
+        return objective(segments, draws=objective.draw(segments, generator)).loss
+
+    bare_step = BareWindows(bare, positions)
 
     def bare_loss() -> torch.Tensor:
-        return bare.forward_features(patches, positions).float().square().mean()
+        return bare_step(patches)
+
+    with autocast(device, config.precision):
+        flops = {"part_windows": step_flops(objective, objective_loss)}
+        flops["bare"] = step_flops(bare_step, bare_loss)
+    compile_module(objective, compile_mode)
+    compile_module(bare_step, compile_mode)
 
     def sample() -> None:
         with autocast(device, config.precision):
             objective.sample(segments, generator)
 
     timed = {
-        "part_windows": training_step(objective, objective_loss, device, config.precision),
-        "bare": training_step(bare, bare_loss, device, config.precision),
+        "part_windows": training_step(
+            objective, objective_loss, device, config.precision, compile_mode
+        ),
+        "bare": training_step(bare_step, bare_loss, device, config.precision, compile_mode),
         "sampling": sample,
     }
     seconds = interleaved_times(timed, steps, warmup, device)
     count = batch_size * config.num_windows
+    utilisation = {}
+    if peak is not None:
+        utilisation = {f"{name}_mfu": flops[name] / seconds[name] / (peak * 1e12) for name in flops}
     return {
+        **utilisation,
+        "step_tflop": flops["part_windows"] / 1e12,
+        "segments_per_s": batch_size / seconds["part_windows"],
         "windows_per_step": count,
         "part_windows_per_s": count / seconds["part_windows"],
         "bare_per_s": count / seconds["bare"],
@@ -97,6 +139,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--head", choices=PretrainConfig.HEADS, help="the relative head (default: the preset's)"
     )
+    parser.add_argument(
+        "--compile",
+        choices=[mode for mode in COMPILE_MODES if mode != "auto"],
+        default="off",
+        help="compile both steps as TrainConfig.compile does",
+    )
+    parser.add_argument(
+        "--peak-tflops", type=float, default=None, help="the device's dense bf16 peak"
+    )
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
     args.precision = resolve_precision(args.precision, device)
@@ -116,12 +167,16 @@ def main(argv: list[str] | None = None) -> None:
         f"{config.segment_windows} windows, {config.num_windows} drawn each, {args.steps} timed "
         f"+ {args.warmup} warm-up steps each, interleaved"
     )
-    row = run(config, args.batch_size, args.steps, args.warmup, device)
+    peak, peak_source = peak_tflops(device, args.peak_tflops)
+    warmup = args.warmup + (2 if args.compile != "off" else 0)
+    row = run(config, args.batch_size, args.steps, warmup, device, args.compile, peak)
     print(
         f"part_windows {row['part_windows_per_s']:.1f} windows/s, bare "
         f"{row['bare_per_s']:.1f} windows/s ({row['windows_per_step']} windows a step, "
         f"{row['parameters_M']:.2f} M parameters): ratio {row['ratio']:.2f} "
-        f"(drawing and normalising windows {row['sampling_share']:.1%} of the step)"
+        f"(drawing and normalising windows {row['sampling_share']:.1%} of the step); "
+        f"compile {args.compile}; MFU {row['part_windows_mfu']:.1%}, bare {row['bare_mfu']:.1%} "
+        f"of {peak:.3g} TFLOP/s ({peak_source})"
     )
 
 

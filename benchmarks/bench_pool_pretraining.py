@@ -5,11 +5,14 @@ every record of a store (``--store``), it times, in one run:
 
 1. **the loader**: batches of segments read from the store exactly as pretraining reads them
    (:class:`~partnd.datasets.segments.SleepSegmentDataset` over the pool's nights, the trainer's
-   chunk-aware epoch order, a ``DataLoader`` with 0 or more workers);
-2. **the step**: one PART-across-windows optimiser step (the objective, forward under autocast,
-   backward, AdamW) of the study's window and temporal encoders (``--demo``: the demo's 128-wide
-   window ViT and its front-end) on segments of the same shape, on ``--device`` (a GPU: the
-   step a pretraining there consumes at, ``--precision`` as the engine resolves it);
+   chunk-aware epoch order, a ``DataLoader`` with each of ``--workers`` worker counts, each batch
+   read at once and shipped in each of ``--loader-dtypes``, ``float32`` or ``bfloat16``, as the
+   engine's ``loader_dtype``);
+2. **the step**: one PART-across-windows optimiser step (the step's draws, then the objective's
+   forward under autocast, backward, AdamW) of the study's window and temporal encoders
+   (``--demo``: the demo's 128-wide window ViT and its front-end) on segments of the same shape,
+   on ``--device`` (a GPU: the step a pretraining there consumes at, ``--precision`` as the
+   engine resolves it, ``--compile`` as ``TrainConfig.compile``);
 
 and prints segments/s and hours of EEG/s of both (a segment of ``S`` windows covers ``S`` × 30 s;
 the objective reads ``N`` of its windows), their ratio (the loader should be several times
@@ -22,6 +25,9 @@ Usage::
     python benchmarks/bench_pool_pretraining.py --store runs/pool_store.zarr --demo --steps 5
     python benchmarks/bench_pool_pretraining.py --study runs/axes --demo --device cuda \
         --steps 20 --workers 0 2 4 8
+    python benchmarks/bench_pool_pretraining.py --store runs/pool_store.zarr --demo --device cuda \
+        --precision bf16 --compile default --batch-size 64 --workers 4 8 12 \
+        --loader-dtypes float32 bfloat16
 """
 
 from __future__ import annotations
@@ -35,9 +41,11 @@ import torch
 from bench_objective_step import interleaved_times, training_step
 from torch.utils.data import DataLoader
 
+from partnd.datasets.adapters import SignalDataset, as_signal_dataset
 from partnd.datasets.pools import PretrainingPools
 from partnd.datasets.segments import SleepSegmentDataset
 from partnd.datasets.store import SleepStore
+from partnd.engine.compilation import COMPILE_MODES, compile_module
 from partnd.engine.config import PretrainConfig
 from partnd.engine.distributed import resolve_device
 from partnd.engine.precision import PRECISIONS, resolve_precision
@@ -47,15 +55,47 @@ from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES, SCALES, STUDY_FRO
 from partnd.signal_info import SignalSpec
 
 
-def loader_rate(dataset: SleepSegmentDataset, batch_size: int, workers: int, batches: int) -> float:
-    """Segments/s of the trainer's loading path over ``batches`` batches after one untimed,
-    epoch after epoch when the pool holds fewer."""
+class BatchReads(torch.utils.data.Dataset[torch.Tensor]):
+    """A dataset read a batch at a time in ``dtype`` (the engine's loading path: the loader's
+    ``__getitems__`` returns the whole batch, which the identity collation passes on)."""
+
+    def __init__(self, dataset: SignalDataset, dtype: torch.dtype) -> None:
+        self.dataset = dataset
+        self.dtype = dtype
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return self.dataset.batch([index], self.dtype)[0]
+
+    def __getitems__(self, indices: list[int]) -> torch.Tensor:
+        return self.dataset.batch(indices, self.dtype)
+
+
+#: What ``--loader-dtypes`` accepts: the engine's ``loader_dtype`` values.
+LOADER_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def loader_rate(
+    dataset: SleepSegmentDataset,
+    batch_size: int,
+    workers: int,
+    batches: int,
+    dtype: torch.dtype = torch.float32,
+) -> float:
+    """Segments/s of the trainer's loading path (batches read at once, shipped in ``dtype``)
+    over ``batches`` batches after one untimed, epoch after epoch when the pool holds fewer."""
     order = epoch_order(
         dataset, seed=0, rank=0, world_size=1, batch_size=batch_size, num_workers=workers
     )
     sampler = ResumableBatchSampler(order, batch_size)
     loader = DataLoader(
-        dataset, batch_sampler=sampler, num_workers=workers, persistent_workers=workers > 0
+        BatchReads(as_signal_dataset(dataset)[0], dtype),
+        batch_sampler=sampler,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+        collate_fn=lambda batch: batch,
     )
     seen, count, start, epoch = 0, 0, 0.0, 0
     while seen <= batches:
@@ -73,19 +113,28 @@ def loader_rate(dataset: SleepSegmentDataset, batch_size: int, workers: int, bat
 
 
 def step_rate(
-    config: PretrainConfig, channels: int, steps: int, device: torch.device
+    config: PretrainConfig,
+    channels: int,
+    steps: int,
+    device: torch.device,
+    compile_mode: str = "off",
 ) -> dict[str, float]:
     """Segments/s of a PART-across-windows optimiser step on ``device`` at the config's
-    precision (median of ``steps`` after one untimed; the device synchronised around each)."""
+    precision, compiled with ``compile_mode`` (median of ``steps`` after one untimed, three when
+    compiled; the device synchronised around each)."""
     spec = SignalSpec(channels, (config.segment_windows * config.window_samples,))
     torch.manual_seed(0)
     model = build_objective(config, spec).to(device).train()
+    compile_module(model, compile_mode)
     segments = torch.randn(config.batch_size, *spec.item_shape, device=device)
     generator = torch.Generator(device=device).manual_seed(0)
-    step = training_step(
-        model, lambda: model(segments, generator=generator).loss, device, config.precision
-    )
-    seconds = interleaved_times({"step": step}, steps, 1, device)["step"]
+
+    def loss() -> torch.Tensor:
+        return model(segments, draws=model.draw(segments, generator)).loss
+
+    step = training_step(model, loss, device, config.precision, compile_mode)
+    warmup = 1 if compile_mode == "off" else 3
+    seconds = interleaved_times({"step": step}, steps, warmup, device)["step"]
     return {"segments_per_s": config.batch_size / seconds, "step_s": seconds}
 
 
@@ -125,6 +174,19 @@ def main(argv: list[str] | None = None) -> None:
         default="fp32",
         help="the step's precision (auto: bf16 where the device runs it fast, as pretraining)",
     )
+    parser.add_argument(
+        "--compile",
+        choices=[mode for mode in COMPILE_MODES if mode != "auto"],
+        default="off",
+        help="compile the step as TrainConfig.compile does",
+    )
+    parser.add_argument(
+        "--loader-dtypes",
+        nargs="+",
+        choices=sorted(LOADER_DTYPES),
+        default=["float32"],
+        help="dtypes the loader ships batches in (the engine's loader_dtype)",
+    )
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
     precision = resolve_precision(args.precision, device)
@@ -151,15 +213,16 @@ def main(argv: list[str] | None = None) -> None:
     size, window_s = config.segment_windows, float(store.window_seconds)
     segment_hours = size * window_s / 3600
     drawn_hours = config.num_windows * window_s / 3600
-    step = step_rate(config, len(store.channels), args.steps, device)
+    step = step_rate(config, len(store.channels), args.steps, device, args.compile)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(
         f"step (batch {args.batch_size}, S={size}, N={config.num_windows}, {precision}, "
-        f"{where}, {torch.get_num_threads()} threads): {step['step_s']:.3f} s = "
+        f"{where}, compile {args.compile}, {torch.get_num_threads()} threads): "
+        f"{step['step_s']:.3f} s = "
         f"{step['segments_per_s']:.2f} segments/s = {step['segments_per_s'] * segment_hours:.2f} "
         f"h of EEG/s covered ({step['segments_per_s'] * drawn_hours:.2f} h drawn)"
     )
-    header = f"{'pool':>8}{'hours':>8}{'segments':>10}{'workers':>8}{'load seg/s':>12}"
+    header = f"{'pool':>8}{'hours':>8}{'segments':>10}{'workers':>8}{'dtype':>9}{'load seg/s':>12}"
     print(header + f"{'load h/s':>10}{'load/step':>11}{'epoch min':>11}")
     for name, records in pools.items():
         dataset = SleepSegmentDataset(
@@ -171,12 +234,15 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name:>8}{hours:>8.1f}{len(dataset):>10}  fewer segments than a batch")
             continue
         for workers in args.workers:
-            rate = loader_rate(dataset, args.batch_size, workers, args.batches)
-            print(
-                f"{name:>8}{hours:>8.1f}{len(dataset):>10}{workers:>8}{rate:>12.2f}"
-                f"{rate * segment_hours:>10.1f}{rate / step['segments_per_s']:>11.1f}"
-                f"{epoch_minutes:>11.1f}"
-            )
+            for dtype_name in args.loader_dtypes:
+                dtype = LOADER_DTYPES[dtype_name]
+                rate = loader_rate(dataset, args.batch_size, workers, args.batches, dtype)
+                print(
+                    f"{name:>8}{hours:>8.1f}{len(dataset):>10}{workers:>8}{dtype_name:>9}"
+                    f"{rate:>12.2f}"
+                    f"{rate * segment_hours:>10.1f}{rate / step['segments_per_s']:>11.1f}"
+                    f"{epoch_minutes:>11.1f}"
+                )
     pc18_segments = args.pc18_nights * 8 * 3600 / window_s / dataset.stride
     print(
         f"PhysioNet 2018 ({args.pc18_nights} nights of 8 h): about {pc18_segments:.0f} segments "
