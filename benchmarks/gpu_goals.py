@@ -71,8 +71,16 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
             "loader_batches": 2,
             "workers": [0, 2],
             "docs_workers": 2,
-            "validate": ["--validate-batch", "4", "--validate-records", "2"]
-            + ["--validate-windows", "8", "--validate-epochs", "1"],
+            "validate": [
+                "--validate-batch",
+                "4",
+                "--validate-records",
+                "2",
+                "--validate-windows",
+                "8",
+                "--validate-epochs",
+                "1",
+            ],
         }
     return {
         "batch": args.batch_size,
@@ -85,8 +93,8 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "loader_batches": 40,
         "workers": args.workers,
         "docs_workers": args.docs_workers,
-        "validate": ["--validate-batch", "256", "--validate-records", "24"]
-        + ["--validate-windows", "960", "--validate-workers", str(args.docs_workers)],
+        "validate": "--validate-batch 256 --validate-records 24 --validate-windows 960 "
+        f"--validate-workers {args.docs_workers}".split(),
     }
 
 
@@ -204,11 +212,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
         print("5. The cost model against a short measured run (bench_cost_model --validate)")
         validation = bench_cost_model.main(
-            ["--device", str(device), "--settings", "eeg", "--methods", "part"]
-            + ["--precision", "bf16", "--compile", compile_mode, "--workers", "0"]
-            + ["--store-records", "2", "--store-windows", "64", "--loader-batches", "2"]
-            + ["--steps", str(sizes["steps"]), "--batch-size", str(sizes["batch"])]
-            + ["--validate", *sizes["validate"]]
+            f"--device {device} --settings eeg --methods part --precision bf16 --compile "
+            f"{compile_mode} --workers 0 --store-records 2 --store-windows 64 --loader-batches 2 "
+            f"--steps {sizes['steps']} --batch-size {sizes['batch']} --validate".split()
+            + sizes["validate"]
         )
     summary["cost_model_abs_error"] = abs(validation["error"])
 
