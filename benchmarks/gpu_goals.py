@@ -71,6 +71,8 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
             "loader_batches": 2,
             "workers": [0, 2],
             "docs_workers": 2,
+            "cost_workers": 0,
+            "cost_store_windows": 160,  # the loader table reads batches of the preset's 256
             "validate": [
                 "--validate-batch",
                 "4",
@@ -93,6 +95,8 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "loader_batches": 40,
         "workers": args.workers,
         "docs_workers": args.docs_workers,
+        "cost_workers": args.docs_workers,
+        "cost_store_windows": 960,
         "validate": "--validate-batch 256 --validate-records 24 --validate-windows 960 "
         f"--validate-workers {args.docs_workers}".split(),
     }
@@ -213,8 +217,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         print("5. The cost model against a short measured run (bench_cost_model --validate)")
         validation = bench_cost_model.main(
             f"--device {device} --settings eeg --methods part --precision bf16 --compile "
-            f"{compile_mode} --workers 0 --store-records 2 --store-windows 64 --loader-batches 2 "
-            f"--steps {sizes['steps']} --batch-size {sizes['batch']} --validate".split()
+            f"{compile_mode} --workers {sizes['cost_workers']} --store-records 2 --store-windows "
+            f"{sizes['cost_store_windows']} --loader-batches 2 --steps {sizes['steps']} "
+            f"--batch-size {sizes['batch']} --validate".split()
             + sizes["validate"]
         )
     summary["cost_model_abs_error"] = abs(validation["error"])

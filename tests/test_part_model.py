@@ -279,8 +279,9 @@ def anchored_model(
 def test_anchored_pairs_always_target_a_hidden_slot() -> None:
     model = anchored_model()
     assert model.anchored
-    patches = model.sample(torch.randn(4, 1, 400), torch.Generator().manual_seed(0))
-    mask, ref, tgt = model._anchored_pairs(patches, torch.Generator().manual_seed(1))
+    draws = model.draw(torch.randn(4, 1, 400), torch.Generator().manual_seed(1))
+    mask, ref, tgt = draws.position_mask, draws.ref, draws.tgt
+    assert mask is not None
     assert mask.sum(dim=1).tolist() == [3, 3, 3, 3]  # round(0.3 * 10) per example
     assert bool(mask.gather(1, tgt).all()) and bool((ref != tgt).all())
     assert ref.shape == tgt.shape == (4, 16)
