@@ -7,7 +7,7 @@ STAMP := $(VENV)/.partnd-installed
 DEMO_OUT ?= runs/demo
 DEMO_JOBS ?= 2
 
-.PHONY: install test test-fast demo lint format bench clean
+.PHONY: install test test-fast demo lint format bench gpu-goals clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_part_windows_step.py --demo --batch-size 8 --steps 5
 	$(PY) benchmarks/bench_sequence.py
 	$(PY) benchmarks/bench_ssl_images.py
+
+# every goal of issue 44 (PART's GPU step) in one run on one GPU; `--smoke` runs anywhere
+gpu-goals: $(STAMP)
+	$(PY) benchmarks/gpu_goals.py --device cuda
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
