@@ -91,13 +91,13 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "segments": args.segments,
         "segment_windows": None,
         "num_windows": None,
-        "store": (24, 960),
-        "loader_batches": 40,
+        "store": (12, 960),
+        "loader_batches": 20,
         "workers": args.workers,
         "docs_workers": args.docs_workers,
         "cost_workers": args.docs_workers,
         "cost_store_windows": 960,
-        "validate": "--validate-batch 256 --validate-records 24 --validate-windows 960 "
+        "validate": "--validate-batch 256 --validate-records 12 --validate-windows 960 "
         f"--validate-workers {args.docs_workers}".split(),
     }
 
@@ -121,7 +121,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:K")
     parser.add_argument("--smoke", action="store_true", help="tiny settings (any machine)")
     parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--segments", type=int, default=64, help="segments per windows step")
+    parser.add_argument(
+        "--segments", type=int, default=32, help="segments per step (the preset's batch)"
+    )
     parser.add_argument("--steps", type=int, default=20, help="timed steps of each kind")
     parser.add_argument(
         "--compile",
