@@ -72,7 +72,9 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
             "workers": [0, 2],
             "docs_workers": 2,
             "cost_workers": 0,
-            "cost_store_windows": 160,  # the loader table reads batches of the preset's 256
+            "cost_store_records": 2,
+            "cost_store_windows": 256,  # the loader table times batches of the preset's 256
+            "cost_loader_batches": 1,
             "validate": [
                 "--validate-batch",
                 "4",
@@ -96,7 +98,9 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "workers": args.workers,
         "docs_workers": args.docs_workers,
         "cost_workers": args.docs_workers,
+        "cost_store_records": 12,  # 2 x 12 + 1 + 4 batches of 256 with 12 workers
         "cost_store_windows": 960,
+        "cost_loader_batches": 4,
         "validate": "--validate-batch 256 --validate-records 12 --validate-windows 960 "
         f"--validate-workers {args.docs_workers}".split(),
     }
@@ -219,8 +223,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         print("5. The cost model against a short measured run (bench_cost_model --validate)")
         validation = bench_cost_model.main(
             f"--device {device} --settings eeg --methods part --precision bf16 --compile "
-            f"{compile_mode} --workers {sizes['cost_workers']} --store-records 2 --store-windows "
-            f"{sizes['cost_store_windows']} --loader-batches 2 --steps {sizes['steps']} "
+            f"{compile_mode} --workers {sizes['cost_workers']} --store-records "
+            f"{sizes['cost_store_records']} --store-windows "
+            f"{sizes['cost_store_windows']} --loader-batches {sizes['cost_loader_batches']} "
+            f"--steps {sizes['steps']} "
             f"--batch-size {sizes['batch']} --validate".split()
             + sizes["validate"]
         )
