@@ -84,6 +84,8 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
                 "8",
                 "--validate-epochs",
                 "1",
+                "--validate-loader-batches",
+                "2",
             ],
         }
     return {
