@@ -50,6 +50,7 @@ from partnd.models.serialization import (
     save_hierarchical_encoder,
 )
 from partnd.objectives import CrossWindowPART, Objective, build_objective
+from partnd.objectives.base import draws_first
 from partnd.objectives.registry import registered
 
 __all__ = [
@@ -104,8 +105,10 @@ class ObjectiveTask:
         Args: model: (DDP-wrapped) objective; batch: [B, C, *spatial]. Returns: loss, metrics."""
         wrapped = model.module if isinstance(model, DistributedDataParallel) else model
         objective = cast(Objective, wrapped)
-        draws = objective.draw(batch, generator)
-        output = model(batch, draws=draws)
+        if not draws_first(objective):  # it draws inside its forward (breaks a compiled graph)
+            output = model(batch, generator=generator)
+        else:
+            output = model(batch, draws=objective.draw(batch, generator))
         return output.loss, output.metrics
 
 

@@ -35,6 +35,7 @@ from partnd.objectives import (
     build_objective,
     list_objectives,
 )
+from partnd.objectives.base import draws_first
 from partnd.objectives.droppos import grid_coordinates, position_smoothing, smoothed_labels
 from partnd.objectives.mae import decoder_width, masked_count, normalized_patch_targets
 from partnd.pretraining import pretrain
@@ -256,7 +257,10 @@ def compiled_and_eager_steps(
         generator = seeded(7)
         model.zero_grad(set_to_none=True)
         graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-        out = model(x, draws=model.draw(x, generator))  # as the engine: draw, then forward
+        if draws_first(model):  # as the engine: draw, then forward
+            out = model(x, draws=model.draw(x, generator))
+        else:
+            out = model(x, generator=generator)
         out.loss.backward()
         graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs
         values = {"loss": out.loss.detach(), **out.metrics}
@@ -290,7 +294,17 @@ def test_compiled_step_equals_the_eager_step(
         torch.testing.assert_close(compiled[name], value, rtol=1e-4, atol=1e-6, msg=name)
 
 
-@pytest.mark.parametrize("method", METHODS)
+#: The objectives that draw before their forward (the window-context ones, RP and TS, draw
+#: inside it).
+DRAWING_METHODS = ["droppos", "mae", "mp3", "part", "part_grid", "part_windows"]
+
+
+def test_the_drawing_objectives_are_listed() -> None:
+    drawing = [m for m in METHODS if draws_first(build(m, widest_shape(m)))]
+    assert drawing == DRAWING_METHODS
+
+
+@pytest.mark.parametrize("method", DRAWING_METHODS)
 def test_the_predrawn_step_compiles_as_one_graph(method: str) -> None:
     """Given its draws, every objective's forward (patching, encoder, head or decoder, loss and
     diagnostics) is one graph without a break, and its backward with it (one compiled region:

@@ -25,7 +25,14 @@ if TYPE_CHECKING:
     from partnd.engine.config import PretrainConfig
     from partnd.signal_info import SignalSpec
 
-__all__ = ["GridObjective", "Objective", "ObjectiveOutput", "build_encoder", "patch_shape"]
+__all__ = [
+    "GridObjective",
+    "Objective",
+    "ObjectiveOutput",
+    "build_encoder",
+    "draws_first",
+    "patch_shape",
+]
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,13 @@ class Objective(nn.Module):
             The loss and diagnostics.
         """
         raise NotImplementedError
+
+
+def draws_first(objective: Objective) -> bool:
+    """Whether ``objective`` draws its step's randomness before the forward (it implements
+    :meth:`Objective.draw`; the window-context objectives, RP and TS, still draw inside their
+    forward, so their compiled steps break at each draw)."""
+    return type(objective).draw is not Objective.draw
 
 
 class GridObjective(Objective):

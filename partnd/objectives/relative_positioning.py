@@ -128,17 +128,21 @@ class RelativePositioning(WindowContextObjective):
         self.num_pairs = int(num_pairs)
         self.head = nn.Linear(encoder.embed_dim, 1)
 
-    def forward(self, x: Tensor, generator: torch.Generator | None = None) -> ObjectiveOutput:
+    def forward(
+        self, x: Tensor, generator: torch.Generator | None = None, *, draws: None = None
+    ) -> ObjectiveOutput:
         """One step.
 
         Args:
             x: [B, C, S * T] segments.
             generator: Random source of the pairs and labels.
+            draws: ``None``: this objective draws inside its forward (it has no ``draw``).
 
         Returns:
             Binary cross-entropy of the head on ``|h(x1) - h(x2)|``, ``accuracy`` next to
             ``accuracy_chance`` and ``positive_share``.
         """
+        check(draws is None, "draws", "None (this objective draws inside its forward)", draws)
         self.check_segments(x)
         with torch.no_grad():
             first, second, labels = relative_positioning_pairs(

@@ -152,17 +152,21 @@ class TemporalShuffling(WindowContextObjective):
         self.num_triplets = int(num_triplets)
         self.head = nn.Linear(2 * encoder.embed_dim, 1)
 
-    def forward(self, x: Tensor, generator: torch.Generator | None = None) -> ObjectiveOutput:
+    def forward(
+        self, x: Tensor, generator: torch.Generator | None = None, *, draws: None = None
+    ) -> ObjectiveOutput:
         """One step.
 
         Args:
             x: [B, C, S * T] segments.
             generator: Random source of the triplets and labels.
+            draws: ``None``: this objective draws inside its forward (it has no ``draw``).
 
         Returns:
             Binary cross-entropy of the head on ``[|h(x1) - h(x2)|, |h(x2) - h(x3)|]``,
             ``accuracy`` next to ``accuracy_chance`` and ``positive_share``.
         """
+        check(draws is None, "draws", "None (this objective draws inside its forward)", draws)
         self.check_segments(x)
         with torch.no_grad():
             triplets, labels = temporal_shuffling_triplets(

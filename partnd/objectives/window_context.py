@@ -191,9 +191,6 @@ class WindowContextObjective(Objective):
         pooled = self.encoder.forward_head(tokens, pre_logits=True)
         return pooled.view(*slots.shape, -1)
 
-    def forward(self, x: Tensor, generator: torch.Generator | None = None) -> ObjectiveOutput:
-        raise NotImplementedError
-
     def extra_repr(self) -> str:
         return (
             f"segment_windows={self.segment_windows}, window_samples={self.window_samples}, "
