@@ -48,6 +48,7 @@ from partnd.engine.checkpoint import atomic_write_text
 from partnd.engine.distributed import resolve_device
 from partnd.finetuning.sequence import EVALUATION_CROP, predict_nights
 from partnd.models.braindecode_stagers import NightStager
+from partnd.models.montage import read_data_channels
 from partnd.models.night import NightClassifier
 from partnd.models.sequence import SequenceClassifier
 
@@ -315,7 +316,11 @@ def _window_probabilities(
         context=model.context if isinstance(model, SequenceClassifier) else EVALUATION_CROP,
         labelled_only=False,
         normalize=source.normalize,
-        channels=list(model.signal_info.ch_names or source.ch_names),
+        channels=list(
+            source.ch_names
+            if model.signal_info.channel_mode == "set"
+            else model.signal_info.ch_names or source.ch_names
+        ),
         progress=False,
     )
     by_window = np.full((len(nights.window_labels()), model.num_classes), np.nan, np.float32)
@@ -369,6 +374,7 @@ def predict(
     check_batch_size(batch_size)
     expected = getattr(model, "signal_info", None)
     dataset, _ = as_signal_dataset(data, "data", expected=expected)
+    read_data_channels(model, dataset.info)
     located = _store_windows(dataset)
     if located is not None:
         timing = _record_timing(*located)

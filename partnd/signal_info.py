@@ -57,6 +57,10 @@ class SignalInfo:
         normalization: How the windows of a sleep store were normalised (``"window"``,
             ``"record"`` or ``"none"``, see :data:`partnd.engine.normalization.NORMALIZATIONS`),
             or ``None`` when unknown (arrays are used as given).
+        channel_mode: ``"fixed"``: a model of this signal reads exactly these channels (picked
+            by name); ``"set"``: a channel-set model, which reads any named derivations of 10-05
+            electrodes, and ``ch_names`` are the derivations it has seen in training (its
+            montage).
     """
 
     in_chans: int
@@ -64,6 +68,7 @@ class SignalInfo:
     ch_names: tuple[str, ...] | None = None
     sfreq: float | None = None
     normalization: str | None = None
+    channel_mode: str = "fixed"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "spatial_shape", tuple(int(n) for n in self.spatial_shape))
@@ -79,6 +84,12 @@ class SignalInfo:
             repr(self.ch_names),
         )
         check(self.sfreq is None or self.sfreq > 0, "sfreq", "None or a rate > 0", repr(self.sfreq))
+        check(
+            self.channel_mode in ("fixed", "set"),
+            "channel_mode",
+            "'fixed' or 'set'",
+            repr(self.channel_mode),
+        )
 
     @property
     def n_times(self) -> int | None:
@@ -105,6 +116,8 @@ class SignalInfo:
             text += f" ({self.window_seconds:g} s)"
         if self.normalization is not None:
             text += f", {self.normalization} normalisation"
+        if self.channel_mode == "set":
+            text += ", any channel set of 10-05 derivations"
         return text
 
     def to_dict(self) -> dict[str, Any]:
@@ -115,6 +128,7 @@ class SignalInfo:
             "ch_names": None if self.ch_names is None else list(self.ch_names),
             "sfreq": self.sfreq,
             "normalization": self.normalization,
+            "channel_mode": self.channel_mode,
         }
 
     @classmethod
@@ -127,6 +141,7 @@ class SignalInfo:
             ch_names=None if names is None else tuple(names),
             sfreq=values.get("sfreq"),
             normalization=values.get("normalization"),
+            channel_mode=values.get("channel_mode", "fixed"),
         )
 
 
@@ -141,7 +156,9 @@ def match_signal(
     """Check that data (``actual``) fit a model trained on ``expected``.
 
     Rules, in this order: sampling rates must agree when both are known, and so must the
-    normalisation of store windows; when both sides name
+    normalisation of store windows; a channel-set model (``expected.channel_mode == "set"``)
+    reads any named derivations whose electrodes are in the 10-05 montage (the data must name
+    their channels; they are used as they are); else, when both sides name
     their channels, the data must hold every channel of the model (picked by name, in the model's
     order), else the channel counts must agree; with ``same_shape`` the item shapes must agree
     (a classifier's grid is fixed; an encoder being fine-tuned may see other window lengths).
@@ -176,7 +193,18 @@ def match_signal(
             f"{actual.normalization} normalisation",
         )
     picks: tuple[int, ...] | None = None
-    if expected.ch_names is not None and actual.ch_names is not None:
+    if expected.channel_mode == "set":
+        from partnd.models.electrodes import derivation_positions
+
+        check(
+            actual.ch_names is not None,
+            argument,
+            f"named channels {trained}",
+            f"{actual.in_chans} unnamed channels",
+        )
+        assert actual.ch_names is not None
+        derivation_positions(actual.ch_names, argument)
+    elif expected.ch_names is not None and actual.ch_names is not None:
         missing = [name for name in expected.ch_names if name not in actual.ch_names]
         if missing:
             raise InputError(

@@ -623,6 +623,13 @@ class FinetuneConfig(TrainConfig):
             trained without a pretrained one (see
             :data:`partnd.models.sequence.TEMPORAL_PRESETS`).
         temporal_overrides: Keyword overrides of that preset.
+        channel_mode: ``"fixed"`` (default): a from-scratch encoder reads exactly the training
+            data's channels; ``"set"``: it reads any named channel set
+            (:class:`partnd.models.channel_set.ChannelSetPatchEmbed`: per-channel tokens of the
+            configured front-end, embedded by electrode positions, averaged over channels), so
+            the classifier also reads stores of another montage. A given encoder brings its own.
+        channel_options: Options of the channel-set front-end (``channel_dropout``,
+            ``subset_sampling``, ``frequencies``).
         night_crop: Night classifier: consecutive windows of a record per training crop (a
             shorter record is one padded crop); prediction reads whole records whatever it is.
         stager: Train one of the field's deep stagers from braindecode instead of a ViT
@@ -650,6 +657,8 @@ class FinetuneConfig(TrainConfig):
     night_crop: int = 128
     stager: str | None = None
     stager_overrides: dict[str, Any] = field(default_factory=dict)
+    channel_mode: Literal["fixed", "set"] = "fixed"
+    channel_options: dict[str, Any] = field(default_factory=dict)
 
     def _validate(self) -> None:
         super()._validate()
@@ -673,6 +682,12 @@ class FinetuneConfig(TrainConfig):
             )
         self._positive("eval_batch_size")
         self._positive("night_crop")
+        check(
+            self.channel_mode in ("fixed", "set"),
+            self._arg("channel_mode"),
+            "'fixed' or 'set'",
+            repr(self.channel_mode),
+        )
         check(
             0.0 <= self.label_smoothing < 1.0,
             self._arg("label_smoothing"),

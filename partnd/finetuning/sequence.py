@@ -42,6 +42,7 @@ from partnd.engine.distributed import resolve_device
 from partnd.evaluation.metrics import ClassificationReport, classification_metrics
 from partnd.models import create_encoder
 from partnd.models.braindecode_stagers import NightStager
+from partnd.models.montage import channel_set_overrides, read_data_channels
 from partnd.models.night import ContextClassifier, NightClassifier
 from partnd.models.sequence import HierarchicalEncoder, SequenceClassifier, hierarchical_from_window
 from partnd.models.vit import ViTEncoder, check_tiles
@@ -259,6 +260,7 @@ def build_sequence_classifier(
     num_classes: int,
     in_chans: int,
     window_samples: int,
+    ch_names: Sequence[str] | None = None,
 ) -> ContextClassifier:
     """The classifier ``finetune`` trains with ``config.context``: a sequence classifier over
     that many windows, or a night classifier for ``"night"``.
@@ -272,6 +274,8 @@ def build_sequence_classifier(
         num_classes: Number of classes K.
         in_chans: Channels of the data.
         window_samples: Samples T of one window.
+        ch_names: The data's channel names (a channel-set encoder, ``config.channel_mode ==
+            "set"``, is laid out in them).
 
     Returns:
         The classifier (the encoder is copied).
@@ -279,6 +283,8 @@ def build_sequence_classifier(
     context = config.context
     check(context is not None, "FinetuneConfig.context", "a number of windows or 'night'", "None")
     assert context is not None
+    if encoder is not None and ch_names is not None:
+        read_data_channels(encoder, SignalInfo(len(ch_names), (window_samples,), tuple(ch_names)))
     if isinstance(encoder, HierarchicalEncoder):
         check(
             encoder.in_chans == in_chans and encoder.window_samples == window_samples,
@@ -296,7 +302,11 @@ def build_sequence_classifier(
             in_chans=in_chans,
             patch_size=config.patch_size,
             ndim=1,
-            **config.encoder_overrides,
+            **(
+                channel_set_overrides(config.encoder_overrides, ch_names, config.channel_options)
+                if config.channel_mode == "set"
+                else config.encoder_overrides
+            ),
         )
     check(
         window.in_chans == in_chans and window.ndim == 1,

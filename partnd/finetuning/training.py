@@ -51,6 +51,7 @@ from partnd.finetuning.sequence import (
 from partnd.inference import predict_logits
 from partnd.models import PatchClassifier, ViTEncoder, create_encoder, list_encoders
 from partnd.models.braindecode_stagers import NightStager, WindowStager, build_stager
+from partnd.models.montage import channel_set_overrides, read_data_channels, seen_signal
 from partnd.models.night import ContextClassifier, NightClassifier
 from partnd.models.sequence import HierarchicalEncoder, SequenceClassifier
 from partnd.models.serialization import (
@@ -256,16 +257,26 @@ def _check_architecture(
 
 
 def _prepare_encoder(
-    backbone: ViTEncoder | None, preset: str | None, config: FinetuneConfig, spec: SignalSpec
+    backbone: ViTEncoder | None,
+    preset: str | None,
+    config: FinetuneConfig,
+    spec: SignalSpec,
+    info: SignalInfo,
 ) -> ViTEncoder:
     if backbone is None:
+        overrides = config.encoder_overrides
+        if config.channel_mode == "set":
+            overrides = channel_set_overrides(
+                overrides, info.ch_names, config.channel_options, "FinetuneConfig.channel_options"
+            )
         return create_encoder(
             preset or config.encoder,
             in_chans=spec.in_chans,
             patch_size=config.patch_size,
             ndim=spec.ndim,
-            **config.encoder_overrides,
+            **overrides,
         )
+    read_data_channels(backbone, info)
     check(
         backbone.in_chans == spec.in_chans and backbone.ndim == spec.ndim,
         "train_dataset",
@@ -331,12 +342,14 @@ def evaluate(
             model.signal_info,
             "dataset",
         )
+        read_data_channels(model, sequence_signal_info(sequences))
         check(labels is None, "labels", "None for a sequence classifier (store labels)", "labels")
         return evaluate_sequences(
             model, sequences, class_names=class_names, batch_size=batch_size, device=device
         )
     expected = getattr(model, "signal_info", None)
     data, _ = as_labelled_dataset(dataset, labels, expected=expected)
+    read_data_channels(model, data.info)
     logits = predict_logits(model, data.signals, batch_size=batch_size, device=device)
     num_classes = int(logits.shape[-1])
     truth = torch.as_tensor(check_labels(data, num_classes, "labels", "the classifier's classes"))
@@ -486,13 +499,14 @@ def _window_setup(
             val_set, num_classes, "val_labels" if val_labels is not None else "val_dataset"
         )
     model: PatchClassifier | WindowStager
+    signal = train_set.info
     if config.stager is not None:
         stager = _build_stager(config, num_classes, train_set.info)
         assert isinstance(stager, WindowStager)  # FinetuneConfig pairs stagers and contexts
         model, architecture = stager, {"stager": stager.spec()}
     else:
         patch = "FinetuneConfig.patch_size" if backbone is None else "encoder"
-        backbone = _prepare_encoder(backbone, preset, config, spec)
+        backbone = _prepare_encoder(backbone, preset, config, spec, train_set.info)
         _check_fits(backbone, spec, "train_dataset", patch)
         model = PatchClassifier(
             backbone,
@@ -504,7 +518,9 @@ def _window_setup(
             copy_encoder=False,
         )
         architecture = encoder_spec(model.encoder)
-    model.signal_info = train_set.info
+        if backbone.channel_mode == "set":
+            signal = seen_signal(signal, expected)
+    model.signal_info = signal
     weights = None
     if config.class_weights == "balanced":
         weights = balanced_class_weights(train_label_array, num_classes)
@@ -527,7 +543,7 @@ def _window_setup(
         train_set=train_set,
         validate=None if val_set is None else _validator(report),
         report=report,
-        signal=train_set.info,
+        signal=signal,
         data_shape={"in_chans": spec.in_chans, "spatial_shape": list(spec.spatial_shape)},
         num_val_items=0 if val_set is None else len(val_set),
         fingerprints={
@@ -591,8 +607,11 @@ def _sequence_setup(
             num_classes=num_classes,
             in_chans=train_set.n_chans,
             window_samples=train_set.n_times,
+            ch_names=train_set.ch_names,
         )
         architecture = encoder_spec(model.encoder.window)
+        if model.encoder.window.channel_mode == "set":
+            signal = seen_signal(signal, expected)
     model.signal_info = signal
     weights = None
     if config.class_weights == "balanced":

@@ -4,6 +4,7 @@ sequences of windows (hierarchical encoder, sequence classifier, night classifie
 The pretraining objectives that combine them (PART, ...) live in :mod:`partnd.objectives`.
 """
 
+from partnd.models.channel_set import ChannelSetPatchEmbed
 from partnd.models.classifier import PatchClassifier
 from partnd.models.heads import (
     CrossAttentionHead,
@@ -23,6 +24,7 @@ from partnd.models.sequence import (
 from partnd.models.vit import ViTEncoder
 
 __all__ = [
+    "ChannelSetPatchEmbed",
     "CrossAttentionHead",
     "HierarchicalEncoder",
     "MLPHead",

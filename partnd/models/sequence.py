@@ -163,10 +163,15 @@ class HierarchicalEncoder(nn.Module):
         self.window = window
         self.temporal = temporal
         self.window_samples = int(window_samples)
-        self.in_chans = window.in_chans
         self.patch_size = (self.window_samples,)
         self.embed_dim = temporal.embed_dim
         self.num_classes = 0
+
+    @property
+    def in_chans(self) -> int:
+        """Channels C of a window (the window encoder's; a channel-set encoder's follow the
+        layout it reads)."""
+        return self.window.in_chans
 
     @property
     def pos_embed(self) -> nn.Parameter | None:

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from partnd._validation import InputError, check, describe
+from partnd.models.channel_set import CHANNEL_SET, ChannelSetPatchEmbed, build_channel_set
 from partnd.models.frontends import build_frontend
 from partnd.signal_info import SignalInfo
 
@@ -213,7 +214,9 @@ class ViTEncoder(nn.Module):
             training (see above); requires ``num_positions``.
         num_classes: Width of the linear classifier on [CLS]; 0 means ``head`` is the identity.
         frontend: How a patch becomes a token (``patch_embed``): ``"linear"``, ``"spectral"``
-            (1-D only) or ``"conv"`` (see :func:`partnd.models.frontends.build_frontend`).
+            (1-D only) or ``"conv"`` (see :func:`partnd.models.frontends.build_frontend`), or
+            ``"channel_set"``: any named channel set, each channel tokenised by one of those
+            (see :class:`partnd.models.channel_set.ChannelSetPatchEmbed`).
         frontend_options: Options of the front-end (e.g. ``{"max_frequency": 0.3}`` for
             ``"spectral"``).
     """
@@ -283,12 +286,16 @@ class ViTEncoder(nn.Module):
         self.signal_info: SignalInfo | None = None
 
         #: The tokenizer: patches [B, N, C, *P] -> tokens [B, N, D].
-        self.patch_embed = build_frontend(
-            frontend,
-            in_chans=in_chans,
-            patch_size=self.patch_size,
-            embed_dim=embed_dim,
-            options=frontend_options,
+        self.patch_embed: nn.Module = (
+            build_channel_set(in_chans, self.patch_size, embed_dim, frontend_options)
+            if frontend == CHANNEL_SET
+            else build_frontend(
+                frontend,
+                in_chans=in_chans,
+                patch_size=self.patch_size,
+                embed_dim=embed_dim,
+                options=frontend_options,
+            )
         )
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
         drop_rates = torch.linspace(0.0, drop_path_rate, depth).tolist()
@@ -309,6 +316,43 @@ class ViTEncoder(nn.Module):
         self.reset_classifier(num_classes)
         if num_positions is not None:
             self.add_position_embedding(num_positions, pos_mask_ratio)
+
+    @property
+    def channel_mode(self) -> str:
+        """``"set"`` when the front-end reads any named channel set (``frontend="channel_set"``,
+        :class:`partnd.models.channel_set.ChannelSetPatchEmbed`), else ``"fixed"``."""
+        return "set" if self.architecture["frontend"] == CHANNEL_SET else "fixed"
+
+    def read_channels(self, channels: Sequence[str]) -> None:
+        """Read items laid out in the named ``channels`` from now on (channel-set encoders).
+
+        No weight changes: the front-end embeds every channel from its electrodes' positions, so
+        any derivations of 10-05 electrodes, in any order and number, can be read.
+        ``in_chans`` and :attr:`architecture` follow the layout.
+
+        Args:
+            channels: Derivation names of the items' channels, in order (e.g. ``["Fpz-Cz"]``).
+
+        Raises:
+            InputError: For a fixed-channel encoder, or naming the channels whose electrodes are
+                not in the 10-05 montage.
+        """
+        check(
+            self.channel_mode == "set",
+            "channels",
+            f"the encoder's own {self.in_chans} channels (a fixed-channel encoder: train with "
+            "channel_mode='set' to read other channel sets)",
+            repr(list(channels)),
+        )
+        assert isinstance(self.patch_embed, ChannelSetPatchEmbed)
+        self.patch_embed.set_channels(channels)
+        names = [str(name) for name in channels]
+        self.in_chans = len(names)
+        self.patch_dim = self.in_chans * math.prod(self.patch_size)
+        options = dict(self.architecture["frontend_options"], channels=names)
+        self.architecture = dict(
+            self.architecture, in_chans=self.in_chans, frontend_options=options
+        )
 
     def add_position_embedding(self, num_positions: int, pos_mask_ratio: float = 0.0) -> None:
         """Install a freshly initialised (trunc-normal 0.02) slot position embedding.
@@ -493,7 +537,8 @@ class ViTEncoder(nn.Module):
         """Tile whole inputs on the regular grid and encode them (what fine-tuning does).
 
         Args:
-            x: [B, C, *spatial] inputs (the remainder of ``L_d // P_d`` tiles is dropped); the
+            x: [B, C, *spatial] inputs (the remainder of ``L_d // P_d`` tiles is dropped; for a
+                channel-set encoder, NaN in the channels an item lacks); the
                 grid must have ``num_positions`` tiles when the encoder has a position embedding.
 
         Returns:
@@ -501,7 +546,13 @@ class ViTEncoder(nn.Module):
         """
         from partnd.patches.sampling import GridSampler
 
-        patches = GridSampler(self.ndim, self.patch_size)(x)
+        sampler = GridSampler(self.ndim, self.patch_size)
+        if self.channel_mode == "set":  # NaN marks the channels an item lacks
+            sampler(torch.nan_to_num(x[:1, :1], nan=0.0))  # the checks of shape and type
+            check(not bool(torch.isinf(x).any()), "x", "finite values or NaN (absent channels)", x)
+            patches = sampler(x, validate=False)
+        else:
+            patches = sampler(x)
         positions = patches.grid_index if self.pos_embed is not None else None
         if positions is not None:
             check(
