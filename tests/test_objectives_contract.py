@@ -83,8 +83,15 @@ def method_settings(method: str, spatial: tuple[int, ...]) -> dict[str, object]:
     }
 
 
-#: Front-end cases beyond the registered names: case -> (front-end, its options).
-FRONTEND_VARIANTS = {"spectral_std": ("spectral", {"standardize": True})}
+#: Front-end cases beyond the registered names: case -> (front-end, its options). The channel-set
+#: front-end tokenises each channel with ``linear`` and is laid out in derivations named by
+#: :func:`frontend_overrides` (its items may lack channels: NaN).
+FRONTEND_VARIANTS = {
+    "spectral_std": ("spectral", {"standardize": True}),
+    "channel_set": ("channel_set", {}),
+}
+#: Derivations of the channel-set front-end's layout, the first ``in_chans`` of them.
+DERIVATIONS = ("C4-M1", "O2-M1", "F3-M2")
 #: Front-ends that read 1-D patches only.
 ONE_D_FRONTENDS = ("spectral", "spectral_std")
 #: Patch length per front-end (default 4): a spectrum needs a few bins (5 of 8 samples, not 3).
@@ -96,9 +103,11 @@ def frontend_cases() -> list[str]:
     return [*list_frontends(), *FRONTEND_VARIANTS]
 
 
-def frontend_overrides(case: str) -> dict[str, object]:
-    """The encoder overrides of a front-end case."""
+def frontend_overrides(case: str, in_chans: int = 2) -> dict[str, object]:
+    """The encoder overrides of a front-end case for items of ``in_chans`` channels."""
     name, options = FRONTEND_VARIANTS.get(case, (case, {}))
+    if name == "channel_set":
+        options = {**options, "channels": list(DERIVATIONS[:in_chans])}
     return {"frontend": name, "frontend_options": options}
 
 
@@ -150,7 +159,7 @@ def build(
     settings = {
         "patch_size": PATCH_SIZES.get(frontend, 4),
         **method_settings(method, spatial),
-        "encoder_overrides": frontend_overrides(frontend),
+        "encoder_overrides": frontend_overrides(frontend, in_chans),
         **overrides,
     }
     config = PretrainConfig.preset("test", method=method, **settings)
@@ -411,6 +420,26 @@ def test_on_white_noise_every_objective_stays_at_its_floor(method: str, frontend
         assert last["recon_nmse"] > 0.9, last
     else:
         assert last["nmse"] > 0.85, last
+
+
+@pytest.mark.parametrize(("method", "ndim"), [(m, n) for m in METHODS for n in (1, 2)])
+def test_items_with_different_channel_sets_train_with_the_channel_set_encoder(
+    method: str, ndim: int
+) -> None:
+    """Items of one batch hold different channel sets (NaN marks a channel an item lacks): the
+    loss and every gradient stay finite."""
+    if method in WINDOW_METHODS and ndim > 1:
+        pytest.skip("PART across windows reads 1-D segments")
+    spatial = shape_of(ndim)
+    model = build(method, spatial, in_chans=3, frontend="channel_set")
+    x = torch.randn(4, 3, *spatial, generator=seeded(5))
+    x[0, 2] = float("nan")
+    x[1, :2] = float("nan")
+    out = model(x, generator=seeded())
+    assert bool(torch.isfinite(out.loss)), out.loss
+    out.loss.backward()
+    for name, parameter in model.named_parameters():
+        assert parameter.grad is not None and bool(torch.isfinite(parameter.grad).all()), name
 
 
 @pytest.mark.parametrize("method", BASELINES)

@@ -7,10 +7,10 @@ per-channel tokenizer (any fixed front-end with ``in_chans=1``, e.g. the standar
 adds a channel embedding computed from the positions of the derivation's two electrodes
 (:mod:`partnd.models.electrodes`; LaBraM and EEGPT look a learned embedding up by name, here it is
 a learned function of where the electrodes sit, so an unseen derivation such as Fpz-Cz is
-embedded between its neighbours), mixes the two with a GELU MLP, and averages the mixed tokens
-over the channels present. The transformer then sees one token per patch, as with a fixed
-front-end, so every objective, classifier and sampler runs unchanged and the sequence is not C
-times longer (BIOT's all-channels-in-one-sequence design would cost C^2 more attention).
+embedded between its neighbours), mixes the two with a residual GELU layer, and averages the
+mixed tokens over the channels present. The transformer then sees one token per patch, as with
+a fixed front-end, so every objective, classifier and sampler runs unchanged and the sequence is
+not C times longer (BIOT's all-channels-in-one-sequence design would cost C^2 more attention).
 
 **Layout and absent channels.** The items are laid out in a named channel layout
 (``channels``; :meth:`ViTEncoder.read_channels` switches it, no weight depends on it). A channel
@@ -93,9 +93,12 @@ class ChannelSetPatchEmbed(nn.Module):
     For a patch ``x: [C, *P]`` of the layout ``channels``, with ``S`` the channels present (not
     NaN, and kept by training-time sampling)::
 
-        t_c = tokenizer(x_c)                          # [D], one shared tokenizer, in_chans=1
-        e_c = Linear(channel_features(channels[c]))   # [D]
-        token = mean_{c in S} Linear(GELU(t_c + e_c)) # [D]; zeros when S is empty
+        t_c = tokenizer(x_c)                                # [D], shared, in_chans=1
+        e_c = Linear(channel_features(channels[c]))         # [D]
+        token = mean_{c in S} (t_c + Linear(GELU(t_c + e_c)))  # [D]; zeros when S is empty
+
+    The residual keeps the tokenizer's scale (a one-channel layout starts as that front-end)
+    while the channel embedding modulates the token through the GELU.
 
     Args:
         in_chans: Channels C of the layout (``len(channels)``).
@@ -224,7 +227,7 @@ class ChannelSetPatchEmbed(nn.Module):
         tokens = self.tokenizer(values.flatten(1, 2).unsqueeze(2))  # [B, N * C, D]
         tokens = tokens.view(batch, count, chans, -1)
         embedding = self.channel_embed(self.features).to(tokens.dtype)  # [C, D]
-        mixed = self.mix(F.gelu(tokens + embedding))  # [B, N, C, D]
+        mixed = tokens + self.mix(F.gelu(tokens + embedding))  # [B, N, C, D]
         weights = present.to(mixed.dtype)
         total = (mixed * weights.unsqueeze(-1)).sum(dim=2)
         return total / weights.sum(dim=2, keepdim=True).clamp(min=1.0)

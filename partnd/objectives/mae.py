@@ -13,7 +13,8 @@ One training step, for inputs ``x: [B, C, *spatial]`` (He et al., Sec. 3; offici
    token at every masked slot, adds its *own* slot position embedding to every slot, runs
    ``decoder_depth`` pre-norm blocks over [CLS] plus all N slots, normalises and predicts the
    ``C * prod(P)`` values of every patch;
-4. the loss is the mean squared error over the values of the **masked** patches only; with
+4. the loss is the mean squared error over the values of the **masked** patches only (and
+   of the channels present: a channel-set encoder's items mark absent channels NaN); with
    ``norm_pix_loss`` the targets are each patch's values standardised by their own mean and
    (unbiased) variance, ``(v - mean) / sqrt(var + 1e-6)``, as MAE's ``norm_pix_loss``.
 
@@ -119,7 +120,9 @@ def normalized_patch_targets(patches: Tensor, normalize: bool = True) -> Tensor:
     """Reconstruction targets: flattened patch values, optionally standardised per patch.
 
     As MAE's ``forward_loss`` with ``norm_pix_loss``: mean and unbiased variance over all
-    ``C * prod(P)`` values of each patch, ``(v - mean) / sqrt(var + 1e-6)``.
+    ``C * prod(P)`` values of each patch, ``(v - mean) / sqrt(var + 1e-6)``. NaN values (the
+    channels an item lacks, for a channel-set encoder) stay NaN and take no part in the
+    statistics.
 
     Args:
         patches: [B, N, C, *P] patch values.
@@ -131,8 +134,9 @@ def normalized_patch_targets(patches: Tensor, normalize: bool = True) -> Tensor:
     target = patches.detach().flatten(2).float()
     if not normalize:
         return target
-    mean = target.mean(dim=-1, keepdim=True)
-    var = target.var(dim=-1, keepdim=True)
+    mean = target.nanmean(dim=-1, keepdim=True)
+    count = (~target.isnan()).sum(dim=-1, keepdim=True)
+    var = (target - mean).square().nansum(dim=-1, keepdim=True) / (count - 1).clamp_min(1)
     return (target - mean) / (var + NORM_PIX_EPS).sqrt()
 
 
@@ -394,9 +398,11 @@ class MAEModel(GridObjective):
         pred = self.decoder(features, visible)  # [B, N, F]
         target = normalized_patch_targets(patches, self.norm_pix_loss)
         index = masked.unsqueeze(-1).expand(-1, -1, target.shape[-1])
-        pred_masked = pred.gather(1, index).float()
         target_masked = target.gather(1, index)
-        loss = (pred_masked - target_masked).square().mean()
+        present = ~target_masked.isnan()  # absent channels (NaN) are not reconstructed
+        target_masked = target_masked.nan_to_num(0.0)
+        pred_masked = pred.gather(1, index).float() * present
+        loss = (pred_masked - target_masked).square().sum() / present.sum().clamp_min(1)
         metrics = reconstruction_diagnostics(pred_masked.flatten(0, 1), target_masked.flatten(0, 1))
         mask = torch.zeros(batch, self.num_positions, dtype=torch.bool, device=patches.device)
         mask.scatter_(1, masked, True)
