@@ -41,6 +41,7 @@ from partnd.engine.config import PretrainConfig
 from partnd.engine.session import open_session
 from partnd.engine.trainer import EpochEvaluator, Trainer
 from partnd.models import ViTEncoder
+from partnd.models.montage import channel_set_overrides, seen_signal
 from partnd.models.serialization import (
     ENCODER_FILE,
     encoder_spec,
@@ -191,7 +192,16 @@ def pretrain(
             dataset, expected=None if initial is None else initial[1], same_shape=False
         )
         torch.manual_seed(config.seed)
-        model = build_objective(config, spec)
+        built = config
+        if config.channel_mode == "set":
+            overrides = channel_set_overrides(
+                config.encoder_overrides,
+                train_set.info.ch_names,
+                config.channel_options,
+                "PretrainConfig.channel_options",
+            )
+            built = dataclasses.replace(config, encoder_overrides=overrides)
+        model = build_objective(built, spec)
         windows = model if isinstance(model, CrossWindowPART) else None
         encoder = model.encoder if windows is None else windows.hierarchical.window
         info = train_set.info
@@ -201,6 +211,8 @@ def pretrain(
             )
         if initial is not None:
             _load_initial_weights(encoder, initial[0], init_weights)
+        if encoder.channel_mode == "set":
+            info = seen_signal(info, None if initial is None else initial[1])
         encoder.signal_info = info
         data_shape = {"in_chans": spec.in_chans, "spatial_shape": list(spec.spatial_shape)}
         trainer = Trainer(

@@ -248,3 +248,48 @@ def test_a_set_night_classifier_reads_a_subset_of_its_channels(tmp_path: Path) -
     report = evaluate(model, SleepNightDataset(subset, context=1, progress=False), device="cpu")
     assert report.n == 48 and model.encoder.in_chans == 2
     assert model.encoder.window.architecture["frontend_options"]["channels"] == ["O2-M1", "C4-M1"]
+
+
+@pytest.mark.slow
+def test_a_set_encoder_pretrained_on_one_montage_is_fine_tuned_on_another(tmp_path: Path) -> None:
+    from partnd.engine.config import PretrainConfig
+    from partnd.finetuning.training import finetune
+    from partnd.models.serialization import load_encoder
+    from partnd.pretraining import pretrain
+
+    source = staged_store(tmp_path / "source.zarr", ["F3-M2", "C4-M1", "O2-M1"], records=1)
+    target = staged_store(tmp_path / "target.zarr", ["Fpz-Cz", "Pz-Oz"], seed=1, records=2)
+    pretrain_config = PretrainConfig.preset(
+        "test",
+        patch_size=30,
+        num_patches=10,
+        max_steps=2,
+        channel_mode="set",
+        channel_options={"subset_sampling": True},
+        encoder_overrides={"frontend": "spectral", "frontend_options": {"standardize": True}},
+    )
+    pretrain(str(source), out_dir=tmp_path / "pretrain", config=pretrain_config)
+    encoder = load_encoder(tmp_path / "pretrain")
+    assert encoder.channel_mode == "set" and encoder.signal_info is not None
+    assert encoder.signal_info.channel_mode == "set"
+    assert encoder.signal_info.ch_names == ("F3-M2", "C4-M1", "O2-M1")
+    result = finetune(
+        tmp_path / "pretrain",
+        str(target),
+        num_classes=5,
+        out_dir=tmp_path / "finetune",
+        config=config(max_steps=2),
+    )
+    # the montage record grows by the derivations fine-tuning saw
+    assert result.model.signal_info.ch_names == ("F3-M2", "C4-M1", "O2-M1", "Fpz-Cz", "Pz-Oz")
+    assert result.model.encoder.in_chans == 2
+    fixed = PretrainConfig.preset("test", patch_size=30, num_patches=10, max_steps=1)
+    pretrain(str(source), out_dir=tmp_path / "fixed", config=fixed)
+    with pytest.raises(InputError, match=r"missing \['F3-M2', 'C4-M1', 'O2-M1'\]"):
+        finetune(
+            tmp_path / "fixed",
+            str(target),
+            num_classes=5,
+            out_dir=tmp_path / "refused",
+            config=config(max_steps=1),
+        )

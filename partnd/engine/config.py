@@ -440,6 +440,12 @@ class PretrainConfig(TrainConfig):
         encoder: Encoder preset name for :func:`partnd.models.create_encoder`.
         encoder_overrides: Keyword overrides of the encoder preset, e.g.
             ``{"drop_path_rate": 0.1}``.
+        channel_mode: ``"fixed"`` (default): the encoder reads exactly the data's channels;
+            ``"set"``: any named channel set (the configured front-end tokenises each channel,
+            see :class:`partnd.models.channel_set.ChannelSetPatchEmbed`), so the encoder can be
+            fine-tuned and applied on stores of other montages.
+        channel_options: Options of the channel-set front-end (``channel_dropout``,
+            ``subset_sampling``, ``frequencies``).
         patch_size: ViT patch extent P (one int for all dimensions or one per dimension).
         num_patches: Patches drawn per example; ``None`` means ``prod(spatial / P)``.
         scale_range: If set, each box side is drawn in ``[lo * P, hi * P]`` (the scale/aspect
@@ -507,6 +513,8 @@ class PretrainConfig(TrainConfig):
     method: str = "part"
     encoder: str = "vit_eeg_12m"
     encoder_overrides: dict[str, Any] = field(default_factory=dict)
+    channel_mode: Literal["fixed", "set"] = "fixed"
+    channel_options: dict[str, Any] = field(default_factory=dict)
     patch_size: int | tuple[int, ...] = 100
     num_patches: int | None = 40
     scale_range: tuple[float, float] | None = None
@@ -548,6 +556,12 @@ class PretrainConfig(TrainConfig):
         methods = list_objectives()
         check(self.method in methods, self._arg("method"), f"one of {methods}", repr(self.method))
         self._check_encoder_preset(self.encoder)
+        check(
+            self.channel_mode in ("fixed", "set"),
+            self._arg("channel_mode"),
+            "'fixed' or 'set'",
+            repr(self.channel_mode),
+        )
         sizes = (self.patch_size,) if isinstance(self.patch_size, int) else self.patch_size
         check(
             all(size > 0 for size in sizes),
