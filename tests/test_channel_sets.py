@@ -293,3 +293,15 @@ def test_a_set_encoder_pretrained_on_one_montage_is_fine_tuned_on_another(tmp_pa
             out_dir=tmp_path / "refused",
             config=config(max_steps=1),
         )
+
+
+def test_frozen_features_of_a_set_encoder_follow_the_data_channels(tmp_path: Path) -> None:
+    from partnd.datasets import InMemoryWindows
+    from partnd.evaluation.probes import extract_features
+
+    store = staged_store(tmp_path / "store.zarr", ["O2-M1", "Fpz-Cz"], records=1)
+    encoder = set_encoder(PC18)
+    windows = InMemoryWindows(store, labelled_only=True, progress=False)
+    features, labels = extract_features(encoder, windows, device="cpu")
+    assert features.shape == (48, 64) and labels.shape == (48,)
+    assert encoder.architecture["frontend_options"]["channels"] == ["O2-M1", "Fpz-Cz"]

@@ -38,6 +38,7 @@ from partnd._validation import check
 from partnd.datasets.adapters import as_labelled_dataset, as_signal_dataset
 from partnd.engine.distributed import resolve_device
 from partnd.evaluation.metrics import ClassificationReport, classification_metrics
+from partnd.models.montage import read_data_channels
 from partnd.models.vit import ViTEncoder
 from partnd.objectives.diagnostics import pretext_error
 
@@ -90,7 +91,12 @@ def extract_features(
         ``features: [N, 2D]`` float32 and ``labels: [N]`` int64.
     """
     vit = _encoder_of(encoder)
-    dataset, spec = as_labelled_dataset(data, labels, "data")
+    channel_set = vit.channel_mode == "set"
+    dataset, spec = as_labelled_dataset(
+        data, labels, "data", expected=vit.signal_info if channel_set else None, same_shape=False
+    )
+    if channel_set:  # a channel-set encoder reads the data's channels
+        read_data_channels(vit, dataset.info)
     check(
         spec.in_chans == vit.in_chans and spec.ndim == vit.ndim,
         "data",
