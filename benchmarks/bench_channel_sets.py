@@ -117,7 +117,8 @@ def kappa_benchmark(args: argparse.Namespace) -> None:
             "set": dataclasses.replace(fixed, channel_mode="set", channel_options=channel_options),
         }
         row: dict[str, Any] = {"draw": seed, "subjects": list(draw.subjects)}
-        for mode, config in modes.items():
+        for mode in args.modes:
+            config = modes[mode]
             train = study.arm_data("window", draw.subjects, config, draw.labelled_windows)
             val = study.arm_data("window", draw.validation, config, evaluation=True)
             result = finetune(
@@ -161,6 +162,9 @@ def main(argv: list[str] | None = None) -> None:
     kappa.add_argument("--subset-sampling", action=argparse.BooleanOptionalAction, default=True)
     kappa.add_argument("--channel-dropout", type=float, default=0.0)
     kappa.add_argument("--device", default="cpu")
+    kappa.add_argument(
+        "--modes", nargs="+", choices=["fixed", "set"], default=["fixed", "set"], help="runs"
+    )
     args = parser.parse_args(argv)
     if args.command == "step":
         step_benchmark(args)
