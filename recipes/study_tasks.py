@@ -16,16 +16,31 @@ the cells of the pretrained encoders).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import json
+import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from partnd._validation import check
 from partnd.objectives import list_objectives
 from partnd.recipes.sleep_study import CLASSICAL_METHODS, SleepStudy, StudyConfig
+from partnd.recipes.study_progress import PROGRESS_DIR, ProgressPrinter, TaskReporter, progress_path
 
-__all__ = ["Cell", "StudyTask", "cell_tasks", "format_cell", "row_tasks", "run_tasks"]
+__all__ = [
+    "TASK_LOG",
+    "Cell",
+    "StudyTask",
+    "TaskTime",
+    "cell_tasks",
+    "format_cell",
+    "row_tasks",
+    "run_tasks",
+]
 
 #: Relative cost of a row by arm, and of a pretraining, for the longest-first order (the demo's
 #: wall times on 2 cores: a night cell about 7 minutes, a window cell 2, a probe seconds; a
@@ -154,20 +169,45 @@ def cell_tasks(
     return first + longest_first(alone), longest_first(then)
 
 
-def _run_task(study: SleepStudy, task: StudyTask) -> tuple[str, float]:
-    """Run ``task`` on ``study`` in this process; returns the task's name and wall time in
-    seconds."""
-    start = time.perf_counter()
+def _stages(
+    study: SleepStudy, task: StudyTask
+) -> list[tuple[str, Path | None, Callable[[], object]]]:
+    """The stages of ``task`` in order: each one's name, the training run whose steps measure it
+    (``None``: the classical rows and probes have no training loop) and the call that runs it."""
+    stages: list[tuple[str, Path | None, Callable[[], object]]] = []
     if task.pretrain is not None:
-        study.run_pretraining(*task.pretrain)
+        method, pool = task.pretrain
+        name = f"pretrain {method}" + ("" if pool is None else f" on {pool}")
+        run = functools.partial(study.run_pretraining, method, pool)
+        stages.append((name, study.pretrain_dir(method, pool), run))
     for cell in task.cells:
-        study.run_cell(*cell)
-    return task.name, time.perf_counter() - start
+        method, arm, budget, seed, pool = cell
+        trains = method not in CLASSICAL_METHODS and arm != "probe"
+        run_dir = study.cell_dir(method, arm, budget, seed, pool) / "run" if trains else None
+        stages.append((format_cell(cell), run_dir, functools.partial(study.run_cell, *cell)))
+    return stages
 
 
-def _run_reopened(config: StudyConfig, task: StudyTask) -> tuple[str, float]:
+def _run_task(study: SleepStudy, task: StudyTask, index: int | None = None) -> TaskTime:
+    """Run ``task`` on ``study`` in this process, writing its progress file when ``index`` (its
+    place in the run's list) is given; returns its name, wall and CPU time in seconds."""
+    stages = _stages(study, task)
+    reporter = None
+    if index is not None:
+        path = progress_path(study.out, index)
+        reporter = TaskReporter(path, index, task.name, [name for name, _, _ in stages])
+    start, cpu_start = time.perf_counter(), time.process_time()
+    with reporter or contextlib.nullcontext():
+        for name, run_dir, run in stages:
+            if reporter is not None:
+                reporter.stage(name, run_dir)
+            run()
+    return TaskTime(task.name, time.perf_counter() - start, time.process_time() - cpu_start)
+
+
+def _run_reopened(config: StudyConfig, task: StudyTask, index: int) -> TaskTime:
     """:func:`_run_task` in a joblib process, on the study reopened from ``config``."""
-    return _run_task(SleepStudy(config), task)
+    return _run_task(SleepStudy(config), task, index)
 
 
 def _make_shared_data(study: SleepStudy, tasks: Sequence[StudyTask]) -> None:
@@ -179,30 +219,82 @@ def _make_shared_data(study: SleepStudy, tasks: Sequence[StudyTask]) -> None:
         _ = study.pools.store, study.pools.plan
 
 
-def run_tasks(study: SleepStudy, tasks: Iterable[StudyTask], jobs: int) -> None:
+@dataclass(frozen=True)
+class TaskTime:
+    """How long a task took.
+
+    Attributes:
+        name: The task's name (:attr:`StudyTask.name`).
+        wall_s: Wall seconds.
+        cpu_s: CPU seconds of its process (every thread).
+    """
+
+    name: str
+    wall_s: float
+    cpu_s: float
+
+
+#: The file of a study that logs every finished task's wall and CPU time, one JSON line each.
+TASK_LOG = "tasks.jsonl"
+
+
+def _log_task(out: Path, finished: TaskTime, jobs: int) -> None:
+    """Append ``finished`` to the study's :data:`TASK_LOG` (one complete line per write)."""
+    record = {**dataclasses.asdict(finished), "jobs": jobs, "finished_at": time.time()}
+    with open(out / TASK_LOG, "a") as handle:
+        handle.write(json.dumps(record) + "\n")
+
+
+def run_tasks(
+    study: SleepStudy, tasks: Iterable[StudyTask], jobs: int, progress_every: float = 20.0
+) -> list[TaskTime]:
     """Run ``tasks`` on ``jobs`` processes, printing a line as each finishes.
 
-    With ``jobs == 1`` they run in this process on ``study`` (its loaded data reused); otherwise
-    the data the processes share is built first, then each joblib process reopens the study and
-    trains without progress bars (they would overwrite each other), and the line per task is
-    the progress.
+    With ``jobs == 1`` they run in this process on ``study`` (its loaded data reused, with its
+    progress bars); otherwise the data the processes share is built first, then each joblib
+    process reopens the study and trains without progress bars (they would overwrite each
+    other). Instead each task writes its progress file (:mod:`partnd.recipes.study_progress`)
+    and, unless the study's ``progress`` is off, this process prints a line per running task
+    (its stage, step out of total and ETA) every ``progress_every`` seconds. Every finished
+    task's wall and CPU time is appended to the study's ``tasks.jsonl``.
+
+    Returns:
+        The finished tasks' times, in the order they finished.
 
     Raises:
-        InputError: ``jobs`` of 0 or below -1.
+        InputError: ``jobs`` of 0 or below -1, or ``progress_every`` not positive.
     """
     check(jobs >= 1 or jobs == -1, "jobs", "a number of processes (>= 1; -1: every core)", jobs)
+    check(progress_every > 0, "progress_every", "a positive number of seconds", progress_every)
     todo = list(tasks)
+    printer: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
     if jobs != 1 and todo:
         _make_shared_data(study, todo)
-        print(f"{len(todo)} tasks on {jobs} processes: " + "; ".join(t.name for t in todo))
+        shutil.rmtree(study.out / PROGRESS_DIR, ignore_errors=True)
+        print(
+            f"{len(todo)} tasks on {jobs} processes:\n"
+            + "\n".join(f"  task {i + 1}: {task.name}" for i, task in enumerate(todo)),
+            flush=True,
+        )
+        if study.config.progress:
+            printer = ProgressPrinter(study.out, len(todo), interval=progress_every)
     if jobs == 1:
-        finished: Iterable[tuple[str, float]] = (_run_task(study, task) for task in todo)
+        finished: Iterable[TaskTime] = (_run_task(study, task) for task in todo)
     else:
         from joblib import Parallel, delayed
 
         config = dataclasses.replace(study.config, progress=False)
         finished = Parallel(n_jobs=jobs, batch_size=1, return_as="generator_unordered")(
-            delayed(_run_reopened)(config, task) for task in todo
+            delayed(_run_reopened)(config, task, index) for index, task in enumerate(todo)
         )
-    for name, elapsed in finished:
-        print(f"finished {name} in {elapsed / 60:.1f} min", flush=True)
+    times = []
+    with printer:
+        for done in finished:
+            _log_task(study.out, done, jobs)
+            times.append(done)
+            print(
+                f"finished {done.name} in {done.wall_s / 60:.1f} min "
+                f"(CPU {done.cpu_s / 60:.1f} min)",
+                flush=True,
+            )
+    return times
