@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from partnd._validation import check
 from partnd.datasets.label_budget import LabelBudget
 from partnd.engine.checkpoint import atomic_save, atomic_write_text
 from partnd.evaluation.bootstrap import bootstrap_metric, kappa_metric, paired_bootstrap_difference
@@ -23,11 +24,14 @@ from partnd.objectives.diagnostics import pretext_error
 
 __all__ = [
     "ARM_LINESTYLES",
+    "CONFUSION_COLUMNS",
     "PAPER_KAPPA_10_SUBJECTS",
     "PAPER_SAMPLE_EFFICIENCY",
     "REFERENCE_METHODS",
     "budget_order",
+    "confusion_figure",
     "default_reference",
+    "markdown_table",
     "plot_confusion_matrices",
     "plot_finetune_validation",
     "plot_hypnogram",
@@ -39,6 +43,7 @@ __all__ = [
     "save_figure",
     "staging_table",
     "summary",
+    "summary_table",
     "write_table",
 ]
 
@@ -188,26 +193,90 @@ def staging_table(
     return rows
 
 
-def write_table(rows: Sequence[Mapping[str, Any]], out_dir: Path, name: str) -> None:
-    """Write ``<name>.csv``, ``<name>.md`` and ``<name>.json`` (atomically each).
+def _columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every key of ``rows`` in the order first met."""
+    return list(dict.fromkeys(key for row in rows for key in row))
 
-    The columns are every key of ``rows`` in the order first met, so rows may hold different
-    columns (a partial study: a pool's cells finished at one budget only); a row's missing
-    columns are left empty in the CSV and Markdown tables.
-    """
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, restval="")
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write_text(buffer.getvalue(), out_dir / f"{name}.csv")
+
+def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """``rows`` as a Markdown table: every key of ``rows`` a column, in the order first met; a
+    row's missing columns are left empty."""
+    columns = _columns(rows)
     lines = [
         "| " + " | ".join(columns) + " |",
         "|" + "|".join("---" for _ in columns) + "|",
         *("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |" for row in rows),
     ]
-    atomic_write_text("\n".join(lines) + "\n", out_dir / f"{name}.md")
+    return "\n".join(lines) + "\n"
+
+
+def write_table(
+    rows: Sequence[Mapping[str, Any]],
+    out_dir: Path,
+    name: str,
+    markdown: Sequence[Mapping[str, Any]] | None = None,
+) -> None:
+    """Write ``<name>.csv``, ``<name>.md`` and ``<name>.json`` (atomically each).
+
+    The columns are every key of ``rows`` in the order first met, so rows may hold different
+    columns (a partial study: a pool's cells finished at one budget only); a row's missing
+    columns are left empty in the CSV and Markdown tables.
+
+    Args:
+        rows: The full table (CSV and JSON).
+        out_dir: The folder written to.
+        name: The files' stem.
+        markdown: The rows of the Markdown table, when it shows fewer columns than the full
+            table (default: ``rows``).
+    """
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=_columns(rows), restval="")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(buffer.getvalue(), out_dir / f"{name}.csv")
+    atomic_write_text(
+        markdown_table(rows if markdown is None else markdown), out_dir / f"{name}.md"
+    )
     atomic_write_text(json.dumps(list(rows), indent=2) + "\n", out_dir / f"{name}.json")
+
+
+def _interval(estimate: Any, low: Any, high: Any, signed: bool = False) -> str:
+    """``"0.712 [0.651, 0.770]"`` (``signed``: ``"+0.012 [-0.030, +0.051]"``); empty without an
+    estimate."""
+    if estimate == "":
+        return ""
+    form = "+.3f" if signed else ".3f"
+    return f"{estimate:{form}} [{low:{form}}, {high:{form}}]"
+
+
+def summary_table(table: Sequence[Mapping[str, Any]], reference: str) -> list[dict[str, Any]]:
+    """The columns a reader compares, from :func:`staging_table`'s rows: ``row``, ``labels``,
+    ``kappa [95% CI]``, the difference to ``reference`` with its interval (``—`` on the
+    reference row), ``macro-F1`` and ``N1 F1`` (when the stages have N1).
+
+    Args:
+        table: The full table's rows.
+        reference: The row the differences are measured against (its label).
+
+    Returns:
+        One row per row of ``table``, its values formatted as text.
+    """
+    difference = f"difference to {reference} [95% CI]"
+    rows = []
+    for row in table:
+        compact: dict[str, Any] = {
+            "row": row["row"],
+            "labels": row["labels"],
+            "kappa [95% CI]": _interval(row["kappa"], row["kappa_low"], row["kappa_high"]),
+            difference: "—"
+            if row["row"] == reference
+            else _interval(row["delta_kappa"], row["delta_low"], row["delta_high"], signed=True),
+            "macro-F1": f"{row['macro_f1']:.3f}",
+        }
+        if "f1_N1" in row:
+            compact["N1 F1"] = f"{row['f1_N1']:.3f}"
+        rows.append(compact)
+    return rows
 
 
 def sample_efficiency_tables(
@@ -415,25 +484,51 @@ def plot_finetune_validation(results: Sequence[_Cell], path: Path) -> None:
     save_figure(fig, path)
 
 
-def plot_confusion_matrices(
-    results: Sequence[_Cell], class_names: Sequence[str], path: Path
-) -> None:
-    """Row-normalised test confusion matrices of every method side by side, saved to ``path``."""
-    fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 4), squeeze=False)
-    for ax, result in zip(axes[0], results, strict=True):
+#: Panels per row of the confusion-matrix grid: four panels are about 1,650 pixels wide at 120
+#: dpi, readable at 100 % zoom.
+CONFUSION_COLUMNS = 4
+
+
+def confusion_figure(
+    results: Sequence[_Cell], class_names: Sequence[str], columns: int = CONFUSION_COLUMNS
+) -> Any:
+    """Row-normalised test confusion matrices as a grid of ``columns`` panels a row, each titled
+    with its row's label and kappa; the unused panels of the last row are hidden.
+
+    Returns:
+        The matplotlib figure (its visible axes in the order of ``results``).
+    """
+    check(len(results) > 0, "results", "at least one finished cell", len(results))
+    check(columns >= 1, "columns", "at least one panel a row", columns)
+    columns = min(columns, len(results))
+    rows = -(-len(results) // columns)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(3.4 * columns, 3.3 * rows), squeeze=False, layout="constrained"
+    )
+    flat = list(axes.flat)
+    for ax, result in zip(flat, results, strict=False):
         counts = result.report.confusion_matrix.astype(float)
         rates = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1.0)
         ax.imshow(rates, vmin=0.0, vmax=1.0, cmap="Blues")
         for (i, j), value in np.ndenumerate(rates):
-            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8,
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=9,
                     color="white" if value > 0.5 else "black")  # fmt: skip
         ax.set_xticks(range(len(class_names)), class_names)
         ax.set_yticks(range(len(class_names)), class_names)
         ax.set_xlabel("predicted")
         ax.set_ylabel("true")
-        ax.set_title(f"{result.label}: κ = {result.report.cohen_kappa:.3f}")
-    fig.tight_layout()
-    save_figure(fig, path)
+        ax.set_title(f"{result.label}\nκ = {result.report.cohen_kappa:.3f}", fontsize=11)
+    for ax in flat[len(results) :]:
+        ax.set_visible(False)
+    fig.suptitle("Test confusion matrices (each true stage's row sums to 1)")
+    return fig
+
+
+def plot_confusion_matrices(
+    results: Sequence[_Cell], class_names: Sequence[str], path: Path
+) -> None:
+    """Save :func:`confusion_figure` of ``results`` to ``path``."""
+    save_figure(confusion_figure(results, class_names), path)
 
 
 def plot_hypnogram(

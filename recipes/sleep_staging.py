@@ -25,10 +25,11 @@ One command per stage, and one for the whole chain (each skips what is finished)
 Without ``--src`` the built-in PC18-format sample cohort (generated EEG) is used at a CPU-sized
 ``demo`` scale: the data are synthetic and the models small, so the numbers say whether the code
 works and how the rows compare on this data, not which method is better on real sleep. The report
-(``results.{csv,md,json}``) has kappa with a 95% interval by bootstrap over test subjects, the
-paired difference to the reference row (the classical row with context), the settings each row
-used, accuracy, macro-F1 and per-class F1. Figures: ``pretext.png``, ``finetune_validation.png``,
-``confusion_matrices.png`` and ``hypnogram_<record>.png``.
+``results.md`` has the columns a reader compares: the labels used, kappa with a 95% interval by
+bootstrap over test subjects, the paired difference to the reference row (the classical row with
+context), macro-F1 and N1's F1; ``results.{csv,json}`` add the settings each row used, accuracy
+and every stage's F1. Figures: ``pretext.png``, ``finetune_validation.png``,
+``confusion_matrices.png`` (a grid, one panel per row) and ``hypnogram_<record>.png``.
 """  # noqa: E501
 
 from __future__ import annotations
@@ -46,11 +47,13 @@ from partnd._validation import check
 from partnd.cli.errors import OptionNames
 from partnd.objectives import list_objectives
 from partnd.recipes.sleep_report import (
+    default_reference,
     plot_confusion_matrices,
     plot_finetune_validation,
     plot_hypnogram,
     plot_pretrain_loss,
     staging_table,
+    summary_table,
     write_table,
 )
 from partnd.recipes.sleep_study import (
@@ -198,8 +201,8 @@ def report(study: SleepStudy, rows: Sequence[tuple[str, str]]) -> list[dict]:
         "a study whose rows have finished their cells (run the finetune stage first)",
         f"unfinished rows {', '.join(missing)}",
     )
-    names = [f"{method}:{arm}" for method, arm in rows]
-    check_table_rows(study.out, "results", names)
+    row_names = [f"{method}:{arm}" for method, arm in rows]
+    check_table_rows(study.out, "results", row_names)
     cells: list[CellResult] = [study.load_cell(m, a, budget, seed) for m, a in rows]
     truth = study.test_set.labels.astype(np.int64)
     pretrain_steps = {}
@@ -211,9 +214,12 @@ def report(study: SleepStudy, rows: Sequence[tuple[str, str]]) -> list[dict]:
             json.loads(line) for line in (study.pretrain_dir(method) / "metrics.jsonl").open()
         ]
     names = study.class_names
-    table = staging_table(cells, truth, study.test_subjects, names, pretrain_steps)
-    write_table(table, study.out, "results")
-    record_table_rows(study.out, "results", names)
+    reference = default_reference(cells)
+    table = staging_table(
+        cells, truth, study.test_subjects, names, pretrain_steps, reference=reference
+    )
+    write_table(table, study.out, "results", markdown=summary_table(table, reference))
+    record_table_rows(study.out, "results", row_names)
     if histories:
         plot_pretrain_loss(histories, study.out / "pretext.png")
     plot_finetune_validation(cells, study.out / "finetune_validation.png")
