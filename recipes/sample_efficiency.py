@@ -321,8 +321,8 @@ def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="PART across windows: windows per segment of a pool's pretraining (default: the "
         "scale's, 120 = 1 h at 30 s windows; on full-length nights 480 = 4 h, whose windows "
-        "carry an order that 1-h segments of the middle of a night lack, docs/part.md); at most "
-        "the length of the pool's and the held-out nights",
+        "carry an order that 1-h segments of the middle of a night lack, docs/results/part.md); "
+        "at most the length of the pool's and the held-out nights",
     )
     parser.add_argument(
         "--dtype",

@@ -1,8 +1,9 @@
 """Compiling a training step's forward (and with it its backward) with ``torch.compile``.
 
-On a GPU a small model's step is bound by the host launching kernels, not by the kernels: measured
-on an H200 (``docs/cost.md``), the EEG preset's bare encoder step spent 5.6 ms in kernels of 7.9
-ms, PART's 6.3 ms of 16.1 ms, with ~520 kernel launches at ~45 µs of host time each.
+On a GPU a small model's step is bound by the host launching kernels, not by the kernels:
+measured on an H200 (``docs/results/cost.md``), the EEG preset's bare encoder step spent 5.6 ms
+in kernels of 7.9 ms, PART's 6.3 ms of 16.1 ms, with ~520 kernel launches at ~45 µs of host time
+each.
 ``torch.compile`` fuses the elementwise work into few generated kernels, forward and backward
 (there: PART's step 1.8x, the bare encoder's 1.6x), and with ``"reduce-overhead"`` also replays
 them as CUDA graphs, one launch per compiled region (PART 2.9x, bare 2.8x).
@@ -39,12 +40,12 @@ COMPILE_MODES = ("auto", "off", "default", "reduce-overhead")
 #: ``torch.compile`` backend (tests swap in ``"aot_eager"``: the same tracing, no code generation).
 BACKEND = "inductor"
 
-#: What ``"auto"`` resolves to on CUDA. Measured on an H200 (``docs/cost.md``, bf16, batch 256)
-#: before the draws were split out of the forward: PART's EEG step 14,677 samples/s eager, 26,825
-#: ``"default"``, 42,624 ``"reduce-overhead"``; the engine's whole step (clipping, EMA) 20,022
-#: eager and 25,275 ``"default"``. ``"default"`` is the one that ran through the engine there;
-#: whether ``"reduce-overhead"`` (one CUDA graph per step now) wins through the engine and
-#: resumes exactly on a GPU is pending measurement (``benchmarks/gpu_goals.py``).
+#: What ``"auto"`` resolves to on CUDA. Measured on an H200 (``docs/results/cost.md``, bf16,
+#: batch 256) before the draws were split out of the forward: PART's EEG step 14,677 samples/s
+#: eager, 26,825 ``"default"``, 42,624 ``"reduce-overhead"``; the engine's whole step (clipping,
+#: EMA) 20,022 eager and 25,275 ``"default"``. ``"default"`` is the one that ran through the
+#: engine there; whether ``"reduce-overhead"`` (one CUDA graph per step now) wins through the
+#: engine and resumes exactly on a GPU is pending measurement (``benchmarks/gpu_goals.py``).
 AUTO_ON_CUDA = "default"
 
 

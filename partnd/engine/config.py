@@ -495,7 +495,7 @@ class PretrainConfig(TrainConfig):
             patch token (``"avg"``) or its [CLS] token (``"token"``); saved with the encoder.
             At initialisation the [CLS] outputs of different windows differ little (7% of their
             norm against 19% for the mean token), and plain PART across windows stayed at its
-            floor from [CLS] where it learned from the mean token (``docs/part.md``).
+            floor from [CLS] where it learned from the mean token (``docs/results/part.md``).
         normalize: PART across windows: how drawn windows are normalised, as fine-tuning windows
             will be (``"window"``: instance normalisation; ``"record"``: by the night's channel
             scales, see :class:`partnd.datasets.SleepWindowDataset`). The same for relative
@@ -795,7 +795,7 @@ PretrainConfig._PRESETS = {
         "pos_mask_ratio": 0.2,
         **_PAPER_PRETRAINING,
     },
-    # PART across windows (docs/part.md, "PART across windows"): 30 min segments, 32 windows
+    # PART across windows (docs/results/part.md, "PART across windows"): 30 min segments, 32 windows
     # drawn, half of them anchors; S, N and the anchor fraction chosen on validation subjects.
     # A step reads batch_size x num_windows windows, hence a smaller batch of segments.
     "eeg_sleep_windows": {

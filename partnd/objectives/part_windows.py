@@ -1,9 +1,10 @@
 """PART across windows: relative time shifts between whole windows of a longer segment.
 
-Within a 30 s window a 1 s patch's content does not say where it sits (``docs/part.md``), but the
-night has structure at the scale of tens of minutes: the sleep cycle. PART across windows applies
-PART one level up, as the paper describes its EEG pretext ("relative time shifts between
-randomly-sampled, unequally-spaced windows from longer sequences"). One step, for a batch of
+Within a 30 s window a 1 s patch's content does not say where it sits
+(``docs/results/part.md``), but the night has structure at the scale of tens of minutes: the sleep
+cycle. PART across windows applies PART one level up, as the paper describes its EEG pretext
+("relative time shifts between randomly-sampled, unequally-spaced windows from longer
+sequences"). One step, for a batch of
 segments ``x: [B, C, S*T]`` (``S`` consecutive windows of ``T`` samples of one record,
 :class:`~partnd.datasets.segments.SleepSegmentDataset`):
 
@@ -36,7 +37,7 @@ and matching them would place a hidden window without learning anything about sl
 ``nmse`` the objective logs ``nmse_isolated``: the same ratio over the pairs whose two windows
 overlap no other drawn window (``isolated_share`` of the pairs). The two staying alike means the
 error falls through content, not through shared samples (measured on the demo store in
-``docs/part.md``).
+``docs/results/part.md``).
 
 **Scales.** The shifts span ``±(S - 1)`` window lengths (standard deviation ``(S - 1) / √6`` for
 independent uniform windows: 24 for S = 60), where a freshly initialised head outputs values near
@@ -45,7 +46,8 @@ fixed reparametrisation: targets, loss and diagnostics stay in window lengths). 
 embedding starts from a sine-cosine table (as MAE's fixed embeddings; here only the
 initialisation, it is learned), so that neighbouring slots start alike and a slot is linearly
 readable from the start. Measured on the demo store (S = 60, N = 32, 80% anchors): the
-content-free floor is reached in about 50 steps with both, about 250 without (``docs/part.md``).
+content-free floor is reached in about 50 steps with both, about 250 without
+(``docs/results/part.md``).
 
 The pretrained window encoder alone initialises a single-window classifier; with the temporal
 encoder it initialises a :class:`~partnd.models.sequence.SequenceClassifier`.

@@ -37,7 +37,7 @@ Measured by ``python benchmarks/bench_sampler.py --repeats 15 --samplers-only`` 
 process CPU time, the sampler on both paths and the authors' per-box crop and resize timed in
 turns): at the ImageNet setting (196 boxes of 8-32 px in 224 x 224, P = 16) the sampler takes
 0.62-0.71 ms an image with the kernel, 1.13-1.44 with the products, the authors' loop 20.7-21.9
-(29-35x and 15-19x at batch 8 and 32); see ``docs/cost.md`` and ``docs/images.md``.
+(29-35x and 15-19x at batch 8 and 32); see ``docs/results/cost.md`` and ``docs/images.md``.
 """
 
 from __future__ import annotations
