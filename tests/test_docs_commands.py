@@ -12,7 +12,7 @@ import pytest
 from partnd import cli
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 COMMAND = re.compile(r"^(?:\$ )?(partnd [a-z][\w-]*|python -m partnd\.[\w.]+)(?=\s|$)(.*)$")
 INLINE = re.compile(r"`((?:partnd [a-z][\w-]*|python -m partnd\.[\w.]+)(?:\s[^`]*)?)`")
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
@@ -56,7 +56,7 @@ def test_the_pages_show_command_lines() -> None:
     assert any(line.startswith("partnd finetune") and "--init-weights" in line for line in found)
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
 def test_every_option_a_page_shows_is_accepted(page: Path, capsys: pytest.CaptureFixture) -> None:
     helps: dict[str, str] = {}
     unknown = []
