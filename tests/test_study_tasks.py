@@ -11,7 +11,15 @@ import pytest
 
 from partnd._validation import InputError
 from partnd.recipes import sleep_staging
-from partnd.recipes.study_tasks import Cell, StudyTask, cell_tasks, row_tasks, run_tasks
+from partnd.recipes.study_progress import progress_path, read_status
+from partnd.recipes.study_tasks import (
+    TASK_LOG,
+    Cell,
+    StudyTask,
+    cell_tasks,
+    row_tasks,
+    run_tasks,
+)
 from tests.test_recipe_sleep_staging import cohort_root, tiny_study  # noqa: F401
 
 
@@ -109,6 +117,14 @@ def test_two_processes_write_the_cells_one_process_writes(
     )
     table = json.loads((two.out / "results.json").read_text())
     assert [row["row"] for row in table] == ["part probe", "supervised", "classical"]
+    # two processes: each task's progress file says done, and its times are logged
+    assert printed.count("3 tasks on 2 processes:\n  task 1: ") == 1  # the numbered list
+    statuses = [read_status(progress_path(two.out, index)) for index in range(3)]
+    assert all(status is not None and status.done for status in statuses)
+    logged = [json.loads(line) for line in (two.out / TASK_LOG).open()]
+    assert sorted(record["name"] for record in logged) == sorted(s.name for s in statuses if s)
+    assert all(record["wall_s"] > 0 and record["cpu_s"] > 0 for record in logged)
+    assert len((one.out / TASK_LOG).read_text().splitlines()) == 3  # one process logs too
 
 
 def test_the_command_names_jobs_and_leaves_no_study_behind(
