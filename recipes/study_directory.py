@@ -188,7 +188,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="clear --out first (only ever a study directory)",
     )
     parser.add_argument(
-        "--progress", action=argparse.BooleanOptionalAction, default=True, help="progress bars"
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="progress bars; with --jobs above 1, a line per running task (its step, total and "
+        "ETA) every 20 s",
     )
 
 

@@ -224,21 +224,22 @@ def _minutes(seconds: float) -> str:
 
 def format_status(status: TaskStatus) -> str:
     """One line for a task, e.g. ``"task 1 [2/3 part_windows:night:2:0] step 340/800, ETA 3.1
-    min (+1 stage), 4.5 min in"``."""
+    min (+1 stage), 4.5 min in"``; a stage without a step count is ``running``."""
     head = f"task {status.index + 1} [{status.stage_index}/{status.stages} {status.stage}]"
     if status.done:
         return (
             f"task {status.index + 1} done in {_minutes(status.wall_s)} "
             f"(CPU {_minutes(status.cpu_s)})"
         )
-    parts = [head]
-    if status.step is not None:
-        parts.append(f"step {status.step}/{status.total if status.total is not None else '?'}")
     after = status.stages - status.stage_index
-    eta = "?" if status.eta_s is None else _minutes(status.eta_s)
-    parts.append(f"ETA {eta}" + (f" (+{after} stage{'s' if after > 1 else ''})" if after else ""))
-    parts.append(f"{_minutes(status.wall_s)} in")
-    return parts[0] + " " + ", ".join(parts[1:])
+    later = f" (+{after} stage{'s' if after > 1 else ''})" if after else ""
+    if status.step is None:  # no training loop, or nothing logged yet
+        parts = [f"running{later}"]
+    else:
+        total = status.total if status.total is not None else "?"
+        eta = "?" if status.eta_s is None else _minutes(status.eta_s)
+        parts = [f"step {status.step}/{total}", f"ETA {eta}{later}"]
+    return f"{head} " + ", ".join([*parts, f"{_minutes(status.wall_s)} in"])
 
 
 class ProgressPrinter:

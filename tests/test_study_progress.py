@@ -89,7 +89,7 @@ def test_a_task_reports_its_stage_step_and_an_eta_from_the_rate_since_the_stage_
     probe = read_status(path)
     assert probe is not None and (probe.stage_index, probe.step, probe.eta_s) == (2, None, None)
     assert format_status(probe) == (
-        "task 3 [2/3 part_windows:probe:2:0] ETA ? (+1 stage), 1.3 min in"
+        "task 3 [2/3 part_windows:probe:2:0] running (+1 stage), 1.3 min in"
     )
     with pytest.raises(InputError, match="name"):
         reporter.stage("not a stage")
@@ -125,7 +125,7 @@ def test_the_printer_shows_running_tasks_and_counts_finished_and_waiting(tmp_pat
     clock.now = 150.0
     assert printer.lines() == [
         "  task 2 [1/2 cell] step 400/800, ETA 1.5 min (+1 stage), 5.0 min in",
-        "  task 4 [1/2 cell] ETA 1.5 min (+1 stage), 5.0 min in",
+        "  task 4 [1/2 cell] running (+1 stage), 5.0 min in",
         "  [2.5 min] 1 of 5 tasks done, 2 waiting",
     ]
     with pytest.raises(InputError, match="interval"):
