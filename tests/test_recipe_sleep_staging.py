@@ -127,6 +127,12 @@ def test_sleep_staging_table_figures_and_a_resume_that_recomputes_nothing(
     assert study.load_cell("part", "probe", 1, 0).settings["C"] > 0
     night = study.load_cell("supervised", "night", 1, 0).settings
     assert night["night_crop"] == 20 and night["budget_settings"] == {}  # below the table
+    summary = (out / "results.md").read_text().splitlines()  # the columns a reader compares
+    assert summary[0] == (
+        "| row | labels | kappa [95% CI] | difference to classical+seq [95% CI] | macro-F1 "
+        "| N1 F1 |"
+    )
+    assert [line.split(" | ")[0][2:] for line in summary[2:]] == [row["row"] for row in table]
     for figure in ("pretext.png", "finetune_validation.png", "confusion_matrices.png"):
         assert (out / figure).stat().st_size > 1000
     assert list(out.glob("hypnogram_*.png"))
