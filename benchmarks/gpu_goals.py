@@ -11,7 +11,7 @@ Prints, measured side by side in one process on the same device:
 4. **the segment loader** (``bench_pool_pretraining.loader_rate``: the engine's batched reads of
    :class:`~partnd.datasets.segments.SleepSegmentDataset` from a synthetic store) with each of
    ``--workers`` and both batch dtypes, over what the compiled step of 3 consumes; goal >= 2x
-   with the worker count ``docs/cost.md`` recommends (``--docs-workers``, 12) in bf16;
+   with the worker count ``docs/results/cost.md`` recommends (``--docs-workers``, 12) in bf16;
 5. **the cost model** against a short measured ``pretrain`` run (``bench_cost_model
    --validate``, which prints ``error``); goal within 15 %.
 
@@ -139,7 +139,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     )
     parser.add_argument("--workers", type=int, nargs="+", default=[4, 8, 12])
     parser.add_argument(
-        "--docs-workers", type=int, default=12, help="the worker count docs/cost.md recommends"
+        "--docs-workers",
+        type=int,
+        default=12,
+        help="the worker count docs/results/cost.md recommends",
     )
     parser.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak")
     parser.add_argument("--json", type=Path, default=None, help="also write the summary here")
