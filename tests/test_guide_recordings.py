@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from partnd import cli
+from partnd.cohort.profiles import make_profile_cohort
 from partnd.datasets.store import SleepStore
 from tests.hypnogram_fixtures import (
     expected_codes,
@@ -50,6 +51,7 @@ def _layout(root: Path) -> dict[str, list[str]]:
     write_bids_events(eeg / "sub-01_ses-02_task-sleep_events.tsv", b)
     write_edf(root / "headband/signals/s7_n1.edf", ["EEG AF7"], 250, 600, 6)
     write_bids_events(root / "headband/scores/n1_events.tsv", a)
+    make_profile_cohort("headband", root / "headband_like", n_records=2, hours=0.25, seed=0)
     return {
         "sleep_edf.zarr": a,
         "shhs.zarr": a,
@@ -74,6 +76,8 @@ def test_the_guides_ingest_commands_run_as_shown(tmp_path, monkeypatch):
         if "--out" in argv and argv[argv.index("--out") + 1] == "check.zarr":
             continue  # needs a predicted hypnogram (tested in test_hypnogram_export)
         assert cli.main([*argv, "--no-progress"] if Path(argv[1]).is_dir() else argv) == 0, line
+    sample = SleepStore(tmp_path / "headband_sample.zarr")
+    assert len(sample.record_ids()) == 2  # the generated sample: one subject, two sessions
     for store_name, labels in expected.items():
         store = SleepStore(tmp_path / store_name)
         codes = expected_codes(labels)
