@@ -34,7 +34,6 @@ used, accuracy, macro-F1 and per-class F1. Figures: ``pretext.png``, ``finetune_
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,6 +43,7 @@ import numpy as np
 
 from partnd._validation import check
 from partnd.cli.errors import OptionNames
+from partnd.engine.run_dir import RunDir
 from partnd.objectives import list_objectives
 from partnd.recipes.sleep_report import (
     plot_confusion_matrices,
@@ -205,11 +205,9 @@ def report(study: SleepStudy, rows: Sequence[tuple[str, str]]) -> list[dict]:
     pretrain_steps = {}
     histories = {}
     for method in _pretraining_methods([method for method, _ in rows]):
-        meta = json.loads((study.pretrain_dir(method) / "meta.json").read_text())
-        pretrain_steps[method] = int(meta["resolved"]["total_steps"])
-        histories[method] = [
-            json.loads(line) for line in (study.pretrain_dir(method) / "metrics.jsonl").open()
-        ]
+        run = RunDir(study.pretrain_dir(method))
+        pretrain_steps[method] = int(run.resolved()["total_steps"])
+        histories[method] = run.history()
     names = study.class_names
     table = staging_table(cells, truth, study.test_subjects, names, pretrain_steps)
     write_table(table, study.out, "results")

@@ -85,9 +85,10 @@ from partnd.datasets.sequences import SleepSequenceDataset
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
 from partnd.datasets.splits import SubjectSplit, make_subject_split
 from partnd.datasets.store import SIGNAL_DTYPES, SleepStore
-from partnd.engine.checkpoint import atomic_save, atomic_write_json
+from partnd.engine.checkpoint import atomic_save
 from partnd.engine.config import FinetuneConfig, PretrainConfig
 from partnd.engine.normalization import resolve_normalization
+from partnd.engine.run_dir import RunDir
 from partnd.evaluation.metrics import ClassificationReport, classification_metrics
 from partnd.evaluation.probes import linear_probe
 from partnd.finetuning.sequence import EVALUATION_CROP, predict_nights
@@ -101,7 +102,7 @@ from partnd.objectives.registry import registered
 from partnd.preprocessing.pipeline import PreprocessingConfig
 from partnd.pretraining import pretrain
 from partnd.recipes.study_directory import claim_study_directory, exclusive
-from partnd.recipes.study_pools import PoolStage, ingested_store, preprocessed, read_jsonl
+from partnd.recipes.study_pools import PoolStage, ingested_store, preprocessed
 
 __all__ = [
     "ARMS",
@@ -915,12 +916,7 @@ class SleepStudy:
         if pool is not None:
             return self.pools.done(method, pool)
         run_dir = self.pretrain_dir(method)
-        if not (run_dir / ENCODER_FILE).is_file() or not (run_dir / "metrics.jsonl").is_file():
-            return False
-        epochs = json.loads((run_dir / "meta.json").read_text())["resolved"]["epochs"]
-        with open(run_dir / "metrics.jsonl") as handle:
-            done = [json.loads(line)["epoch"] for line in handle if '"phase": "epoch"' in line]
-        return bool(done) and max(done) + 1 >= epochs
+        return (run_dir / ENCODER_FILE).is_file() and RunDir(run_dir).trained()
 
     def run_pretraining(self, method: str, pool: str | None = None) -> Path:
         """Pretrain ``method`` unless done (an interrupted run resumes): on the split's
@@ -941,7 +937,7 @@ class SleepStudy:
         run_dir = self.pretrain_dir(method)
         if self.pretrained(method):
             return run_dir
-        resume = (run_dir / "checkpoints" / "last.pt").is_file()
+        resume = RunDir(run_dir).resumable
         data = SleepWindowDataset(
             self.store, records=list(self.split.pretrain), normalize=self.config.normalization
         )
@@ -1002,7 +998,7 @@ class SleepStudy:
         pool: str | None = None,
     ) -> bool:
         """Whether the cell has finished."""
-        return (self.cell_dir(method, arm, budget, seed, pool) / "result.json").is_file()
+        return RunDir(self.cell_dir(method, arm, budget, seed, pool)).finished()
 
     def load_cell(
         self,
@@ -1014,15 +1010,14 @@ class SleepStudy:
     ) -> CellResult:
         """Read a finished cell."""
         cell = self.cell_dir(method, arm, budget, seed, pool)
-        data = json.loads((cell / "result.json").read_text())
+        data = RunDir(cell).read_result()
         report = ClassificationReport(
             **{
                 **data["report"],
                 "confusion_matrix": np.asarray(data["report"]["confusion_matrix"]),
             }
         )
-        metrics = cell / "run" / "metrics.jsonl"
-        history = read_jsonl(metrics) if metrics.is_file() else []
+        history = RunDir(cell / "run").history()
         return CellResult(
             method=method,
             arm=arm,
@@ -1120,7 +1115,7 @@ class SleepStudy:
             labels, predictions, len(self.class_names), self.class_names
         )
         atomic_save(predictions.astype(np.int8), cell / "predictions.npy", save=_save_npy)
-        atomic_write_json(
+        RunDir(cell).write_result(
             {
                 "method": method,
                 "arm": arm,
@@ -1131,8 +1126,7 @@ class SleepStudy:
                 "draw": draw.to_dict() if used else {},
                 "report": report.to_dict(),
                 "settings": settings,
-            },
-            cell / "result.json",
+            }
         )
         return self.load_cell(method, arm, budget, seed, pool)
 
@@ -1238,7 +1232,7 @@ class SleepStudy:
         """Fine-tune the window, sequence or night classifier of ``method`` and predict the test
         set."""
         config = self.config.finetune_config(method, seed, arm, draw.budget)
-        resume = (run_dir / "checkpoints" / "last.pt").is_file()
+        resume = RunDir(run_dir).resumable
         from_scratch = method in SCRATCH_METHODS or method in STAGERS
         encoder: Any = None if from_scratch else self.pretrain_dir(method, pool)
         night = config.context == "night"
@@ -1284,7 +1278,7 @@ class SleepStudy:
             test, _ = as_labelled_dataset(self.test_set)
             logits = predict_logits(model, test.signals, device=self.config.device)
             predictions = logits.argmax(dim=1).numpy()
-        meta = json.loads((run_dir / "meta.json").read_text())["resolved"]
+        meta = RunDir(run_dir).resolved()
         init = "scratch" if from_scratch else f"{method} pretraining"
         settings = {
             "init": init if pool is None else f"{init} on pool {pool}",
