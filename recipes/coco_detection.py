@@ -67,7 +67,7 @@ from partnd.engine.trainer import Trainer
 from partnd.models import ViTEncoder, create_encoder
 from partnd.models.serialization import encoder_from_spec, encoder_spec, load_encoder
 from partnd.models.vitdet import build_vitdet_mask_rcnn
-from partnd.recipes.sleep_report import write_table
+from partnd.recipes.report_files import write_table
 from partnd.recipes.study_directory import run_recipe
 
 __all__ = [

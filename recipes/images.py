@@ -81,8 +81,8 @@ from partnd.recipes.image_report import (
     results_table,
     sampling_table,
     scale_table,
-    write_table,
 )
+from partnd.recipes.report_files import write_table
 from partnd.recipes.study_directory import (
     add_run_arguments,
     claim_study_directory,

@@ -55,12 +55,12 @@ from partnd.cli.errors import OptionNames
 from partnd.datasets.label_budget import LabelBudget
 from partnd.datasets.store import SIGNAL_DTYPES
 from partnd.objectives import list_objectives
+from partnd.recipes.report_files import write_table
 from partnd.recipes.sample_efficiency_report import write_axes_report
 from partnd.recipes.sleep_report import (
     budget_order,
     plot_sample_efficiency,
     sample_efficiency_tables,
-    write_table,
 )
 from partnd.recipes.sleep_staging import (
     DEFAULT_METHODS,

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -16,10 +13,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from partnd.datasets.label_budget import LabelBudget
-from partnd.engine.checkpoint import atomic_save, atomic_write_text
 from partnd.evaluation.bootstrap import bootstrap_metric, kappa_metric, paired_bootstrap_difference
 from partnd.evaluation.metrics import ClassificationReport
 from partnd.objectives.diagnostics import pretext_error
+from partnd.recipes.report_files import save_figure
 
 __all__ = [
     "ARM_LINESTYLES",
@@ -36,10 +33,8 @@ __all__ = [
     "plot_spread",
     "sample_efficiency_styles",
     "sample_efficiency_tables",
-    "save_figure",
     "staging_table",
     "summary",
-    "write_table",
 ]
 
 #: Cohen's kappa on PhysioNet 2018 with 10 fine-tuning subjects, tested on 200 (paper, Table 3;
@@ -188,28 +183,6 @@ def staging_table(
     return rows
 
 
-def write_table(rows: Sequence[Mapping[str, Any]], out_dir: Path, name: str) -> None:
-    """Write ``<name>.csv``, ``<name>.md`` and ``<name>.json`` (atomically each).
-
-    The columns are every key of ``rows`` in the order first met, so rows may hold different
-    columns (a partial study: a pool's cells finished at one budget only); a row's missing
-    columns are left empty in the CSV and Markdown tables.
-    """
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, restval="")
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write_text(buffer.getvalue(), out_dir / f"{name}.csv")
-    lines = [
-        "| " + " | ".join(columns) + " |",
-        "|" + "|".join("---" for _ in columns) + "|",
-        *("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |" for row in rows),
-    ]
-    atomic_write_text("\n".join(lines) + "\n", out_dir / f"{name}.md")
-    atomic_write_text(json.dumps(list(rows), indent=2) + "\n", out_dir / f"{name}.json")
-
-
 def sample_efficiency_tables(
     cells: Sequence[_Cell], reference: str | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -351,14 +324,6 @@ def plot_sample_efficiency(
     fig.suptitle("Sample efficiency (mean, spread and draws)" + (f"\n{note}" if note else ""))
     fig.tight_layout()
     save_figure(fig, path)
-
-
-def save_figure(fig: Any, path: Path) -> None:
-    """Write ``fig`` to ``path`` as a PNG (120 dpi) atomically and close it."""
-    atomic_save(
-        fig, path, save=lambda figure, handle: figure.savefig(handle, format="png", dpi=120)
-    )
-    plt.close(fig)
 
 
 def plot_pretrain_loss(histories: Mapping[str, Sequence[Mapping[str, Any]]], path: Path) -> None:

@@ -45,13 +45,13 @@ from partnd._validation import check
 from partnd.cli.errors import OptionNames
 from partnd.engine.run_dir import RunDir
 from partnd.objectives import list_objectives
+from partnd.recipes.report_files import write_table
 from partnd.recipes.sleep_report import (
     plot_confusion_matrices,
     plot_finetune_validation,
     plot_hypnogram,
     plot_pretrain_loss,
     staging_table,
-    write_table,
 )
 from partnd.recipes.sleep_study import (
     ARMS,
