@@ -193,8 +193,8 @@ def main(argv: list[str] | None = None) -> None:
     store, pools = pools_of(args)
     scale = SCALES["demo"]
     values: dict[str, Any] = {
-        **scale["pretrain"],
-        **scale["pretrain_methods"]["part_windows"],
+        **scale.pretrain,
+        **scale.pretrain_methods["part_windows"],
         "batch_size": args.batch_size,
         "normalize": "record",
         "progress": False,
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     else:  # the demo study's window encoder: its width and depth, and its front-end
         values["encoder_overrides"] = {
             **DEMO_ENCODER_OVERRIDES,
-            **STUDY_FRONTENDS[scale["frontend"]],
+            **STUDY_FRONTENDS[scale.frontend],
         }
     config = PretrainConfig.preset("eeg_sleep_windows", method="part_windows", **values)
     size, window_s = config.segment_windows, float(store.window_seconds)

@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(row)
     print(
         f"\n{args.arm.capitalize()} arm, supervised, demo scale, validation subjects only "
-        f"(split seed {study.config.seed}, {study.scale['val_subjects']} validation subjects "
+        f"(split seed {study.config.seed}, {study.scale.val_subjects} validation subjects "
         "per cell)"
     )
     print_table(rows)

@@ -146,7 +146,7 @@ class PoolStage:
                 self.config.pools,
                 records=None if self.config.pool_src is not None else split.pretrain,
                 exclude_subjects={*split.test, *split.finetune_pool},
-                held_out_subjects=int(self.study.scale["held_out_subjects"]),
+                held_out_subjects=self.study.scale.held_out_subjects,
                 seed=self.config.seed,
             )
         plan.save(path)
