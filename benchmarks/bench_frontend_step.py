@@ -27,12 +27,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from bench_objective_step import training_step
 
 from partnd.engine.config import PretrainConfig
 from partnd.engine.precision import PRECISIONS, resolve_precision
 from partnd.models import PatchClassifier, create_encoder
 from partnd.objectives import build_objective
-from partnd.recipes.bench_support import FRONTEND_CANDIDATES, interleaved_times, training_step
+from partnd.recipes.bench_support import FRONTEND_CANDIDATES, interleaved_times
 from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES
 from partnd.signal_info import SignalSpec
 

@@ -51,9 +51,10 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from partnd.engine.compilation import COMPILE_MODES, compile_module
+from partnd.engine.compilation import COMPILE_MODES, compile_module, mark_step
 from partnd.engine.config import PretrainConfig
 from partnd.engine.distributed import resolve_device
+from partnd.engine.optim import build_optimizer
 from partnd.engine.precision import PRECISIONS, autocast, resolve_precision
 from partnd.objectives import build_encoder, build_objective, list_objectives
 from partnd.recipes.bench_support import (
@@ -61,7 +62,6 @@ from partnd.recipes.bench_support import (
     interleaved_samples,
     ratio_spread,
     synchronize,
-    training_step,
 )
 from partnd.signal_info import SignalSpec
 
@@ -122,6 +122,32 @@ def peak_tflops(
             if key in name:
                 return value, f"{key} data sheet"
     return measured_matmul_tflops(device, clock), f"measured bf16 matmul, {clock} clock"
+
+
+def training_step(
+    model: torch.nn.Module,
+    compute_loss: Callable[[], torch.Tensor],
+    device: torch.device,
+    precision: str,
+    compile_mode: str = "off",
+) -> Callable[[], None]:
+    """One optimiser step of ``model`` (forward under autocast, backward, AdamW).
+
+    With ``compile_mode`` other than ``"off"``, the modules that ``compute_loss`` calls must
+    have been compiled with :func:`~partnd.engine.compilation.compile_module`; each step then
+    tells CUDA-graph replay that a new step begins, as the engine does.
+    """
+    optimizer = build_optimizer(model, lr=1e-4, weight_decay=0.05, betas=(0.9, 0.95))
+
+    def step() -> None:
+        mark_step(compile_mode)
+        with autocast(device, precision):
+            loss = compute_loss()
+        optimizer.zero_grad(set_to_none=True)
+        loss.float().backward()
+        optimizer.step()
+
+    return step
 
 
 class BareLoss(torch.nn.Module):

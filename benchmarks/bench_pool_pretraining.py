@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from bench_objective_step import training_step
 from torch.utils.data import DataLoader
 
 from partnd.datasets.adapters import SignalDataset, as_signal_dataset
@@ -50,7 +51,7 @@ from partnd.engine.distributed import resolve_device
 from partnd.engine.precision import PRECISIONS, resolve_precision
 from partnd.engine.sampler import ResumableBatchSampler, epoch_order
 from partnd.objectives import build_objective
-from partnd.recipes.bench_support import interleaved_times, training_step
+from partnd.recipes.bench_support import interleaved_times
 from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES, SCALES, STUDY_FRONTENDS
 from partnd.signal_info import SignalSpec
 

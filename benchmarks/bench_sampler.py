@@ -41,6 +41,7 @@ from unittest import mock
 
 import numpy as np
 import torch
+from bench_objective_step import training_step
 
 from partnd.engine.config import PretrainConfig
 from partnd.objectives import build_encoder, build_objective
@@ -52,7 +53,6 @@ from partnd.recipes.bench_support import (
     interleaved_samples,
     interleaved_times,
     ratio_spread,
-    training_step,
 )
 from partnd.signal_info import SignalSpec
 

@@ -3,8 +3,10 @@
 One module, so that no benchmark imports another and no test loads a benchmark file:
 
 * **timing**: :data:`CLOCKS`, :func:`interleaved_samples` / :func:`interleaved_times` (step
-  functions timed in turns, robust to load drift), :func:`ratio_spread`, :func:`training_step`
-  and :func:`mean_std` for tables;
+  functions timed in turns, robust to load drift), :func:`ratio_spread` and
+  :func:`mean_std` for tables (the optimiser step they time, ``training_step``, stays in
+  ``benchmarks/bench_objective_step.py``: no module of ``partnd.recipes`` runs its own
+  optimiser step);
 * **data**: :func:`build_synthetic_store`, a store of band-limited noise with EEG-like decode
   cost;
 * **window front-ends**: :data:`FRONTEND_CANDIDATES` and the :func:`patch_spectra` reference;
@@ -30,9 +32,6 @@ from sklearn.preprocessing import StandardScaler
 from tqdm.auto import tqdm
 
 from partnd.datasets.store import STAGE_NAMES, SleepStore, create_store, write_record
-from partnd.engine.compilation import mark_step
-from partnd.engine.optim import build_optimizer
-from partnd.engine.precision import autocast
 from partnd.evaluation.probes import logistic_regression_probe
 from partnd.recipes.sleep_study import STUDY_FRONTENDS
 
@@ -55,7 +54,6 @@ __all__ = [
     "patch_spectra",
     "ratio_spread",
     "synchronize",
-    "training_step",
 ]
 
 # --- timing ---------------------------------------------------------------------------------
@@ -112,32 +110,6 @@ def ratio_spread(numerator: list[float], denominator: list[float]) -> tuple[floa
     """Lowest and highest ratio of the calls timed in the same turn."""
     ratios = [a / b for a, b in zip(numerator, denominator, strict=True)]
     return min(ratios), max(ratios)
-
-
-def training_step(
-    model: torch.nn.Module,
-    compute_loss: Callable[[], torch.Tensor],
-    device: torch.device,
-    precision: str,
-    compile_mode: str = "off",
-) -> Callable[[], None]:
-    """One optimiser step of ``model`` (forward under autocast, backward, AdamW).
-
-    With ``compile_mode`` other than ``"off"``, the modules that ``compute_loss`` calls must
-    have been compiled with :func:`~partnd.engine.compilation.compile_module`; each step then
-    tells CUDA-graph replay that a new step begins, as the engine does.
-    """
-    optimizer = build_optimizer(model, lr=1e-4, weight_decay=0.05, betas=(0.9, 0.95))
-
-    def step() -> None:
-        mark_step(compile_mode)
-        with autocast(device, precision):
-            loss = compute_loss()
-        optimizer.zero_grad(set_to_none=True)
-        loss.float().backward()
-        optimizer.step()
-
-    return step
 
 
 def mean_std(values: Sequence[float], scale: float = 1.0, digits: int = 3) -> str:
