@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 import warnings
@@ -67,11 +66,8 @@ from partnd.engine.precision import LOADER_DTYPES, resolve_loader_dtype, resolve
 from partnd.engine.trainer import Trainer, move_to
 from partnd.objectives import build_objective, list_objectives
 from partnd.pretraining import ObjectiveTask, pretrain
+from partnd.recipes.bench_support import CLOCKS, build_synthetic_store, synchronize
 from partnd.signal_info import SignalSpec
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_loader import build_synthetic_store
-from bench_objective_step import CLOCKS
 
 H100_BF16_PEAK = 989e12
 """Dense bf16 tensor-core FLOP/s of an H100 SXM (vendor datasheet)."""
@@ -118,11 +114,6 @@ def settings(night_hours: float) -> dict[str, Setting]:
             "1,281,167 training images",
         ),
     }
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def make_trainer(config: PretrainConfig, data: Any, device: torch.device) -> Trainer:
@@ -184,10 +175,10 @@ def measure_step(
         step(index)  # with compile: the compilation and CUDA-graph recording
     times = []
     for index in range(steps):
-        _synchronize(device)
+        synchronize(device)
         start = now()
         step(3 + warmup + index)
-        _synchronize(device)
+        synchronize(device)
         times.append(now() - start)
     with tempfile.TemporaryDirectory(prefix="cost_model_") as folder:
         manager = CheckpointManager(folder, keep=2)

@@ -43,130 +43,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from sklearn.linear_model import RidgeCV
-from sklearn.metrics import r2_score
-from sklearn.preprocessing import StandardScaler
 
 from partnd.datasets.sleep_windows import InMemoryWindows
-from partnd.evaluation.probes import extract_features, logistic_regression_probe
+from partnd.evaluation.probes import extract_features
+from partnd.recipes.bench_support import (
+    effective_dimensions,
+    hour_r2,
+    leave_one_night_out,
+    night_share,
+)
 from partnd.recipes.sample_efficiency import build_parser, pool_settings
 from partnd.recipes.sleep_staging import study_from_args
 from partnd.recipes.sleep_study import SCRATCH_METHODS, SleepStudy
-
-RIDGE_ALPHAS = np.logspace(-2, 4, 13)
-PROBE_CS = (1e-3, 1e-2, 1e-1, 1.0)
-"""The probe's candidate C: the study's without 10 and 100 (thousands of windows fit slowly)."""
-
-
-def hour_r2(design: np.ndarray, hours: np.ndarray, nights: np.ndarray) -> float:
-    """R² of the hour of the night predicted from ``design: [N, F]`` by a ridge regression on
-    its standardised columns (alpha chosen by cross-validation), each night's windows predicted
-    by the regression fitted on the other nights, over the pooled predictions.
-
-    Args:
-        design: [N, F] features (or the stage one-hot: what the stage alone tells of the hour).
-        hours: [N] hour of the night of each window (its start).
-        nights: [N] night id of each window; at least two distinct.
-    """
-    predicted = np.zeros_like(hours)
-    for night in np.unique(nights):
-        test, train = nights == night, nights != night
-        scaler = StandardScaler().fit(design[train])
-        ridge = RidgeCV(alphas=RIDGE_ALPHAS).fit(scaler.transform(design[train]), hours[train])
-        predicted[test] = ridge.predict(scaler.transform(design[test]))
-    return float(r2_score(hours, predicted))
-
-
-def leave_one_night_out(
-    features: np.ndarray,
-    stages: np.ndarray,
-    hours: np.ndarray,
-    nights: np.ndarray,
-    seed: int,
-    per_stage: int = 20,
-    draws: int = 5,
-) -> dict[str, float]:
-    """Stage κ and hour R² of ``features: [N, F]``, each night predicted by models fitted on the
-    others; and the stage κ of a probe fitted on only ``per_stage`` windows of each stage of the
-    other nights (the study's ``w20`` budget).
-
-    Args:
-        features: [N, F] frozen features of the windows.
-        stages: [N] stage codes in ``[0, 5)``.
-        hours: [N] hour of the night of each window (its start).
-        nights: [N] night id of each window; at least two distinct.
-        seed: Seed of the probe's cross-validation split and of the drawn windows.
-        per_stage: Labelled windows per stage of the scarce probe (all of a rarer stage).
-        draws: Draws of those windows per held-out night.
-
-    Returns:
-        ``stage_kappa`` and ``stage_kappa_scarce`` (means over folds and draws) and ``hour_r2``
-        (:func:`hour_r2`).
-    """
-    kappas: list[float] = []
-    scarce_kappas: list[float] = []
-    for night in np.unique(nights):
-        test, train = nights == night, nights != night
-
-        def kappa_of_probe(fitted: np.ndarray, test: np.ndarray = test) -> float:
-            """κ on ``test`` of the probe fitted on the windows ``fitted`` (mask or indices)."""
-            probe = logistic_regression_probe(
-                features[fitted],
-                stages[fitted],
-                features[test],
-                stages[test],
-                num_classes=5,
-                inverse_regularisations=PROBE_CS,
-                seed=seed,
-            )
-            return probe.report.cohen_kappa
-
-        kappas.append(kappa_of_probe(train))
-        rng = np.random.default_rng(seed)
-        for _ in range(draws):
-            chosen = [
-                rng.permutation(np.flatnonzero(train & (stages == stage)))[:per_stage]
-                for stage in range(5)
-            ]
-            scarce_kappas.append(kappa_of_probe(np.concatenate(chosen)))
-    return {
-        "stage_kappa": float(np.mean(kappas)),
-        "stage_kappa_scarce": float(np.mean(scarce_kappas)),
-        "hour_r2": hour_r2(features, hours, nights),
-    }
-
-
-def effective_dimensions(features: np.ndarray) -> float:
-    """Participation ratio ``(Σλ)² / Σλ²`` of the eigenvalues λ of the standardised features'
-    covariance: about F for F independent features, 1 when one direction holds all variance.
-
-    Args:
-        features: [N, F] features.
-    """
-    standardised = StandardScaler().fit_transform(features)
-    eigenvalues = np.clip(np.linalg.eigvalsh(np.cov(standardised, rowvar=False)), 0.0, None)
-    return float(eigenvalues.sum() ** 2 / (eigenvalues**2).sum())
-
-
-def night_share(features: np.ndarray, stages: np.ndarray, nights: np.ndarray) -> float:
-    """Share of the standardised features' within-stage variance that is between nights: 0 when
-    every night's windows of a stage look alike on average, 1 when a stage's windows differ only
-    by their night (what a probe trained on a few nights' windows cannot generalise over).
-
-    Args:
-        features: [N, F] features.
-        stages: [N] stage codes.
-        nights: [N] night ids.
-    """
-    residual = StandardScaler().fit_transform(features)
-    between = np.zeros(residual.shape[1])
-    for stage in np.unique(stages):
-        mine = stages == stage
-        residual[mine] -= residual[mine].mean(axis=0)
-        for night in np.unique(nights[mine]):
-            cell = mine & (nights == night)
-            between += cell.sum() * residual[cell].mean(axis=0) ** 2
-    return float(between.sum() / (residual**2).sum())
 
 
 def held_out_windows(

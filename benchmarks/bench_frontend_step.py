@@ -27,13 +27,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from bench_objective_step import interleaved_times, training_step
-from bench_window_frontend import CANDIDATES
+from bench_objective_step import training_step
 
 from partnd.engine.config import PretrainConfig
 from partnd.engine.precision import PRECISIONS, resolve_precision
 from partnd.models import PatchClassifier, create_encoder
 from partnd.objectives import build_objective
+from partnd.recipes.bench_support import FRONTEND_CANDIDATES, interleaved_times
 from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES
 from partnd.signal_info import SignalSpec
 
@@ -42,7 +42,7 @@ CHANNELS, SAMPLES, CLASSES = 6, 3000, 5
 
 def encoder_settings(name: str) -> tuple[int, dict[str, Any]]:
     """``(patch_size, encoder overrides)`` of candidate ``name`` on the demo's encoder."""
-    settings = CANDIDATES[name]
+    settings = FRONTEND_CANDIDATES[name]
     patch_size = int(settings.get("patch_size", 100))
     return patch_size, {**DEMO_ENCODER_OVERRIDES, **settings.get("encoder", {})}
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--candidates",
         nargs="+",
-        choices=sorted(CANDIDATES),
+        choices=sorted(FRONTEND_CANDIDATES),
         default=["linear", "spectral", "spectral_raw", "conv"],
     )
     parser.add_argument("--methods", nargs="+", default=["part", "mae"])

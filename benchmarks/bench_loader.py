@@ -32,28 +32,26 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy import signal as scipy_signal
 from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
-from tqdm.auto import tqdm
 
 from partnd.datasets.sleep_windows import SleepWindowDataset
-from partnd.datasets.store import STAGE_NAMES, SleepStore, create_store, write_record
+from partnd.datasets.store import SleepStore
 from partnd.engine.sampler import ChunkShuffleSampler
 from partnd.models.registry import create_encoder
 from partnd.patches.sampling import OffGridSampler
+from partnd.recipes.bench_support import (
+    SYNTHETIC_CHANNELS,
+    SYNTHETIC_SFREQ,
+    SYNTHETIC_WINDOW_SECONDS,
+    build_synthetic_store,
+)
 
 __all__ = [
-    "build_synthetic_store",
     "main",
     "measure_decode",
     "measure_loader",
     "measure_training_step",
 ]
-
-CHANNELS = ["F3-M2", "F4-M1", "C3-M2", "C4-M1", "O1-M2", "O2-M1"]
-SFREQ = 100.0
-WINDOW_SECONDS = 30.0
-
 
 LOADERS = (
     "per-window reads, RandomSampler",
@@ -74,41 +72,6 @@ class _PerWindow(Dataset[tuple[torch.Tensor, int]]):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         x, stage = self.dataset[index][:2]
         return x, stage
-
-
-def build_synthetic_store(
-    path: Path, n_records: int, n_windows: int, *, seed: int = 0, progress: bool = True
-) -> SleepStore:
-    """Write a store of EEG-like signals: white noise band-passed 0.3–30 Hz, about 20 µV RMS.
-
-    Band-limited noise compresses like filtered EEG does (much worse than zeros, a little better
-    than white noise), so decode times are representative.
-    """
-    create_store(
-        path,
-        sfreq=SFREQ,
-        channels=CHANNELS,
-        window_seconds=WINDOW_SECONDS,
-        stage_names=STAGE_NAMES,
-        metadata={"filter": "synthetic band-passed noise", "source": "bench_loader"},
-    )
-    n_times = int(SFREQ * WINDOW_SECONDS)
-    sos = scipy_signal.butter(4, [0.3, 30.0], btype="bandpass", fs=SFREQ, output="sos")
-    rng = np.random.default_rng(seed)
-    for record in tqdm(range(n_records), desc="synthetic store", disable=not progress):
-        night = rng.normal(size=(len(CHANNELS), n_windows * n_times))
-        night = scipy_signal.sosfilt(sos, night, axis=-1)
-        night *= 20.0 / night.std()
-        windows = night.reshape(len(CHANNELS), n_windows, n_times).transpose(1, 0, 2)
-        write_record(
-            path,
-            f"rec{record:04d}",
-            windows.astype(np.float32),
-            rng.integers(0, len(STAGE_NAMES), size=n_windows),
-            np.arange(n_windows) * WINDOW_SECONDS,
-            attrs={"subject_id": f"subj{record:04d}", "split": "training"},
-        )
-    return SleepStore(path)
 
 
 def measure_decode(store: SleepStore, n_reads: int = 20, seed: int = 0) -> dict[str, float]:
@@ -177,11 +140,16 @@ def measure_training_step(
     """
     torch.manual_seed(seed)
     model = create_encoder(
-        "vit_eeg_12m", in_chans=len(CHANNELS), patch_size=100, ndim=1, num_positions=30
+        "vit_eeg_12m", in_chans=len(SYNTHETIC_CHANNELS), patch_size=100, ndim=1, num_positions=30
     ).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     sampler = OffGridSampler(1, 100, num_patches=40)
-    x = torch.randn(batch_size, len(CHANNELS), int(SFREQ * WINDOW_SECONDS), device=device)
+    x = torch.randn(
+        batch_size,
+        len(SYNTHETIC_CHANNELS),
+        int(SYNTHETIC_SFREQ * SYNTHETIC_WINDOW_SECONDS),
+        device=device,
+    )
 
     def step() -> None:
         patches = sampler(x)

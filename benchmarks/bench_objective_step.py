@@ -45,7 +45,6 @@ import json
 import math
 import os
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -58,6 +57,12 @@ from partnd.engine.distributed import resolve_device
 from partnd.engine.optim import build_optimizer
 from partnd.engine.precision import PRECISIONS, autocast, resolve_precision
 from partnd.objectives import build_encoder, build_objective, list_objectives
+from partnd.recipes.bench_support import (
+    CLOCKS,
+    interleaved_samples,
+    ratio_spread,
+    synchronize,
+)
 from partnd.signal_info import SignalSpec
 
 SHAPES = {"eeg_sleep": (6, (3000,)), "images_cifar": (3, (32, 32))}
@@ -96,10 +101,10 @@ def measured_matmul_tflops(
     b = torch.randn(size, size, device=device, dtype=torch.bfloat16)
     best = math.inf
     for _ in range(repeats + 1):
-        _synchronize(device)
+        synchronize(device)
         start = now()
         a @ b
-        _synchronize(device)
+        synchronize(device)
         best = min(best, now() - start)
     return 2 * size**3 / max(best, 1e-9) / 1e12
 
@@ -117,58 +122,6 @@ def peak_tflops(
             if key in name:
                 return value, f"{key} data sheet"
     return measured_matmul_tflops(device, clock), f"measured bf16 matmul, {clock} clock"
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
-"""``wall``: elapsed time; ``cpu``: this process's CPU time (all its threads), which other jobs on
-a shared machine barely change: use it with one thread (``--threads 1``) when the machine is
-loaded (with several threads, threads that spin while they wait would count)."""
-
-
-def interleaved_samples(
-    steps: dict[str, Callable[[], Any]],
-    repeats: int,
-    warmup: int,
-    device: torch.device,
-    clock: str = "wall",
-) -> dict[str, list[float]]:
-    """Seconds of every call of every step function, timed in turns (robust to load drift)."""
-    now = CLOCKS[clock]
-    for _ in range(warmup):
-        for step in steps.values():
-            step()
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(repeats):
-        for name, step in steps.items():
-            _synchronize(device)
-            start = now()
-            step()
-            _synchronize(device)
-            times[name].append(now() - start)
-    return times
-
-
-def interleaved_times(
-    steps: dict[str, Callable[[], Any]],
-    repeats: int,
-    warmup: int,
-    device: torch.device,
-    clock: str = "wall",
-) -> dict[str, float]:
-    """Median seconds per call of every step function, timed in turns (robust to load drift)."""
-    samples = interleaved_samples(steps, repeats, warmup, device, clock)
-    return {name: statistics.median(values) for name, values in samples.items()}
-
-
-def ratio_spread(numerator: list[float], denominator: list[float]) -> tuple[float, float]:
-    """Lowest and highest ratio of the calls timed in the same turn."""
-    ratios = [a / b for a, b in zip(numerator, denominator, strict=True)]
-    return min(ratios), max(ratios)
 
 
 def training_step(

@@ -32,13 +32,14 @@ import argparse
 from typing import Any
 
 import torch
-from bench_objective_step import interleaved_times, peak_tflops, step_flops, training_step
+from bench_objective_step import peak_tflops, step_flops, training_step
 
 from partnd.engine.compilation import COMPILE_MODES, compile_module
 from partnd.engine.config import PretrainConfig
 from partnd.engine.distributed import resolve_device
 from partnd.engine.precision import PRECISIONS, autocast, resolve_precision
 from partnd.objectives import CrossWindowPART, build_objective
+from partnd.recipes.bench_support import interleaved_times
 from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES
 from partnd.signal_info import SignalSpec
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from bench_objective_step import interleaved_times, training_step
+from bench_objective_step import training_step
 from torch.utils.data import DataLoader
 
 from partnd.datasets.adapters import SignalDataset, as_signal_dataset
@@ -51,6 +51,7 @@ from partnd.engine.distributed import resolve_device
 from partnd.engine.precision import PRECISIONS, resolve_precision
 from partnd.engine.sampler import ResumableBatchSampler, epoch_order
 from partnd.objectives import build_objective
+from partnd.recipes.bench_support import interleaved_times
 from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES, SCALES, STUDY_FRONTENDS
 from partnd.signal_info import SignalSpec
 
@@ -193,8 +194,8 @@ def main(argv: list[str] | None = None) -> None:
     store, pools = pools_of(args)
     scale = SCALES["demo"]
     values: dict[str, Any] = {
-        **scale["pretrain"],
-        **scale["pretrain_methods"]["part_windows"],
+        **scale.pretrain,
+        **scale.pretrain_methods["part_windows"],
         "batch_size": args.batch_size,
         "normalize": "record",
         "progress": False,
@@ -207,7 +208,7 @@ def main(argv: list[str] | None = None) -> None:
     else:  # the demo study's window encoder: its width and depth, and its front-end
         values["encoder_overrides"] = {
             **DEMO_ENCODER_OVERRIDES,
-            **STUDY_FRONTENDS[scale["frontend"]],
+            **STUDY_FRONTENDS[scale.frontend],
         }
     config = PretrainConfig.preset("eeg_sleep_windows", method="part_windows", **values)
     size, window_s = config.segment_windows, float(store.window_seconds)

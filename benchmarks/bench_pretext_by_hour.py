@@ -39,6 +39,7 @@ from partnd.datasets.segments import SleepSegmentDataset
 from partnd.datasets.store import SleepStore
 from partnd.engine.checkpoint import load_checkpoint
 from partnd.engine.config import PretrainConfig
+from partnd.engine.run_dir import RunDir
 from partnd.evaluation.probes import PretextMonitor
 from partnd.objectives import build_objective
 from partnd.signal_info import SignalSpec
@@ -89,7 +90,7 @@ def main() -> None:
     if config.method != "part_windows":
         parser.error(f"--run: expected a part_windows pretraining, got {config.method!r}")
     segment = config.segment_windows
-    state = load_checkpoint(args.run / "checkpoints" / "last.pt", "--run")
+    state = load_checkpoint(RunDir(args.run).last_checkpoint, "--run")
     models: dict[str, torch.nn.Module] = {}
     records = list(args.records or []) + [None] * len(args.store)
     blocks = {"window": config.window_samples, "patch": int(np.prod(config.patch_size))}

@@ -33,32 +33,28 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import numpy as np
 import torch
+from bench_objective_step import training_step
 
-from partnd import sampling
 from partnd.engine.config import PretrainConfig
 from partnd.objectives import build_encoder, build_objective
+from partnd.patches import sampling
 from partnd.patches.integer_box_resize import resize_integer_boxes
 from partnd.patches.sampling import OffGridSampler
-from partnd.signal_info import SignalSpec
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_objective_step import (
+from partnd.recipes.bench_support import (
     CLOCKS,
     interleaved_samples,
     interleaved_times,
     ratio_spread,
-    training_step,
 )
+from partnd.signal_info import SignalSpec
 
 SCALE_RANGE = (0.5, 2.0)
 

@@ -31,10 +31,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import torch
@@ -44,21 +41,8 @@ from partnd.datasets.nights import time_of_night
 from partnd.engine.optim import build_optimizer
 from partnd.engine.precision import PRECISIONS, autocast, resolve_precision
 from partnd.models import NightClassifier, PatchClassifier, SequenceClassifier, create_encoder
+from partnd.recipes.bench_support import interleaved_times
 from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES
-
-
-def _timed(steps: dict[str, Callable[[], Any]], repeats: int, warmup: int) -> dict[str, float]:
-    """Median seconds per call of every function, timed in turns."""
-    for _ in range(warmup):
-        for step in steps.values():
-            step()
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(repeats):
-        for name, step in steps.items():
-            start = time.perf_counter()
-            step()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def main() -> None:
@@ -107,7 +91,7 @@ def main() -> None:
 
         return step
 
-    train = _timed(
+    train = interleaved_times(
         {
             "night": trainer(night_model, lambda: night_model(crops, None, crop_time), crop_labels),
             "sequence": trainer(sequence, lambda: sequence(x), labels),
@@ -115,6 +99,7 @@ def main() -> None:
         },
         args.repeats,
         warmup=1,
+        device=torch.device("cpu"),
     )
     night = torch.randn(args.night, channels, samples)
     night_time = time_of_night(np.arange(args.night) * 30.0, 30.0)
@@ -135,10 +120,11 @@ def main() -> None:
     def predict_whole() -> None:
         night_model.predict_night(night, night_time)
 
-    predict = _timed(
+    predict = interleaved_times(
         {"night": predict_whole, "sequence": predict_sequence, "single": predict_single},
         max(2, args.repeats // 2),
         1,
+        torch.device("cpu"),
     )
     print(
         f"{args.threads} threads, {args.precision}, window ViT "

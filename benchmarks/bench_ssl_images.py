@@ -41,6 +41,7 @@ from partnd.evaluation.probes import knn_eval, linear_probe, logistic_regression
 from partnd.finetuning.training import evaluate, finetune
 from partnd.models import create_encoder
 from partnd.pretraining import load_encoder, pretrain
+from partnd.recipes.bench_support import mean_std
 
 PRESET = "images_small"
 
@@ -169,14 +170,6 @@ def run_seed(args: argparse.Namespace, seed: int, images: np.ndarray, labels: np
     return row
 
 
-def _mean_std(values: list[float]) -> str:
-    if not values:
-        return "—"
-    mean = statistics.fmean(values)
-    spread = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{100 * mean:.1f} ± {100 * spread:.1f}"
-
-
 def summarise(rows: list[dict], methods: list[str]) -> str:
     """Markdown table: accuracy (%) mean ± std over seeds per arm and protocol."""
     arms = ["raw_pixels", "random", "scratch", *methods]
@@ -188,7 +181,9 @@ def summarise(rows: list[dict], methods: list[str]) -> str:
     for arm in arms:
         cells = []
         for key in ("probe", "knn", "finetune"):
-            cells.append(_mean_std([row[arm][key] for row in rows if key in row[arm]]))
+            cells.append(
+                mean_std([row[arm][key] for row in rows if key in row[arm]], scale=100, digits=1)
+            )
         minutes = [row[arm]["pretrain_minutes"] for row in rows if "pretrain_minutes" in row[arm]]
         cells.append(f"{statistics.fmean(minutes):.1f}" if minutes else "—")
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")

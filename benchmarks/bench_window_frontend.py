@@ -53,38 +53,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from partnd.engine.checkpoint import atomic_write_json
 from partnd.evaluation.metrics import classification_metrics
 from partnd.finetuning.training import evaluate, finetune
-from partnd.recipes.sleep_study import STUDY_FRONTENDS, SleepStudy, StudyConfig
-
-_SPECTRAL = STUDY_FRONTENDS["spectral"]
-
-
-def _spectral_with(**options: Any) -> dict[str, Any]:
-    """The study's spectral front-end with further ``frontend_options``."""
-    return {**_SPECTRAL, "frontend_options": {**_SPECTRAL["frontend_options"], **options}}
-
-
-#: Candidates: name -> ``encoder`` (encoder overrides on top of the demo's 128-wide ViT) and
-#: other FinetuneConfig fields of the demo's window arm. The spectral front-ends keep 0-30 Hz
-#: (the store's band-pass: 31 bins of 1 s patches).
-CANDIDATES: dict[str, dict[str, Any]] = {
-    "linear": {},
-    "spectral": {"encoder": _SPECTRAL},
-    "spectral_all": {"encoder": {"frontend": "spectral"}},
-    "spectral_raw": {"encoder": _spectral_with(raw=True)},
-    "spectral_mlp": {"encoder": _spectral_with(hidden=256)},
-    "spectral_std": {"encoder": STUDY_FRONTENDS["spectral_std"]},
-    "spectral_std_raw": {"encoder": STUDY_FRONTENDS["spectral_std_raw"]},
-    "spectral_avg": {"encoder": _SPECTRAL, "global_pool": "avg"},
-    "spectral_2s": {"encoder": _SPECTRAL, "patch_size": 200},
-    "conv": {"encoder": STUDY_FRONTENDS["conv"]},
-    "linear_2s": {"patch_size": 200},
-}
-
+from partnd.recipes.bench_support import FRONTEND_CANDIDATES, mean_std, patch_spectra
+from partnd.recipes.sleep_study import SleepStudy, StudyConfig
 
 #: Rows without a trained encoder (no step budget): LightGBM on YASA's features, and on the
 #: patches' log-power spectra (window arm).
@@ -96,7 +70,7 @@ def candidate_config(
 ) -> Any:
     """The study's configuration of the supervised row's ``arm`` at ``budget`` with candidate
     ``name`` (``steps`` replaces the budget's step count)."""
-    settings = dict(CANDIDATES[name])
+    settings = dict(FRONTEND_CANDIDATES[name])
     encoder = settings.pop("encoder", {})
     base = study.config.finetune_config("supervised", seed, arm, budget)
     return base.replace(
@@ -139,25 +113,6 @@ def classical_cell(
     train = table.select(study.split.records_of(subjects))
     val = table.select(study.split.records_of(val_subjects))
     return lightgbm_row((train.features, train.labels), (val.features, val.labels), seed)
-
-
-def patch_spectra(windows: torch.Tensor, patch_size: int = 100, bins: int = 31) -> np.ndarray:
-    """Per-window summary of the log-power spectra of its patches.
-
-    Args:
-        windows: ``[N, C, T]`` windows (``T`` a multiple of ``patch_size``).
-        patch_size: Samples per patch (1 s at 100 Hz).
-        bins: Lowest rFFT bins kept (31: 0-30 Hz of 1 s patches).
-
-    Returns:
-        ``[N, 2 * C * bins]``: the mean over the window's patches of every channel's log-power
-        bin, then their standard deviation.
-    """
-    n, channels, length = windows.shape
-    patches = windows.float().reshape(n, channels, length // patch_size, patch_size)
-    log_power = torch.log(torch.fft.rfft(patches, dim=-1).abs().pow(2)[..., :bins] + 1e-6)
-    summary = torch.cat([log_power.mean(2), log_power.std(2)], dim=1)
-    return summary.reshape(n, -1).numpy()
 
 
 def spectra_cell(
@@ -236,11 +191,6 @@ def run_cell(
     return row
 
 
-def _mean_std(values: list[float]) -> str:
-    spread = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.3f} ± {spread:.3f}"
-
-
 def print_table(rows: list[dict]) -> None:
     """Mean +- std over seeds per candidate, budget and step budget."""
     groups: dict[tuple[str, int, int], list[dict]] = {}
@@ -257,9 +207,9 @@ def print_table(rows: list[dict]) -> None:
     for (name, budget, steps), group in sorted(groups.items(), key=lambda item: item[0][1:]):
         print(
             f"| {name:<13} | {budget:>8} | {steps:>5} | {len(group):>5} "
-            f"| {_mean_std([r['val_kappa'] for r in group]):<16} "
-            f"| {_mean_std([r['val_last3'] for r in group]):<14} "
-            f"| {_mean_std([r['train_acc'] for r in group]):<13} "
+            f"| {mean_std([r['val_kappa'] for r in group]):<16} "
+            f"| {mean_std([r['val_last3'] for r in group]):<14} "
+            f"| {mean_std([r['train_acc'] for r in group]):<13} "
             f"| {statistics.mean(r['seconds_per_step'] for r in group):6.3f} "
             f"| {group[0]['parameters'] / 1e6:8.2f} |"
         )
@@ -280,8 +230,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--candidates",
         nargs="+",
-        choices=sorted([*CANDIDATES, *REFERENCES]),
-        default=["classical", *CANDIDATES],
+        choices=sorted([*FRONTEND_CANDIDATES, *REFERENCES]),
+        default=["classical", *FRONTEND_CANDIDATES],
     )
     parser.add_argument(
         "--arm",
@@ -332,7 +282,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(row)
     print(
         f"\n{args.arm.capitalize()} arm, supervised, demo scale, validation subjects only "
-        f"(split seed {study.config.seed}, {study.scale['val_subjects']} validation subjects "
+        f"(split seed {study.config.seed}, {study.scale.val_subjects} validation subjects "
         "per cell)"
     )
     print_table(rows)

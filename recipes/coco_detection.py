@@ -25,9 +25,13 @@ Commands (each skips what is finished; an interrupted training resumes from its 
     python -m partnd.recipes.coco_detection all      --root ~/data/coco --out runs/coco_part \\
         --encoder runs/in1k/pretrain/part/run --name part
 
-The run directory holds ``settings.json``, ``checkpoints/last.pt``, ``metrics.jsonl`` (losses),
-``model.pt`` and ``train_result.json`` (training finished), ``detections_{bbox,segm}.json``,
-``metrics.json`` and the table ``detection.{csv,md,json}`` (measured next to the paper's numbers).
+Training runs on the engine's :class:`~partnd.engine.trainer.Trainer` (:class:`DetectionTask`,
+the 1x schedule as its learning rate): its checkpoints carry the model, optimiser, schedule and
+every RNG state, so an interrupted training resumes exactly; each epoch's last incomplete batch
+is dropped. The run directory holds ``settings.json``, ``meta.json``, ``checkpoints/last.pt``,
+``metrics.jsonl``/``metrics.csv``/``tb/`` (losses), ``model.pt`` and ``train_result.json``
+(training finished), ``detections_{bbox,segm}.json``, ``metrics.json`` and the table
+``detection.{csv,md,json}`` (measured next to the paper's numbers).
 Without ``--encoder`` the backbone is a randomly initialised ``--set encoder=...`` (from scratch).
 Not reproduced: ViTDet's relative position biases (see :mod:`partnd.models.vitdet`) and its 100-epoch
 schedule; the per-sample augmentation of worker processes (``num_workers > 0``) is not restored
@@ -55,19 +59,15 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
 from partnd._validation import check
-from partnd.engine.checkpoint import (
-    atomic_save,
-    atomic_write_json,
-    atomic_write_text,
-    load_checkpoint,
-)
-from partnd.engine.distributed import resolve_device
-from partnd.engine.optim import build_optimizer
-from partnd.engine.precision import autocast
+from partnd.engine.checkpoint import atomic_save, atomic_write_json, load_checkpoint
+from partnd.engine.config import TrainConfig
+from partnd.engine.distributed import DistributedContext, resolve_device
+from partnd.engine.run_dir import RunDir, run_metadata
+from partnd.engine.trainer import Trainer
 from partnd.models import ViTEncoder, create_encoder
 from partnd.models.serialization import encoder_from_spec, encoder_spec, load_encoder
 from partnd.models.vitdet import build_vitdet_mask_rcnn
-from partnd.recipes.sleep_report import write_table
+from partnd.recipes.report_files import write_table
 from partnd.recipes.study_directory import run_recipe
 
 __all__ = [
@@ -75,8 +75,10 @@ __all__ = [
     "PAPER_AP",
     "STAGES",
     "TABLE_KEYS",
+    "TRAIN_RESULT_FILE",
     "CocoTrainTransform",
     "DetectionConfig",
+    "DetectionTask",
     "build_parser",
     "coco_categories",
     "collate",
@@ -86,9 +88,13 @@ __all__ = [
     "load_coco_val",
     "main",
     "train",
+    "train_config",
 ]
 
 STAGES = ("train", "evaluate", "all")
+
+#: Written last by :func:`train`: the training has finished (``RunDir.finished``).
+TRAIN_RESULT_FILE = "train_result.json"
 
 #: Keys of :func:`evaluate`'s metrics, in ``COCOeval.stats`` order, for boxes then masks.
 AP_KEYS = (
@@ -413,23 +419,49 @@ def _build_model(encoder: ViTEncoder, num_classes: int, config: DetectionConfig)
     )
 
 
-def _to_device(targets: Sequence[dict[str, Tensor]], device: torch.device) -> list[Any]:
-    return [{key: value.to(device) for key, value in target.items()} for target in targets]
+class DetectionTask:
+    """Mask R-CNN's training loss for :class:`~partnd.engine.trainer.Trainer`: the sum of the
+    RPN, box and mask losses torchvision's model returns in training mode."""
+
+    def compute_loss(
+        self, model: nn.Module, batch: tuple[list[Tensor], list[dict[str, Tensor]]], generator: Any
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Args: model: the (possibly DDP-wrapped) Mask R-CNN; batch: ``(images [3, S, S] each,
+        targets)`` from :func:`collate`, on the device; generator: unused (the augmentation
+        draws from torch's global generator, which the trainer's checkpoints restore).
+
+        Returns:
+            The summed loss and each loss term, detached (logged as diagnostics).
+        """
+        images, targets = batch
+        losses: dict[str, Tensor] = model(list(images), list(targets))
+        loss = torch.stack(list(losses.values())).sum()
+        return loss, {name: value.detach() for name, value in losses.items()}
 
 
-def _checkpoint_state(
-    model: nn.Module, optimizer: torch.optim.Optimizer, step: int, meta: dict[str, Any]
-) -> dict[str, Any]:
-    state = {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "step": step,
-        "torch_rng": torch.get_rng_state(),
-        **meta,
-    }
-    if torch.cuda.is_available():
-        state["cuda_rng"] = torch.cuda.get_rng_state_all()
-    return state
+def train_config(config: DetectionConfig, *, progress: bool = True) -> TrainConfig:
+    """The engine settings of a detection training: AdamW, no gradient clipping, no EMA, one
+    kept epoch checkpoint (Mask R-CNN's are large); the schedule is :func:`learning_rate`."""
+    return TrainConfig(
+        epochs=config.epochs,
+        batch_size=config.batch_size,
+        lr=config.lr,
+        lr_reference_batch=config.lr_reference_batch,
+        min_lr=0.0,
+        weight_decay=config.weight_decay,
+        betas=(config.betas[0], config.betas[1]),
+        warmup_steps=config.warmup_steps or None,
+        grad_clip=None,
+        precision=config.precision,  # type: ignore[arg-type]
+        device=config.device,
+        compile="off",
+        num_workers=config.num_workers,
+        seed=config.seed,
+        log_every_steps=config.log_every_steps,
+        checkpoint_every_steps=config.checkpoint_every_steps,
+        keep_checkpoints=1,
+        progress=progress,
+    )
 
 
 def train(
@@ -440,98 +472,50 @@ def train(
     *,
     progress: bool = True,
 ) -> nn.Module:
-    """Fine-tune Mask R-CNN on the COCO training split (resuming ``out/checkpoints/last.pt``).
+    """Fine-tune Mask R-CNN on the COCO training split with the engine's
+    :class:`~partnd.engine.trainer.Trainer` (resuming ``out/checkpoints/last.pt``).
 
     Args:
         out: Run directory.
         root: COCO root.
         config: Settings.
         encoder: The pretrained 2D encoder (``None``: ``config.encoder`` from scratch).
-        progress: Print the loss every ``log_every_steps`` steps.
+        progress: Show a progress bar.
 
     Returns:
         The trained model (CPU, eval mode); ``model.pt`` and ``train_result.json`` are written.
     """
-    out = Path(out)
-    device = resolve_device(config.device)
+    run = RunDir(Path(out))
     dataset, num_classes = load_coco_train(root, config)
     torch.manual_seed(config.seed)
     if encoder is None:
         encoder = create_encoder(config.encoder, in_chans=3, patch_size=config.patch_size, ndim=2)
-    model = _build_model(encoder, num_classes, config).to(device)
-    optimizer = build_optimizer(
-        model,
-        lr=config.lr,
-        weight_decay=config.weight_decay,
-        betas=(config.betas[0], config.betas[1]),
-        layer_decay=config.layer_decay,
-    )
-    steps_per_epoch = math.ceil(len(dataset) / config.batch_size)
-    total = steps_per_epoch * config.epochs
-    checkpoint = out / "checkpoints" / "last.pt"
-    step = 0
-    if checkpoint.is_file():
-        state = load_checkpoint(checkpoint, "checkpoint")
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["torch_rng"])
-        if "cuda_rng" in state and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
-        step = int(state["step"])
-    log_path = out / "metrics.jsonl"
-    records = []
-    if log_path.is_file():  # keep what the checkpoint covers
-        records = [json.loads(line) for line in log_path.read_text().splitlines() if line]
-        records = [record for record in records if record["step"] <= step]
+    model = _build_model(encoder, num_classes, config)
     meta = {
         "num_classes": num_classes,
         "config": config.to_dict(),
         "encoder": encoder_spec(encoder),
     }
-    model.train()
-    while step < total:
-        epoch, position = divmod(step, steps_per_epoch)
-        order = np.random.default_rng([config.seed, epoch]).permutation(len(dataset)).tolist()
-        batches = [
-            order[i : i + config.batch_size] for i in range(0, len(order), config.batch_size)
-        ]
-        loader = DataLoader(
-            dataset,
-            batch_sampler=batches[position:],
-            collate_fn=collate,
-            num_workers=config.num_workers,
-        )
-        for images, targets in loader:
-            rate = learning_rate(step, steps_per_epoch, config)
-            for group in optimizer.param_groups:
-                group["lr"] = rate * group["lr_scale"]
-            with autocast(device, config.precision):
-                losses = model([image.to(device) for image in images], _to_device(targets, device))
-            loss = sum(losses.values())
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"non-finite detection loss at step {step}: {losses}")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            step += 1
-            if step % config.log_every_steps == 0 or step == total:
-                record = {
-                    "step": step,
-                    "epoch": epoch,
-                    "lr": rate,
-                    "loss": float(loss.detach()),
-                    **{key: float(value.detach()) for key, value in losses.items()},
-                }
-                records.append(record)
-                if progress:
-                    print(json.dumps(record))
-            if step % steps_per_epoch == 0 or step % config.checkpoint_every_steps == 0:
-                atomic_save(_checkpoint_state(model, optimizer, step, meta), checkpoint)
-                text = "".join(json.dumps(record) + "\n" for record in records)
-                atomic_write_text(text, log_path)
-    model = model.cpu().eval()
-    atomic_save({"model": model.state_dict(), **meta}, out / "model.pt")
-    atomic_write_json({"steps": total, "epochs": config.epochs, **meta}, out / "train_result.json")
+    trainer = Trainer(
+        model,
+        DetectionTask(),
+        dataset,
+        train_config(config, progress=progress),
+        context=DistributedContext(device=resolve_device(config.device)),
+        run_dir=run,
+        layer_decay=config.layer_decay,
+        checkpoint_extra=meta,
+        collate_fn=collate,  # type: ignore[arg-type]
+        learning_rate=lambda step, steps_per_epoch: learning_rate(step, steps_per_epoch, config),
+    )
+    resume = run.resumable
+    run.write_meta(run_metadata(world_size=1, extra={"resolved": trainer.resolved}), resumed=resume)
+    trainer.fit(resume_from=run.last_checkpoint if resume else None)
+    model = trainer.model.cpu().eval()
+    atomic_save({"model": model.state_dict(), **meta}, run.root / "model.pt")
+    run.write_result(
+        {"steps": trainer.total_steps, "epochs": config.epochs, **meta}, TRAIN_RESULT_FILE
+    )
     return model
 
 
@@ -720,7 +704,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.encoder} (no such file or directory)",
     )
     check(
-        args.stage != "evaluate" or (out / "train_result.json").is_file(),
+        args.stage != "evaluate" or RunDir(out).finished(TRAIN_RESULT_FILE),
         "--out",
         "a finished training (run the train stage first)",
         f"none in {out}",
@@ -745,7 +729,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(settings, marker)
     model: nn.Module | None = None
-    if args.stage in ("train", "all") and not (out / "train_result.json").is_file():
+    if args.stage in ("train", "all") and not RunDir(out).finished(TRAIN_RESULT_FILE):
         encoder = None if args.encoder is None else load_encoder(args.encoder)
         model = train(out, args.root, config, encoder, progress=args.progress)
     if args.stage in ("evaluate", "all") and not (out / "metrics.json").is_file():

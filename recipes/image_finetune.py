@@ -1,4 +1,4 @@
-"""DeiT fine-tuning of a (pretrained) ViT on images, as a task of partnd's engine.
+"""DeiT fine-tuning of a (pretrained) ViT on images: :func:`partnd.finetune` with DeiT's task hook.
 
 The paper fine-tunes "adher[ing] strictly to the supervised training protocols recommended in DeiT"
 (appendix, "Implementation details"), 400 epochs on CIFAR-100 and 300 on ImageNet-1k at lr 5e-4.
@@ -24,7 +24,6 @@ are seeded by the DataLoader).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 from collections.abc import Callable, Sequence
@@ -41,10 +40,10 @@ from partnd._validation import check
 from partnd.datasets.adapters import as_labelled_dataset, data_fingerprint
 from partnd.engine.checkpoint import atomic_write_json
 from partnd.engine.config import FinetuneConfig
-from partnd.engine.session import open_session
-from partnd.engine.trainer import Trainer
-from partnd.models import PatchClassifier, ViTEncoder, create_encoder
-from partnd.models.serialization import CLASSIFIER_FILE, encoder_spec, save_classifier
+from partnd.engine.distributed import resolve_device
+from partnd.engine.run_dir import RunDir
+from partnd.finetuning.training import WindowTask, finetune
+from partnd.models import PatchClassifier, ViTEncoder
 from partnd.models.vit import DropPath
 
 __all__ = [
@@ -55,6 +54,7 @@ __all__ = [
     "DeiTTask",
     "build_mixer",
     "deit_finetune",
+    "deit_task",
     "set_drop_path",
     "smooth_targets",
     "soft_target_cross_entropy",
@@ -322,37 +322,54 @@ class DeiTResult:
     settings: DeiTSettings
 
 
-def _encoder_for(encoder: ViTEncoder | None, config: FinetuneConfig, in_chans: int) -> ViTEncoder:
-    if encoder is None:
-        return create_encoder(
-            config.encoder,
-            in_chans=in_chans,
-            patch_size=config.patch_size,
-            ndim=2,
-            **config.encoder_overrides,
-        )
-    check(isinstance(encoder, ViTEncoder), "encoder", "a ViTEncoder or None", type(encoder))
-    check(
-        encoder.ndim == 2 and encoder.in_chans == in_chans,
-        "encoder",
-        f"a 2D image encoder with {in_chans} input channels",
-        f"ndim={encoder.ndim}, in_chans={encoder.in_chans}",
-    )
-    return copy.deepcopy(encoder)
-
-
-def _settings_of_run(run_dir: Path, settings: DeiTSettings, resume: bool) -> DeiTSettings:
-    path = run_dir / DEIT_SETTINGS_FILE
-    if resume and path.is_file():
-        stored = DeiTSettings.from_dict(json.loads(path.read_text()))
+def _check_resumed(run: RunDir, settings: DeiTSettings, test_fingerprint: dict[str, Any]) -> None:
+    """Refuse resuming a run with other DeiT settings or another test set than it started with
+    (both recorded in its ``meta.json``)."""
+    if not run.meta_path.is_file():
+        return
+    stored = run.resolved()
+    if "deit" in stored:
+        before = DeiTSettings.from_dict(stored["deit"])
         check(
-            stored == settings,
+            before == settings,
             "settings",
-            f"the interrupted run's DeiT settings ({path})",
-            f"{settings.to_dict()} instead of {stored.to_dict()}",
+            f"the interrupted run's DeiT settings ({run.meta_path})",
+            f"{settings.to_dict()} instead of {before.to_dict()}",
         )
-        return stored
-    return settings
+    if "test_dataset" in stored:
+        check(
+            stored["test_dataset"] == test_fingerprint,
+            "test_dataset",
+            f"the data the interrupted run in {run.root} was to be tested on when resume=True",
+            f"other data ({test_fingerprint} instead of {stored['test_dataset']})",
+        )
+
+
+def deit_task(num_classes: int, settings: DeiTSettings) -> WindowTask:
+    """The task hook of :func:`partnd.finetune` for DeiT's recipe: refuses the engine's EEG batch
+    augmentations (DeiT's augmentation is per sample, in the dataset), sets the classifier's
+    stochastic depth and trains with :class:`DeiTTask`."""
+
+    def build(model: nn.Module, config: FinetuneConfig) -> DeiTTask:
+        check(
+            isinstance(model, PatchClassifier),
+            "FinetuneConfig.stager",
+            "None (DeiT fine-tunes a ViT's [CLS] classifier)",
+            type(model).__name__,
+        )
+        assert isinstance(model, PatchClassifier)
+        check(
+            not config.augmentations,
+            "FinetuneConfig.augmentations",
+            "None (DeiT's augmentation is per sample, in the dataset)",
+            repr(config.augmentations),
+        )
+        set_drop_path(model.encoder, settings.drop_path)
+        return DeiTTask(
+            num_classes, config.label_smoothing, settings.mixup_alpha, settings.cutmix_alpha
+        )
+
+    return build
 
 
 def deit_finetune(
@@ -372,10 +389,10 @@ def deit_finetune(
     """Fine-tune ``encoder`` (``None``: train ``config.encoder`` from scratch) with DeiT's recipe
     and report top-1 accuracy on ``test_dataset``.
 
-    The model is the on-grid [CLS] classifier of ``partnd.finetune``
-    (:class:`~partnd.models.PatchClassifier`: fresh position embedding unless the encoder brings
-    one of the grid's size; ``pos_embed=False`` for none); the test set is evaluated once, with
-    the final weights (no selection on it).
+    The run is :func:`partnd.finetune` with DeiT's task hook (:func:`deit_task`): the on-grid
+    [CLS] classifier (:class:`~partnd.models.PatchClassifier`: fresh position embedding unless
+    the encoder brings one of the grid's size; ``pos_embed=False`` for none), no validation set;
+    the test set is evaluated once, with the final weights (no selection on it).
 
     Args:
         encoder: A pretrained 2D encoder (copied) or ``None``.
@@ -394,92 +411,57 @@ def deit_finetune(
         A :class:`DeiTResult`; ``classifier.pt`` and ``metrics.json`` are in the run directory.
     """
     settings = settings or DeiTSettings()
-    with open_session(
-        FinetuneConfig, config, overrides, out_dir=out_dir, resume=resume, overwrite=overwrite
-    ) as session:
-        config = session.config
-        check(
-            not config.augmentations,
-            "FinetuneConfig.augmentations",
-            "None (DeiT's augmentation is per sample, in the dataset)",
-            repr(config.augmentations),
-        )
-        settings = _settings_of_run(session.run_dir.root, settings, resume)
-        train_set, spec = as_labelled_dataset(train_dataset, None, "train_dataset")
-        test_set, test_spec = as_labelled_dataset(test_dataset, None, "test_dataset")
-        check(
-            spec.ndim == 2 and test_spec == spec,
-            "test_dataset",
-            f"images of the training shape {spec.item_shape}",
-            f"{test_spec.item_shape}",
-        )
-        torch.manual_seed(config.seed)
-        backbone = _encoder_for(encoder, config, spec.in_chans)
-        set_drop_path(backbone, settings.drop_path)
-        model = PatchClassifier(
-            backbone,
-            num_classes,
-            spatial_shape=spec.spatial_shape,
-            pos_embed=config.pos_embed,
-            pos_mask_ratio=config.pos_mask_ratio,
-            global_pool=config.global_pool,
-            copy_encoder=False,
-        )
-        task = DeiTTask(
-            num_classes, config.label_smoothing, settings.mixup_alpha, settings.cutmix_alpha
-        )
-        data = {"in_chans": spec.in_chans, "spatial_shape": list(spec.spatial_shape)}
-        trainer = Trainer(
-            model,
-            task,
-            train_set,
-            config,
-            context=session.context,
-            run_dir=session.run_dir,
-            layer_decay=config.layer_decay,
-            checkpoint_extra={
-                "num_classes": num_classes,
-                "data": data,
-                "encoder": encoder_spec(model.encoder),
-            },
-        )
-        session.start(
-            {
-                **trainer.resolved,
-                "num_classes": num_classes,
-                "data": data,
-                "num_train_items": len(train_set),
-                "num_test_items": len(test_set),
-                "deit": settings.to_dict(),
-            },
-            data={
-                "train_dataset": data_fingerprint(train_set),
-                "test_dataset": data_fingerprint(test_set),
-            },
-        )
-        if session.context.is_main:
-            atomic_write_json(settings.to_dict(), session.run_dir.root / DEIT_SETTINGS_FILE)
-        history = trainer.fit(resume_from=session.resume_from)
-        final = cast(PatchClassifier, copy.deepcopy(trainer.eval_model))
-        final.class_names = None if class_names is None else list(class_names)
-        metrics = topk_accuracy(
-            final,
-            test_set,
-            batch_size=config.eval_batch_size,
-            device=session.context.device,
-            num_workers=config.num_workers,
-        )
-        epochs = [int(r["epoch"]) for r in history if r.get("phase") == "epoch"]
-        metrics["epochs"] = float(max(epochs) + 1 if epochs else 0)
-        if session.context.is_main:
-            atomic_write_json(metrics, session.run_dir.root / "metrics.json")
-            save_classifier(final, session.run_dir.root / CLASSIFIER_FILE, class_names)
-        session.context.barrier()
-    return DeiTResult(
-        model=final.cpu().eval(),
-        history=history,
-        metrics=metrics,
-        run_dir=session.run_dir.root,
+    _, spec = as_labelled_dataset(train_dataset, None, "train_dataset")
+    test_set, test_spec = as_labelled_dataset(test_dataset, None, "test_dataset")
+    check(
+        spec.ndim == 2 and test_spec == spec,
+        "test_dataset",
+        f"images of the training shape {spec.item_shape}",
+        f"{test_spec.item_shape}",
+    )
+    check(
+        encoder is None or isinstance(encoder, ViTEncoder),
+        "encoder",
+        "a ViTEncoder or None",
+        type(encoder),
+    )
+    test_fingerprint = data_fingerprint(test_set)
+    if resume:
+        _check_resumed(RunDir(Path(out_dir)), settings, test_fingerprint)
+    result = finetune(
+        encoder,
+        train_dataset,
+        num_classes=num_classes,
+        out_dir=out_dir,
         config=config,
+        class_names=class_names,
+        resume=resume,
+        overwrite=overwrite,
+        task=deit_task(num_classes, settings),
+        record={
+            "num_test_items": len(test_set),
+            "deit": settings.to_dict(),
+            "test_dataset": test_fingerprint,
+        },
+        **overrides,
+    )
+    final = cast(PatchClassifier, result.model)
+    metrics = topk_accuracy(
+        final,
+        test_set,
+        batch_size=result.config.eval_batch_size,
+        device=resolve_device(result.config.device),
+        num_workers=result.config.num_workers,
+    )
+    epochs = [int(r["epoch"]) for r in result.history if r.get("phase") == "epoch"]
+    metrics["epochs"] = float(max(epochs) + 1 if epochs else 0)
+    atomic_write_json(settings.to_dict(), result.run_dir / DEIT_SETTINGS_FILE)
+    atomic_write_json(metrics, result.run_dir / "metrics.json")
+    return DeiTResult(
+        model=final,
+        history=result.history,
+        metrics=metrics,
+        run_dir=result.run_dir,
+        config=result.config,
         settings=settings,
     )

@@ -1,7 +1,7 @@
 """Tables and figures of the image recipes, in the layout of the paper's image tables.
 
 Every table is written as ``<name>.csv``, ``<name>.md`` and ``<name>.json`` (atomically,
-:func:`partnd.recipes.sleep_report.write_table`); the paper's numbers sit in ``paper_*`` columns next to
+:func:`partnd.recipes.report_files.write_table`); the paper's numbers sit in ``paper_*`` columns next to
 the measured ones (empty where the paper has none).
 
 | table | paper | rows |
@@ -26,8 +26,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from partnd.engine.checkpoint import atomic_save
-from partnd.recipes.sleep_report import write_table
+from partnd.recipes.report_files import save_figure
 
 __all__ = [
     "PAPER_HEADS",
@@ -41,7 +40,6 @@ __all__ = [
     "results_table",
     "sampling_table",
     "scale_table",
-    "write_table",
 ]
 
 #: The paper's accuracies (top-1, %) with their pretraining / fine-tuning epochs, per dataset and
@@ -297,7 +295,4 @@ def plot_pairs(rows: Sequence[Mapping[str, Any]], path: Path, title: str) -> Non
     ax.grid(alpha=0.3)
     ax.legend(loc="lower left")
     fig.tight_layout()
-    atomic_save(
-        fig, path, save=lambda figure, handle: figure.savefig(handle, format="png", dpi=120)
-    )
-    plt.close(fig)
+    save_figure(fig, path)

@@ -59,8 +59,8 @@ import torch
 from torch.utils.data import Dataset
 
 from partnd._validation import check
-from partnd.engine.checkpoint import atomic_write_json
 from partnd.engine.config import FinetuneConfig, PretrainConfig
+from partnd.engine.run_dir import RunDir
 from partnd.models.serialization import load_encoder
 from partnd.objectives import list_objectives
 from partnd.pretraining import pretrain
@@ -81,8 +81,8 @@ from partnd.recipes.image_report import (
     results_table,
     sampling_table,
     scale_table,
-    write_table,
 )
+from partnd.recipes.report_files import write_table
 from partnd.recipes.study_directory import (
     add_run_arguments,
     claim_study_directory,
@@ -424,11 +424,11 @@ class ImageStudy:
 
     def pretrained(self, name: str) -> bool:
         """Whether the variant's pretraining has finished."""
-        return (self.pretrain_dir(name) / "result.json").is_file()
+        return RunDir(self.pretrain_dir(name)).finished()
 
     def finished(self, name: str) -> bool:
         """Whether the variant has finished (fine-tuned and tested)."""
-        return (self.finetune_dir(name) / "result.json").is_file()
+        return RunDir(self.finetune_dir(name)).finished()
 
     def run_pretraining(self, name: str) -> Path:
         """Pretrain a variant unless done (an interrupted run resumes); writes ``result.json``
@@ -442,7 +442,7 @@ class ImageStudy:
         run_dir = self.pretrain_dir(name) / "run"
         if self.pretrained(name):
             return run_dir
-        if (run_dir / "checkpoints" / "last.pt").is_file():  # continue to its end
+        if RunDir(run_dir).resumable:  # continue to its end
             result = pretrain(self.pretrain_set, out_dir=run_dir, resume=True, max_steps=None)
         else:
             config = self.config.pretrain_config(variant)
@@ -451,7 +451,7 @@ class ImageStudy:
             )
         epochs = [record for record in result.history if record.get("phase") == "epoch"]
         head = getattr(result.model, "head", None)
-        atomic_write_json(
+        RunDir(self.pretrain_dir(name)).write_result(
             {
                 "variant": name,
                 "method": variant.method,
@@ -462,8 +462,7 @@ class ImageStudy:
                 "head_parameters": None
                 if not isinstance(head, torch.nn.Module)
                 else sum(parameter.numel() for parameter in head.parameters()),
-            },
-            self.pretrain_dir(name) / "result.json",
+            }
         )
         return run_dir
 
@@ -483,7 +482,7 @@ class ImageStudy:
             )
             encoder = load_encoder(self.pretrain_dir(name) / "run")
         run_dir = self.finetune_dir(name) / "run"
-        resume = (run_dir / "checkpoints" / "last.pt").is_file()
+        resume = RunDir(run_dir).resumable
         result = deit_finetune(
             encoder,
             self.train_set,
@@ -497,26 +496,25 @@ class ImageStudy:
             overwrite=not resume and run_dir.exists(),
             **({"max_steps": None} if resume else {}),
         )
-        atomic_write_json(
+        RunDir(self.finetune_dir(name)).write_result(
             {
                 "variant": name,
                 "method": variant.method,
                 "metrics": result.metrics,
                 "config": result.config.to_dict(),
                 "deit": result.settings.to_dict(),
-            },
-            self.finetune_dir(name) / "result.json",
+            }
         )
         return self.load(name)
 
     def load(self, name: str) -> VariantResult:
         """A finished variant's numbers."""
         variant = self.config.variants()[name]
-        data = json.loads((self.finetune_dir(name) / "result.json").read_text())
+        data = RunDir(self.finetune_dir(name)).read_result()
         metrics = data["metrics"]
         pretraining: dict[str, Any] = {}
         if variant.pretrained:
-            pretraining = json.loads((self.pretrain_dir(name) / "result.json").read_text())
+            pretraining = RunDir(self.pretrain_dir(name)).read_result()
         return VariantResult(
             name=name,
             method=variant.method,

@@ -55,12 +55,12 @@ from partnd.cli.errors import OptionNames
 from partnd.datasets.label_budget import LabelBudget
 from partnd.datasets.store import SIGNAL_DTYPES
 from partnd.objectives import list_objectives
+from partnd.recipes.report_files import write_table
 from partnd.recipes.sample_efficiency_report import write_axes_report
 from partnd.recipes.sleep_report import (
     budget_order,
     plot_sample_efficiency,
     sample_efficiency_tables,
-    write_table,
 )
 from partnd.recipes.sleep_staging import (
     DEFAULT_METHODS,
@@ -113,7 +113,7 @@ def cell_list(study: SleepStudy, rows: Sequence[tuple[str, str]]) -> list[Cell]:
         (method, arm, budget.to_json(), int(seed), pool)
         for method, arm in rows
         for budget in study.budgets
-        for seed in study.scale["seeds"]
+        for seed in study.scale.seeds
         for pool in (study.pool_names if method in list_objectives() else ()) or (None,)
     ]
 
@@ -389,7 +389,7 @@ def _run_stage(args: argparse.Namespace, rows: list[tuple[str, str]]) -> None:
                 "--cell",
                 "a cell of this study (one line of the cells command: its rows, budgets "
                 f"{[b.to_json() for b in study.budgets]}{pools} and seeds "
-                f"{list(study.scale['seeds'])}; a cell outside them would never be aggregated)",
+                f"{list(study.scale.seeds)}; a cell outside them would never be aggregated)",
                 repr(args.cell),
             )
         else:

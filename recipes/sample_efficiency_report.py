@@ -39,13 +39,12 @@ import numpy as np
 
 from partnd.datasets.label_budget import LabelBudget
 from partnd.objectives import list_objectives
+from partnd.recipes.report_files import save_figure, write_table
 from partnd.recipes.sleep_report import (
     budget_order,
     plot_spread,
     sample_efficiency_styles,
-    save_figure,
     summary,
-    write_table,
 )
 
 if TYPE_CHECKING:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,10 +14,10 @@ import numpy as np
 
 from partnd._validation import check
 from partnd.datasets.label_budget import LabelBudget
-from partnd.engine.checkpoint import atomic_save, atomic_write_text
 from partnd.evaluation.bootstrap import bootstrap_metric, kappa_metric, paired_bootstrap_difference
 from partnd.evaluation.metrics import ClassificationReport
 from partnd.objectives.diagnostics import pretext_error
+from partnd.recipes.report_files import save_figure
 
 __all__ = [
     "ARM_LINESTYLES",
@@ -31,7 +28,6 @@ __all__ = [
     "budget_order",
     "confusion_figure",
     "default_reference",
-    "markdown_table",
     "plot_confusion_matrices",
     "plot_finetune_validation",
     "plot_hypnogram",
@@ -40,11 +36,9 @@ __all__ = [
     "plot_spread",
     "sample_efficiency_styles",
     "sample_efficiency_tables",
-    "save_figure",
     "staging_table",
     "summary",
     "summary_table",
-    "write_table",
 ]
 
 #: Cohen's kappa on PhysioNet 2018 with 10 fine-tuning subjects, tested on 200 (paper, Table 3;
@@ -191,53 +185,6 @@ def staging_table(
         row["note"] = settings.get("note", "")
         rows.append(row)
     return rows
-
-
-def _columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Every key of ``rows`` in the order first met."""
-    return list(dict.fromkeys(key for row in rows for key in row))
-
-
-def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """``rows`` as a Markdown table: every key of ``rows`` a column, in the order first met; a
-    row's missing columns are left empty."""
-    columns = _columns(rows)
-    lines = [
-        "| " + " | ".join(columns) + " |",
-        "|" + "|".join("---" for _ in columns) + "|",
-        *("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |" for row in rows),
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def write_table(
-    rows: Sequence[Mapping[str, Any]],
-    out_dir: Path,
-    name: str,
-    markdown: Sequence[Mapping[str, Any]] | None = None,
-) -> None:
-    """Write ``<name>.csv``, ``<name>.md`` and ``<name>.json`` (atomically each).
-
-    The columns are every key of ``rows`` in the order first met, so rows may hold different
-    columns (a partial study: a pool's cells finished at one budget only); a row's missing
-    columns are left empty in the CSV and Markdown tables.
-
-    Args:
-        rows: The full table (CSV and JSON).
-        out_dir: The folder written to.
-        name: The files' stem.
-        markdown: The rows of the Markdown table, when it shows fewer columns than the full
-            table (default: ``rows``).
-    """
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=_columns(rows), restval="")
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write_text(buffer.getvalue(), out_dir / f"{name}.csv")
-    atomic_write_text(
-        markdown_table(rows if markdown is None else markdown), out_dir / f"{name}.md"
-    )
-    atomic_write_text(json.dumps(list(rows), indent=2) + "\n", out_dir / f"{name}.json")
 
 
 def _interval(estimate: Any, low: Any, high: Any, signed: bool = False) -> str:
@@ -420,14 +367,6 @@ def plot_sample_efficiency(
     fig.suptitle("Sample efficiency (mean, spread and draws)" + (f"\n{note}" if note else ""))
     fig.tight_layout()
     save_figure(fig, path)
-
-
-def save_figure(fig: Any, path: Path) -> None:
-    """Write ``fig`` to ``path`` as a PNG (120 dpi) atomically and close it."""
-    atomic_save(
-        fig, path, save=lambda figure, handle: figure.savefig(handle, format="png", dpi=120)
-    )
-    plt.close(fig)
 
 
 def plot_pretrain_loss(histories: Mapping[str, Sequence[Mapping[str, Any]]], path: Path) -> None:

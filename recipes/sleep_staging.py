@@ -35,7 +35,6 @@ and every stage's F1. Figures: ``pretext.png``, ``finetune_validation.png``,
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,7 +44,9 @@ import numpy as np
 
 from partnd._validation import check
 from partnd.cli.errors import OptionNames
+from partnd.engine.run_dir import RunDir
 from partnd.objectives import list_objectives
+from partnd.recipes.report_files import write_table
 from partnd.recipes.sleep_report import (
     default_reference,
     plot_confusion_matrices,
@@ -54,7 +55,6 @@ from partnd.recipes.sleep_report import (
     plot_pretrain_loss,
     staging_table,
     summary_table,
-    write_table,
 )
 from partnd.recipes.sleep_study import (
     ARMS,
@@ -208,11 +208,9 @@ def report(study: SleepStudy, rows: Sequence[tuple[str, str]]) -> list[dict]:
     pretrain_steps = {}
     histories = {}
     for method in _pretraining_methods([method for method, _ in rows]):
-        meta = json.loads((study.pretrain_dir(method) / "meta.json").read_text())
-        pretrain_steps[method] = int(meta["resolved"]["total_steps"])
-        histories[method] = [
-            json.loads(line) for line in (study.pretrain_dir(method) / "metrics.jsonl").open()
-        ]
+        run = RunDir(study.pretrain_dir(method))
+        pretrain_steps[method] = int(run.resolved()["total_steps"])
+        histories[method] = run.history()
     names = study.class_names
     reference = default_reference(cells)
     table = staging_table(

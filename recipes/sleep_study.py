@@ -85,9 +85,10 @@ from partnd.datasets.sequences import SleepSequenceDataset
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
 from partnd.datasets.splits import SubjectSplit, make_subject_split
 from partnd.datasets.store import SIGNAL_DTYPES, SleepStore
-from partnd.engine.checkpoint import atomic_save, atomic_write_json
+from partnd.engine.checkpoint import atomic_save
 from partnd.engine.config import FinetuneConfig, PretrainConfig
 from partnd.engine.normalization import resolve_normalization
+from partnd.engine.run_dir import RunDir
 from partnd.evaluation.metrics import ClassificationReport, classification_metrics
 from partnd.evaluation.probes import linear_probe
 from partnd.finetuning.sequence import EVALUATION_CROP, predict_nights
@@ -98,10 +99,16 @@ from partnd.models.braindecode_stagers import NIGHT_STAGERS, STAGERS, NightStage
 from partnd.models.serialization import ENCODER_FILE, load_encoder
 from partnd.objectives import list_objectives
 from partnd.objectives.registry import registered
-from partnd.preprocessing.pipeline import PreprocessingConfig
 from partnd.pretraining import pretrain
 from partnd.recipes.study_directory import claim_study_directory, exclusive
-from partnd.recipes.study_pools import PoolStage, ingested_store, preprocessed, read_jsonl
+from partnd.recipes.study_pools import PoolStage, ingested_store, preprocessed
+from partnd.recipes.study_scales import (
+    DEMO_ENCODER_OVERRIDES,
+    SCALES,
+    STUDY_FRONTENDS,
+    StudyScale,
+    budget_settings,
+)
 
 __all__ = [
     "ARMS",
@@ -129,216 +136,6 @@ CLASSICAL_METHODS: dict[str, tuple[str, ...]] = {
     "classical": ("window", "sequence"),
     "yasa_pretrained": ("sequence",),
 }
-
-_EEG_AUGMENTATIONS = ("time_shift", "amplitude_scale", "channel_dropout")
-#: The demo scale's window ViT: ``vit_eeg_12m``'s shape narrowed to 128 wide, 4 blocks (0.87 M
-#: parameters; it was 192 wide, 1.9 M). Chosen for time on validation subjects (supervised, 2
-#: subjects, mean of the last three validation kappas, fp32): seed 0, sequence arm 0.730 against
-#: 0.740 at 192 wide, window arm 0.669 against 0.670; seed 1 (192 wide measured in bf16 on
-#: another machine) 0.747 against 0.750 and 0.620 against 0.647. Half the compute, so the demo
-#: fits 15 minutes on two cores of a CPU without bf16 kernels.
-DEMO_ENCODER_OVERRIDES: dict[str, Any] = {"embed_dim": 128, "depth": 4, "num_heads": 4}
-_DEMO_ENCODER = {"encoder_overrides": DEMO_ENCODER_OVERRIDES}
-_STORE = PreprocessingConfig()
-#: How the window encoder of every learned method turns a 1 s patch into a token
-#: (``StudyConfig.frontend``; :mod:`partnd.models.frontends`): encoder overrides added to the
-#: scale's. ``spectral`` keeps the bins of the study store's pass band (0-30 Hz at 100 Hz), since
-#: bins the band-pass emptied swamp the token (:class:`~partnd.models.SpectralPatchEmbed`).
-#: ``spectral_std`` also centres and scales every log-power by running estimates, which removes
-#: the common 1/f part that leaves raw log-power tokens nearly parallel (PART across windows'
-#: pretext left its floor within 160 steps with it, and stayed at 0.94 of it after 1000 without);
-#: ``spectral_std_raw`` adds the waveform (a linear projection of the raw patch) to that token.
-_SPECTRAL_OPTIONS = {"max_frequency": _STORE.bandpass.h_freq / _STORE.sfreq}
-STUDY_FRONTENDS: dict[str, dict[str, Any]] = {
-    "linear": {},
-    "spectral": {"frontend": "spectral", "frontend_options": {**_SPECTRAL_OPTIONS}},
-    "spectral_std": {
-        "frontend": "spectral",
-        "frontend_options": {**_SPECTRAL_OPTIONS, "standardize": True},
-    },
-    "spectral_std_raw": {
-        "frontend": "spectral",
-        "frontend_options": {**_SPECTRAL_OPTIONS, "standardize": True, "raw": True},
-    },
-    "conv": {"frontend": "conv"},
-}
-#: Windows per training crop of the demo's night arm (an hour), and per pretraining segment of
-#: PART across windows, so that its temporal level is pretrained on the span the night
-#: classifier trains on.
-_DEMO_NIGHT_CROP = 120
-
-#: Per-scale settings. ``demo`` fits a 2-core CPU and the 24-record sample cohort (a narrow ViT,
-#: budgets of 2/4/8 subjects); ``paper`` is the paper's protocol (12.9 M ViT, 1000 pretraining
-#: and 100 fine-tuning epochs, 200 test subjects, budgets 10/50/100/657, 5 seeds). ``finetune``
-#: is the single-window protocol of every method, ``sequence`` and ``night`` what those arms
-#: change, ``by_budget`` what an arm changes per number of labelled subjects
-#: (:func:`budget_settings`), ``pretrain`` every method's pretraining and ``pretrain_methods``
-#: per-method additions; ``pool_pretrain`` what a pool's pretraining changes (a step cap, held-out
-#: evaluations every ``eval_every_steps`` and ``patience``) and ``held_out_subjects`` the nights
-#: held out of every pool to choose its budget on.
-SCALES: dict[str, dict[str, Any]] = {
-    "demo": {
-        # chosen on validation subjects: record normalisation gave validation kappa 0.706 / 0.696
-        # against 0.634 / 0.638 for window normalisation (supervised, 2 subjects, seeds 0 / 1)
-        "normalize": "record",
-        # chosen on validation subjects (the night classifier from scratch, 2 subjects, selected
-        # checkpoint; docs/recipes.md): 0.916 / 0.929 / 0.922 on draws 0 / 1 / 2 against
-        # 0.841 / 0.783 / 0.902 for linear, and on draw 0 against 0.896 for spectral and 0.893
-        # for spectral_std_raw; with it PART across windows' pretext leaves its floor
-        "frontend": "spectral_std",
-        "n_test_subjects": 0.34,
-        "budgets": (2, 4, 8),
-        "val_subjects": 2,
-        "seeds": (0, 1, 2),
-        "held_out_subjects": 2,
-        # a pool's pretraining: at most 2000 steps, the held-out pretext error evaluated at the
-        # first epoch end 100 steps after the previous evaluation, stopped after 4 evaluations
-        # without a lower one (the study's 1000-step pretraining was still improving at 1000),
-        # counted only once the error is 2 % under its floor: on 8-h nights PART across windows
-        # sat at 1.00-1.02 for 950 steps, and the 32-h pool stopped at step 574 choosing step
-        # 126 at the floor (docs/part.md, the unlabelled axis on full nights)
-        "pool_pretrain": {
-            "epochs": 1,
-            "min_steps": 2000,
-            "warmup_steps": 50,
-            "eval_every_steps": 100,
-            "patience": 4,
-            "patience_start": 0.98,
-        },
-        "pretrain": {
-            **_DEMO_ENCODER,
-            "epochs": 8,
-            "warmup_epochs": 1.0,
-            "batch_size": 64,
-            "lr": 5e-4,
-            "lr_reference_batch": None,
-            "num_pairs": 512,
-            "ema_decay": None,
-            "precision": "auto",
-            "log_every_steps": 5,
-        },
-        # PART across windows: a step budget (an epoch of the demo's segments is 10 steps);
-        # 200 steps (85 s on 2 idle cores) reach pretext nmse 0.77-0.79 of the floor on this
-        # store, the study runs 1000 (--pretrain-steps 1000: nmse 0.59, about 7 minutes)
-        "pretrain_methods": {
-            "part_windows": {
-                "segment_windows": _DEMO_NIGHT_CROP,
-                "batch_size": 8,
-                "num_pairs": 256,
-                "epochs": 1,
-                "min_steps": 200,
-                "warmup_epochs": 0.0,
-                "warmup_steps": 50,
-                "lr": 1e-3,
-                "log_every_steps": 25,
-            }
-        },
-        "finetune": {
-            **_DEMO_ENCODER,
-            "epochs": 1,
-            "min_steps": 800,
-            "warmup_epochs": 0.0,
-            "warmup_steps": 40,
-            "eval_every_steps": 40,
-            "batch_size": 64,
-            "lr": 5e-4,
-            "lr_reference_batch": None,
-            "class_weights": "balanced",
-            "label_smoothing": 0.1,
-            # chosen on validation subjects (supervised, 2 subjects, 128-wide demo encoder, mean
-            # of the last three validation kappas, seeds 0 / 1): sequence arm 0.730 / 0.747 with
-            # them against 0.691 / 0.465 without, window arm 0.669 / 0.620 against 0.542 / 0.460
-            "augmentations": _EEG_AUGMENTATIONS,
-            "log_every_steps": 20,
-            # validated and returned weights are an EMA: chosen on validation subjects
-            # (supervised sequence arm, 2 subjects, seeds 0 / 1: mean of the last three
-            # validation kappas 0.716 / 0.722 against 0.692 / 0.713 without; the window arm
-            # 0.668 / 0.647 against 0.677 / 0.644), and the validation curve no longer jumps by
-            # 0.2-0.3 kappa between evaluations, so checkpoint selection stops picking noise
-            "ema_decay": 0.99,
-        },
-        # 800 steps: validation kappa (last three) 0.764 / 0.750 against 0.716 / 0.722 at 400
-        # (with EMA, supervised, 2 subjects, seeds 0 / 1); 41 windows of context at 4 sequences
-        # a batch (the same windows a step) gave 0.665 against 0.764 (seed 0)
-        "sequence": {
-            "context": 21,
-            "batch_size": 8,
-            "min_steps": 800,
-            "warmup_steps": 20,
-            "eval_every_steps": 50,
-        },
-        # the night arm: crops of an hour of a 2-h record, 2 a step
-        "night": {
-            "context": "night",
-            "night_crop": _DEMO_NIGHT_CROP,
-            "batch_size": 2,
-            "min_steps": 800,
-            "warmup_steps": 20,
-            "eval_every_steps": 50,
-        },
-        "by_budget": {
-            # the window arm (spectral_std, validation kappa of the selected checkpoint, draws
-            # 0 / 1 / 2), 2400 steps against 800: at 8 subjects 0.808 / 0.792 / 0.804 against
-            # 0.779 / 0.763 / 0.727 (training accuracy ended at 0.80-0.84 with 800), at 4
-            # subjects 0.796 / 0.820 / 0.731 against 0.744 / 0.798 / 0.678
-            "window": {4: {"min_steps": 2400}, 8: {"min_steps": 2400}},
-            "night": {
-                2: {},
-                4: {"min_steps": 1200, "ema_decay": 0.995},
-                8: {"min_steps": 1600, "ema_decay": 0.995},
-            },
-        },
-    },
-    "paper": {
-        "normalize": "window",
-        "frontend": "linear",
-        "n_test_subjects": 200,
-        "budgets": (10, 50, 100, 657),
-        "val_subjects": 10,
-        "seeds": (0, 1, 2, 3, 4),
-        "held_out_subjects": 20,
-        "pool_pretrain": {"eval_every_steps": 2000, "patience": 5, "patience_start": 0.98},
-        "pretrain": {},
-        "pretrain_methods": {},
-        "finetune": {
-            "class_weights": "balanced",
-            "augmentations": _EEG_AUGMENTATIONS,
-            "eval_every_steps": 200,
-        },
-        "sequence": {"context": 21, "batch_size": 32, "lr_reference_batch": None, "lr": 5e-4},
-        # real nights are ~1,000 windows: crops of 2 hours, 8 a step
-        "night": {
-            "context": "night",
-            "night_crop": 240,
-            "batch_size": 8,
-            "lr_reference_batch": None,
-            "lr": 5e-4,
-        },
-        "by_budget": {},
-    },
-}
-
-
-def budget_settings(
-    scale: dict[str, Any], arm: str, budget: LabelBudget | int | str | None
-) -> dict[str, Any]:
-    """What ``arm`` changes when trained on ``budget`` labelled subjects: the entry of the
-    scale's ``by_budget[arm]`` table at the largest budget not above ``budget`` (none below the
-    table's smallest, without a budget, or for a budget of windows per stage, which is scarcer
-    than any number of subjects).
-
-    Args:
-        scale: A scale's settings (:data:`SCALES`).
-        arm: The arm.
-        budget: A label budget (``2``, ``"w20"``, :class:`LabelBudget`), or ``None``.
-
-    Returns:
-        :class:`FinetuneConfig` field values.
-    """
-    table: dict[int, dict[str, Any]] = scale.get("by_budget", {}).get(arm, {})
-    subjects = None if budget is None else LabelBudget.parse(budget, "budgets").subjects
-    reached = [key for key in table if subjects is not None and key <= subjects]
-    return dict(table[max(reached)]) if reached else {}
 
 
 def available_methods() -> list[str]:
@@ -527,8 +324,8 @@ class StudyConfig:
         for method in dict.fromkeys(["part", *methods]):
             if method in list_objectives():
                 self.pretrain_config(method)
-        budgets = self.budgets or SCALES[self.scale]["budgets"]
-        for seed in sorted({self.seed, *(self.seeds or SCALES[self.scale]["seeds"])}):
+        budgets = self.budgets or SCALES[self.scale].budgets
+        for seed in sorted({self.seed, *(self.seeds or SCALES[self.scale].seeds)}):
             for method in ("part", *SCRATCH_METHODS):
                 for arm in ("window", "sequence", "night"):
                     if arm in method_arms(method):
@@ -538,13 +335,13 @@ class StudyConfig:
     @property
     def normalization(self) -> str:
         """How every method's windows are normalised: the config's, else the scale's."""
-        return str(self.normalize or SCALES[self.scale]["normalize"])
+        return str(self.normalize or SCALES[self.scale].normalize)
 
     @property
     def frontend_name(self) -> str:
         """The window encoder's front-end for every learned method: the config's, else the
         scale's."""
-        return str(self.frontend or SCALES[self.scale]["frontend"])
+        return str(self.frontend or SCALES[self.scale].frontend)
 
     def _with_frontend(self, values: dict[str, Any]) -> dict[str, Any]:
         """``values`` with the study's front-end added to its encoder overrides."""
@@ -601,11 +398,11 @@ class StudyConfig:
         entry = registered(method)
         segments = entry is not None and entry.data == "segments"
         # the objectives on segments (rp, ts) share PART across windows' segments and budget
-        budget = scale["pretrain_methods"].get("part_windows", {}) if segments else {}
+        budget = scale.pretrain_methods.get("part_windows", {}) if segments else {}
         values = {
-            **scale["pretrain"],
-            **scale["pretrain_methods"].get(method, budget),
-            **(scale["pool_pretrain"] if pool else {}),
+            **scale.pretrain,
+            **scale.pretrain_methods.get(method, budget),
+            **(scale.pool_pretrain if pool else {}),
             **self.pretrain_overrides,
             **(self.pool_overrides if pool else {}),
         }
@@ -637,8 +434,8 @@ class StudyConfig:
         scale = SCALES[self.scale]
         arm_overrides = {"sequence": self.sequence_overrides, "night": self.night_overrides}
         values = {
-            **scale["finetune"],
-            **scale.get(arm, {}),
+            **scale.finetune,
+            **scale.arm(arm),
             **budget_settings(scale, arm, budget),
             **self.finetune_overrides,
             **arm_overrides.get(arm, {}),
@@ -747,21 +544,22 @@ class SleepStudy:
         claim_study_directory(self.out, self.config.settings, overwrite, revisable)
 
     @property
-    def scale(self) -> dict[str, Any]:
-        """The scale's settings, with the config's budgets and seeds when given."""
-        settings = dict(SCALES[self.config.scale])
+    def scale(self) -> StudyScale:
+        """The scale's settings, with the config's budgets, seeds and held-out subjects when
+        given."""
+        changes: dict[str, Any] = {}
         if self.config.budgets is not None:
-            settings["budgets"] = tuple(self.config.budgets)
+            changes["budgets"] = tuple(self.config.budgets)
         if self.config.seeds is not None:
-            settings["seeds"] = tuple(self.config.seeds)
+            changes["seeds"] = tuple(self.config.seeds)
         if self.config.held_out_subjects is not None:
-            settings["held_out_subjects"] = self.config.held_out_subjects
-        return settings
+            changes["held_out_subjects"] = self.config.held_out_subjects
+        return SCALES[self.config.scale].replace(**changes)
 
     @property
     def budgets(self) -> tuple[LabelBudget, ...]:
         """The label budgets of the study, scarcest first."""
-        parsed = (LabelBudget.parse(budget, "budgets") for budget in self.scale["budgets"])
+        parsed = (LabelBudget.parse(budget, "budgets") for budget in self.scale.budgets)
         return tuple(sorted(parsed, key=lambda budget: budget.sort_key))
 
     @cached_property
@@ -790,7 +588,7 @@ class SleepStudy:
         sizes = tuple(b.subjects for b in self.budgets if b.subjects is not None)
         split = make_subject_split(
             self.store,
-            n_test_subjects=self.scale["n_test_subjects"],
+            n_test_subjects=self.scale.n_test_subjects,
             finetune_sizes=sizes or (1,),
             seed=self.config.seed,
         )
@@ -877,7 +675,7 @@ class SleepStudy:
         key = (str(budget), int(seed))
         if key not in self._draws:
             self._draws[key] = draw_labels(
-                self.split, self.store, budget, int(seed), n_validation=self.scale["val_subjects"]
+                self.split, self.store, budget, int(seed), n_validation=self.scale.val_subjects
             )
         return self._draws[key]
 
@@ -915,12 +713,7 @@ class SleepStudy:
         if pool is not None:
             return self.pools.done(method, pool)
         run_dir = self.pretrain_dir(method)
-        if not (run_dir / ENCODER_FILE).is_file() or not (run_dir / "metrics.jsonl").is_file():
-            return False
-        epochs = json.loads((run_dir / "meta.json").read_text())["resolved"]["epochs"]
-        with open(run_dir / "metrics.jsonl") as handle:
-            done = [json.loads(line)["epoch"] for line in handle if '"phase": "epoch"' in line]
-        return bool(done) and max(done) + 1 >= epochs
+        return (run_dir / ENCODER_FILE).is_file() and RunDir(run_dir).trained()
 
     def run_pretraining(self, method: str, pool: str | None = None) -> Path:
         """Pretrain ``method`` unless done (an interrupted run resumes): on the split's
@@ -941,7 +734,7 @@ class SleepStudy:
         run_dir = self.pretrain_dir(method)
         if self.pretrained(method):
             return run_dir
-        resume = (run_dir / "checkpoints" / "last.pt").is_file()
+        resume = RunDir(run_dir).resumable
         data = SleepWindowDataset(
             self.store, records=list(self.split.pretrain), normalize=self.config.normalization
         )
@@ -1002,7 +795,7 @@ class SleepStudy:
         pool: str | None = None,
     ) -> bool:
         """Whether the cell has finished."""
-        return (self.cell_dir(method, arm, budget, seed, pool) / "result.json").is_file()
+        return RunDir(self.cell_dir(method, arm, budget, seed, pool)).finished()
 
     def load_cell(
         self,
@@ -1014,15 +807,14 @@ class SleepStudy:
     ) -> CellResult:
         """Read a finished cell."""
         cell = self.cell_dir(method, arm, budget, seed, pool)
-        data = json.loads((cell / "result.json").read_text())
+        data = RunDir(cell).read_result()
         report = ClassificationReport(
             **{
                 **data["report"],
                 "confusion_matrix": np.asarray(data["report"]["confusion_matrix"]),
             }
         )
-        metrics = cell / "run" / "metrics.jsonl"
-        history = read_jsonl(metrics) if metrics.is_file() else []
+        history = RunDir(cell / "run").history()
         return CellResult(
             method=method,
             arm=arm,
@@ -1120,7 +912,7 @@ class SleepStudy:
             labels, predictions, len(self.class_names), self.class_names
         )
         atomic_save(predictions.astype(np.int8), cell / "predictions.npy", save=_save_npy)
-        atomic_write_json(
+        RunDir(cell).write_result(
             {
                 "method": method,
                 "arm": arm,
@@ -1131,8 +923,7 @@ class SleepStudy:
                 "draw": draw.to_dict() if used else {},
                 "report": report.to_dict(),
                 "settings": settings,
-            },
-            cell / "result.json",
+            }
         )
         return self.load_cell(method, arm, budget, seed, pool)
 
@@ -1238,7 +1029,7 @@ class SleepStudy:
         """Fine-tune the window, sequence or night classifier of ``method`` and predict the test
         set."""
         config = self.config.finetune_config(method, seed, arm, draw.budget)
-        resume = (run_dir / "checkpoints" / "last.pt").is_file()
+        resume = RunDir(run_dir).resumable
         from_scratch = method in SCRATCH_METHODS or method in STAGERS
         encoder: Any = None if from_scratch else self.pretrain_dir(method, pool)
         night = config.context == "night"
@@ -1284,7 +1075,7 @@ class SleepStudy:
             test, _ = as_labelled_dataset(self.test_set)
             logits = predict_logits(model, test.signals, device=self.config.device)
             predictions = logits.argmax(dim=1).numpy()
-        meta = json.loads((run_dir / "meta.json").read_text())["resolved"]
+        meta = RunDir(run_dir).resolved()
         init = "scratch" if from_scratch else f"{method} pretraining"
         settings = {
             "init": init if pool is None else f"{init} on pool {pool}",

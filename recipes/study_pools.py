@@ -21,7 +21,6 @@ and hours of EEG per second). An interrupted pretraining resumes.
 
 from __future__ import annotations
 
-import json
 import warnings
 from functools import cached_property
 from pathlib import Path
@@ -34,8 +33,8 @@ from partnd.datasets.pools import PretrainingPools, make_pretraining_pools
 from partnd.datasets.segments import SleepSegmentDataset
 from partnd.datasets.sleep_windows import SleepWindowDataset
 from partnd.datasets.store import SleepStore
-from partnd.engine.checkpoint import atomic_write_json
 from partnd.engine.config import PretrainConfig
+from partnd.engine.run_dir import RunDir
 from partnd.evaluation.probes import PretextMonitor
 from partnd.objectives.diagnostics import pretext_error
 from partnd.preprocessing.physionet2018 import preprocess_physionet2018
@@ -55,7 +54,6 @@ __all__ = [
     "PoolStage",
     "ingested_store",
     "preprocessed",
-    "read_jsonl",
     "throughput",
 ]
 
@@ -148,7 +146,7 @@ class PoolStage:
                 self.config.pools,
                 records=None if self.config.pool_src is not None else split.pretrain,
                 exclude_subjects={*split.test, *split.finetune_pool},
-                held_out_subjects=int(self.study.scale["held_out_subjects"]),
+                held_out_subjects=self.study.scale.held_out_subjects,
                 seed=self.config.seed,
             )
         plan.save(path)
@@ -160,11 +158,11 @@ class PoolStage:
 
     def done(self, method: str, pool: str) -> bool:
         """Whether ``method``'s pretraining on ``pool`` has finished (``selection.json``)."""
-        return (self.run_dir(method, pool) / SELECTION_FILE).is_file()
+        return RunDir(self.run_dir(method, pool)).finished(SELECTION_FILE)
 
     def selection(self, method: str, pool: str) -> dict[str, Any]:
         """What a finished pretraining chose (its ``selection.json``)."""
-        return dict(json.loads((self.run_dir(method, pool) / SELECTION_FILE).read_text()))
+        return RunDir(self.run_dir(method, pool)).read_result(SELECTION_FILE)
 
     def held_out(self, config: PretrainConfig) -> Any:
         """The held-out nights as the objective of ``config`` reads them: segments starting every
@@ -192,7 +190,8 @@ class PoolStage:
         if self.done(method, pool):
             return run_dir
         config = self.config.pretrain_config(method, pool=True)
-        resume = (run_dir / "checkpoints" / "last.pt").is_file()
+        run = RunDir(run_dir)
+        resume = run.resumable
         if resume:
             config = PretrainConfig.from_json(run_dir / "config.json")
         data = SleepWindowDataset(
@@ -212,10 +211,10 @@ class PoolStage:
             result = pretrain(
                 data, out_dir=run_dir, config=config, overwrite=run_dir.exists(), **options
             )
-        meta = json.loads((run_dir / "meta.json").read_text())["resolved"]
+        meta = run.resolved()
         window_seconds = float(self.store.window_seconds)
         item_hours = (config.segment_windows if segments else 1) * window_seconds / 3600.0
-        atomic_write_json(
+        run.write_result(
             {
                 "method": method,
                 "pool": pool,
@@ -228,15 +227,14 @@ class PoolStage:
                 "selected": result.selected,
                 **throughput(result.history, item_hours, "segments" if segments else "windows"),
             },
-            run_dir / SELECTION_FILE,
+            SELECTION_FILE,
         )
         return run_dir
 
     def curves(self, method: str, pool: str) -> dict[str, list[tuple[int, float]]]:
         """The pretext error over its floor per step: ``train`` (logged training records) and
         ``heldout`` (the held-out evaluations)."""
-        path = self.run_dir(method, pool) / "metrics.jsonl"
-        records = read_jsonl(path) if path.is_file() else []
+        records = RunDir(self.run_dir(method, pool)).history()
         train = [(r["step"], pretext_error(r)) for r in records if r.get("phase") == "train"]
         return {
             "train": [(step, value) for step, value in train if value is not None],
@@ -246,12 +244,6 @@ class PoolStage:
                 if r.get("phase") == "val" and SELECT_METRIC in r
             ],
         }
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The records of a JSON-lines file (an engine run's ``metrics.jsonl``)."""
-    with open(path, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle]
 
 
 def throughput(history: list[dict[str, Any]], item_hours: float, unit: str) -> dict[str, Any]:

@@ -3,17 +3,10 @@ each night predicted by models fitted on the others."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_feature_content.py"
-_SPEC = importlib.util.spec_from_file_location("bench_feature_content", _PATH)
-assert _SPEC is not None and _SPEC.loader is not None
-bench = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(bench)
+from partnd.recipes import bench_support as bench
 
 
 def nights(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

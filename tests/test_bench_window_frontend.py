@@ -3,17 +3,10 @@ summarised per window."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import torch
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_window_frontend.py"
-_SPEC = importlib.util.spec_from_file_location("bench_window_frontend", _PATH)
-assert _SPEC is not None and _SPEC.loader is not None
-bench = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(bench)
+from partnd.recipes import bench_support as bench
 
 
 def test_patch_spectra_peaks_at_the_tone_and_varies_only_where_the_window_changes() -> None:

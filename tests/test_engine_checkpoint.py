@@ -87,10 +87,10 @@ def test_run_dir_rules(tmp_path: Path) -> None:
     run_dir.create(clear=True)
     assert sorted(p.name for p in root.iterdir()) == ["checkpoints", "tb"]
     (root / "config.json").write_text("{}")
-    assert not run_dir.has_checkpoint  # stopped before its first checkpoint: resume restarts it
+    assert not run_dir.resumable  # stopped before its first checkpoint: resume restarts it
     assert RunDir.check(root, resume=True, overwrite=False) == run_dir
     (run_dir.checkpoints_dir / "last.pt").write_bytes(b"")
-    assert RunDir.check(root, resume=True, overwrite=False) == run_dir and run_dir.has_checkpoint
+    assert RunDir.check(root, resume=True, overwrite=False) == run_dir and run_dir.resumable
 
 
 def test_meta_records_versions_and_appends_resumes(tmp_path: Path) -> None:

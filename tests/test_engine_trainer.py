@@ -20,6 +20,7 @@ from partnd.engine.distributed import DistributedContext
 from partnd.engine.run_dir import RunDir
 from partnd.engine.sampler import ResumableBatchSampler, epoch_order
 from partnd.engine.trainer import (
+    LearningRate,
     NonFiniteLossError,
     Trainer,
     TrainingInterrupted,
@@ -55,7 +56,12 @@ class RegressionTask:
         return (loss * float("nan") if self.calls == self.nan_at else loss), metrics
 
 
-def make_trainer(tmp_path: Path | None, task: RegressionTask, **overrides: object) -> Trainer:
+def make_trainer(
+    tmp_path: Path | None,
+    task: RegressionTask,
+    learning_rate: LearningRate | None = None,
+    **overrides: object,
+) -> Trainer:
     settings = {
         "epochs": 3,
         "batch_size": 8,
@@ -80,6 +86,7 @@ def make_trainer(tmp_path: Path | None, task: RegressionTask, **overrides: objec
         TrainConfig(**settings),  # type: ignore[arg-type]
         context=DistributedContext(),
         run_dir=run_dir,
+        learning_rate=learning_rate,
     )
 
 
@@ -170,6 +177,25 @@ def test_max_steps_at_an_epoch_without_checkpoint_still_saves_a_resumable_state(
     resumed.fit(resume_from=tmp_path / "cut" / "checkpoints" / "last.pt")
     assert torch.equal(resumed.model.weight, full.model.weight)
     assert resumed.state.step == full.state.step == 12
+
+
+def step_decay(step: int, steps_per_epoch: int) -> float:
+    """0.1, divided by 10 after each of the first two epochs."""
+    return 0.1 * 0.1 ** min(step // steps_per_epoch, 2)
+
+
+def test_a_learning_rate_function_sets_every_step_and_resumes(tmp_path: Path) -> None:
+    full = make_trainer(tmp_path / "full", RegressionTask(), step_decay, epochs=3)
+    history = full.fit()
+    rates = [r["lr"] for r in history if r["phase"] == "train"]
+    assert rates == pytest.approx([0.1] * 4 + [0.01] * 4 + [0.001] * 4)  # 32 items, batch 8
+    cut = make_trainer(tmp_path / "cut", RegressionTask(), step_decay, epochs=3, max_steps=6)
+    cut.fit()
+    assert [group["lr"] for group in cut.optimizer.param_groups] == pytest.approx([0.01, 0.01])
+    resumed = make_trainer(tmp_path / "cut", RegressionTask(), step_decay, epochs=3)
+    resumed.fit(resume_from=tmp_path / "cut" / "checkpoints" / "last.pt")
+    assert torch.equal(resumed.model.weight, full.model.weight)
+    assert resumed.scheduler.current_lr == pytest.approx(0.001)
 
 
 class SignalledTask(RegressionTask):

@@ -296,3 +296,55 @@ def test_resume_refuses_another_subset_of_the_same_size(gappy_store: Path, tmp_p
     with pytest.raises(InputError, match=r"another selection of items \(Subset indices\)"):
         finetune(None, Subset(windows, range(6, 12)), num_classes=5, out_dir=out, resume=True)
     finetune(None, Subset(windows, range(0, 6)), num_classes=5, out_dir=out, resume=True)
+
+
+class CountingItems(torch.utils.data.Dataset):
+    """``(x, label)`` items with torchvision's ``targets``; counts the items read."""
+
+    def __init__(self, signals: np.ndarray, labels: np.ndarray) -> None:
+        self.signals, self.targets, self.reads = signals, labels.tolist(), 0
+        self.target_transform = None
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        self.reads += 1
+        return torch.from_numpy(self.signals[index]), self.targets[index]
+
+
+class ShiftedLabelsTask:
+    """Cross-entropy against ``(label + 1) % K``: a loss ``finetune``'s default never uses."""
+
+    def __init__(self, num_classes: int) -> None:
+        self.num_classes = num_classes
+
+    def compute_loss(
+        self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], generator: torch.Generator
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        x, labels = batch
+        shifted = (labels + 1) % self.num_classes
+        return nn.functional.cross_entropy(model(x).float(), shifted), {}
+
+
+def test_a_task_hook_replaces_the_loss_and_records_its_settings(tmp_path: Path) -> None:
+    x, y = tones(96, seed=0)
+    xv, yv = tones(48, seed=1)
+    built: list[tuple[object, FinetuneConfig]] = []
+
+    def task(model: nn.Module, config: FinetuneConfig) -> ShiftedLabelsTask:
+        built.append((model, config))
+        return ShiftedLabelsTask(3)
+
+    items = torch.utils.data.Subset(CountingItems(x, y), list(range(96)))
+    result = finetune("vit_test", items, num_classes=3, out_dir=tmp_path / "run",
+                      config=ft_config(), task=task, record={"task": "shifted"})  # fmt: skip
+    assert len(built) == 1 and built[0][1] == result.config
+    assert items.dataset.reads == 1 + result.config.epochs * 96  # the labels were not read
+    predictions = result.model(torch.from_numpy(xv)).argmax(dim=1).numpy()
+    assert (predictions == (yv + 1) % 3).mean() > 0.8  # it learned the hook's labels
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    assert meta["resolved"]["task"] == "shifted"
+    with pytest.raises(InputError, match="task: expected None for a sequence or night"):
+        finetune(None, x, train_labels=y.tolist(), num_classes=3, out_dir=tmp_path / "seq",
+                 config=ft_config(context=2), task=task)  # fmt: skip

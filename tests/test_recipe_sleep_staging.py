@@ -241,7 +241,8 @@ def test_sample_efficiency_cells_resume_and_aggregate(
 def test_the_night_arm_and_its_settings_per_labelled_subject_budget(tmp_path: Path) -> None:
     from partnd.recipes.sleep_study import SCALES, budget_settings
 
-    scale = {"by_budget": {"night": {2: {"min_steps": 5}, 8: {"min_steps": 9, "batch_size": 3}}}}
+    table = {"night": {2: {"min_steps": 5}, 8: {"min_steps": 9, "batch_size": 3}}}
+    scale = SCALES["demo"].replace(by_budget=table)
     assert budget_settings(scale, "night", 1) == {}  # below the table: the arm's own settings
     assert (
         budget_settings(scale, "night", 2) == budget_settings(scale, "night", 7) == {"min_steps": 5}
@@ -253,14 +254,14 @@ def test_the_night_arm_and_its_settings_per_labelled_subject_budget(tmp_path: Pa
     assert budget_settings(scale, "night", "w20") == {}
     config = StudyConfig(out=tmp_path / "s", progress=False)
     night = config.finetune_config("part_windows", 0, arm="night", budget=2)
-    arm = SCALES["demo"]["night"]
+    arm = SCALES["demo"].night
     assert (night.context, night.night_crop, night.batch_size) == (
         "night",
         arm["night_crop"],
         arm["batch_size"],
     )
-    for table_arm, table in SCALES["demo"]["by_budget"].items():
-        for budget, changes in table.items():
+    for table_arm, budgets in SCALES["demo"].by_budget.items():
+        for budget, changes in budgets.items():
             chosen = config.finetune_config("supervised", 0, arm=table_arm, budget=budget)
             assert {name: getattr(chosen, name) for name in changes} == changes
     window_steps = [config.finetune_config("supervised", 0, budget=b).min_steps for b in (2, 4, 8)]
@@ -430,3 +431,22 @@ def test_the_fields_stagers_and_context_objectives_are_rows_of_the_recipes(tmp_p
         assert pretraining.method == method
         for name in ("segment_windows", "batch_size", "min_steps", "lr", "normalize"):
             assert getattr(pretraining, name) == getattr(windows, name), name
+
+
+def test_scales_are_typed_frozen_and_refuse_unknown_config_fields() -> None:
+    import dataclasses
+
+    from partnd.recipes.study_scales import SCALES, StudyScale
+
+    demo = SCALES["demo"]
+    assert isinstance(demo, StudyScale) and demo.budgets == (2, 4, 8)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        demo.seeds = (0,)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        demo.by_budget["night"][4]["min_steps"] = 1  # type: ignore[index]
+    assert demo.replace(seeds=(5,)).seeds == (5,) and demo.seeds == (0, 1, 2)
+    assert demo.arm("window") == {} and demo.arm("night")["context"] == "night"
+    with pytest.raises(InputError, match=r"StudyScale\.by_budget\[night\]\[2\]"):
+        demo.replace(by_budget={"night": {2: {"min_step": 5}}})
+    with pytest.raises(InputError, match=r"StudyScale\.frontend"):
+        demo.replace(frontend="fourier")

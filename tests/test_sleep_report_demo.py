@@ -14,12 +14,12 @@ import pytest
 
 from partnd._validation import InputError
 from partnd.evaluation.metrics import classification_metrics
+from partnd.recipes.report_files import write_table
 from partnd.recipes.sleep_report import (
     confusion_figure,
     plot_confusion_matrices,
     staging_table,
     summary_table,
-    write_table,
 )
 from partnd.recipes.sleep_study import CellResult
 

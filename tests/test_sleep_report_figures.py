@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from partnd.evaluation.metrics import classification_metrics
+from partnd.recipes.report_files import write_table
 from partnd.recipes.sample_efficiency_report import (
     draw_rows,
     paired_differences,
@@ -27,7 +28,6 @@ from partnd.recipes.sleep_report import (
     plot_sample_efficiency,
     sample_efficiency_styles,
     sample_efficiency_tables,
-    write_table,
 )
 from partnd.recipes.sleep_study import ARMS, CLASSICAL_METHODS, CellResult
 

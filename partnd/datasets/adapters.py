@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,6 +37,7 @@ __all__ = [
     "as_labelled_dataset",
     "as_signal_dataset",
     "data_fingerprint",
+    "exposed_labels",
     "find_source",
     "integer_labels",
     "load_npy",
@@ -351,6 +353,21 @@ def _batch_buffer(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(0, dtype=dtype).new(storage).view(shape)
 
 
+def exposed_labels(dataset: Any) -> Any:
+    """The labels a source exposes without reading (or transforming) its items: its ``labels``,
+    or torchvision's ``targets`` when no ``target_transform`` changes them, seen through
+    ``Subset`` s; ``None`` when it exposes none."""
+    if isinstance(dataset, Subset):
+        labels = exposed_labels(dataset.dataset)
+        if labels is None:
+            return None
+        return np.asarray(labels)[np.asarray(dataset.indices, dtype=np.int64).reshape(-1)]
+    labels = getattr(dataset, "labels", None)
+    if labels is None and getattr(dataset, "target_transform", None) is None:
+        labels = getattr(dataset, "targets", None)
+    return labels
+
+
 class LabelledDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     """``(signal, label)`` pairs as ``(float32 [C, *spatial], int64 scalar)`` tensors.
 
@@ -379,9 +396,14 @@ class LabelledDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     def __len__(self) -> int:
         return len(self.signals)
 
+    @cached_property
+    def _exposed_labels(self) -> Any:
+        return exposed_labels(self.dataset)
+
     def label(self, index: int) -> int:
-        """Label of item ``index`` (reads the item unless the source exposes ``labels``)."""
-        labels = getattr(self.dataset, "labels", None)
+        """Label of item ``index`` (reads the item unless the source exposes its labels,
+        :func:`exposed_labels`)."""
+        labels = self._exposed_labels
         if labels is not None:
             return int(_to_label(labels[index], f"{self.labels_argument}[{index}]"))
         return int(self[index][1])

@@ -1,4 +1,4 @@
-"""Optimiser parts: weight-decay/layer-decay parameter groups, warm-up + cosine schedule, EMA.
+"""Optimiser parts: weight-decay/layer-decay parameter groups, per-step schedules, EMA.
 
 Weight decay applies to weight *matrices* only (parameters with ``ndim >= 2``), never to norms,
 biases, the [CLS] token, position embeddings or mask tokens (the timm/MAE convention). Layer-wise
@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -21,7 +21,9 @@ from partnd._validation import check
 
 __all__ = [
     "TOP_LEVEL_NAME_PARTS",
+    "FunctionSchedule",
     "ModelEMA",
+    "StepSchedule",
     "WarmupCosineSchedule",
     "build_optimizer",
     "layer_id",
@@ -149,7 +151,52 @@ def build_optimizer(
     )
 
 
-class WarmupCosineSchedule:
+class StepSchedule:
+    """A learning rate set at every optimiser step: every group's rate is :meth:`lr_at` of the
+    next step times its ``lr_scale``; resumable through :meth:`state_dict`.
+
+    Subclasses define :meth:`lr_at`; :class:`WarmupCosineSchedule` is the engine's default,
+    :class:`FunctionSchedule` takes any function of the step (a step decay, ...).
+
+    Args:
+        optimizer: Optimiser whose groups are updated in place.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+        self.steps_done = 0
+        self._apply()
+
+    def lr_at(self, step: int) -> float:
+        """Scheduled (unscaled) learning rate of 0-based optimiser step ``step``."""
+        raise NotImplementedError
+
+    @property
+    def current_lr(self) -> float:
+        """Unscaled rate the next optimiser step will use."""
+        return self.lr_at(self.steps_done)
+
+    def _apply(self) -> None:
+        lr = self.current_lr
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr * group.get("lr_scale", 1.0)
+
+    def step(self) -> None:
+        """Advance by one optimiser step and set the rates of the next one."""
+        self.steps_done += 1
+        self._apply()
+
+    def state_dict(self) -> dict[str, int]:
+        """Resumable state (the number of steps done)."""
+        return {"steps_done": self.steps_done}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Restore :meth:`state_dict` and set the group rates accordingly."""
+        self.steps_done = int(state["steps_done"])
+        self._apply()
+
+
+class WarmupCosineSchedule(StepSchedule):
     """Per-step linear warm-up to ``base_lr`` then cosine decay to ``min_lr``.
 
     Step ``k`` (0-based, the k-th optimiser step) uses ``base_lr * (k + 1) / W`` for ``k < W`` (so
@@ -176,13 +223,11 @@ class WarmupCosineSchedule:
     ) -> None:
         check(total_steps >= 1, "total_steps", "an int >= 1", repr(total_steps))
         check(warmup_steps >= 0, "warmup_steps", "an int >= 0", repr(warmup_steps))
-        self.optimizer = optimizer
         self.base_lr = base_lr
         self.min_lr = min_lr
         self.warmup_steps = warmup_steps
         self.total_steps = total_steps
-        self.steps_done = 0
-        self._apply()
+        super().__init__(optimizer)
 
     def lr_at(self, step: int) -> float:
         """Scheduled (unscaled) learning rate of 0-based optimiser step ``step``."""
@@ -194,29 +239,22 @@ class WarmupCosineSchedule:
             1.0 + math.cos(math.pi * progress)
         )
 
-    @property
-    def current_lr(self) -> float:
-        """Unscaled rate the next optimiser step will use."""
-        return self.lr_at(self.steps_done)
 
-    def _apply(self) -> None:
-        lr = self.current_lr
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr * group.get("lr_scale", 1.0)
+class FunctionSchedule(StepSchedule):
+    """Per-step rate given by a function of the 0-based optimiser step (e.g. a multi-step decay).
 
-    def step(self) -> None:
-        """Advance by one optimiser step and set the rates of the next one."""
-        self.steps_done += 1
-        self._apply()
+    Args:
+        optimizer: Optimiser whose groups are updated in place.
+        rate: Step ``k`` -> unscaled learning rate of that step.
+    """
 
-    def state_dict(self) -> dict[str, int]:
-        """Resumable state (the number of steps done)."""
-        return {"steps_done": self.steps_done}
+    def __init__(self, optimizer: torch.optim.Optimizer, rate: Callable[[int], float]) -> None:
+        self.rate = rate
+        super().__init__(optimizer)
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """Restore :meth:`state_dict` and set the group rates accordingly."""
-        self.steps_done = int(state["steps_done"])
-        self._apply()
+    def lr_at(self, step: int) -> float:
+        """Scheduled (unscaled) learning rate of 0-based optimiser step ``step``."""
+        return float(self.rate(step))
 
 
 class ModelEMA:

@@ -9,6 +9,13 @@ Layout of a run directory::
       metrics.csv        the same records as a table
       tb/                TensorBoard event files
       checkpoints/       last.pt, epoch_XXXX.pt (K most recent), best.pt (fine-tuning)
+      result.json        written last by a recipe that is done with the run (its result file)
+
+Two questions every caller asks of a run directory are answered here and nowhere else:
+:attr:`RunDir.resumable` (can an interrupted run continue? it has ``checkpoints/last.pt``),
+:meth:`RunDir.finished` (is it done? its result file exists; written atomically and last, so a
+half-written run never looks finished), and, for the engine's own part,
+:meth:`RunDir.trained` (did training reach its last epoch or stop early?).
 """
 
 from __future__ import annotations
@@ -29,11 +36,13 @@ from partnd._validation import check
 from partnd._version import __version__
 from partnd.engine.checkpoint import CheckpointManager, atomic_write_json
 
-__all__ = ["RUN_MARKERS", "RunDir", "git_revision", "run_metadata"]
+__all__ = ["RESULT_FILE", "RUN_MARKERS", "RunDir", "git_revision", "run_metadata"]
 
 
 #: Entries a run directory gets first; ``overwrite`` clears only directories holding one of them.
 RUN_MARKERS = ("config.json", "meta.json", "checkpoints", "tb")
+#: The result file a recipe writes last into a run directory it is done with.
+RESULT_FILE = "result.json"
 
 
 @dataclass(frozen=True)
@@ -125,9 +134,78 @@ class RunDir:
         return run_dir
 
     @property
-    def has_checkpoint(self) -> bool:
-        """Whether ``checkpoints/last.pt`` exists (the run can continue from it)."""
+    def resumable(self) -> bool:
+        """Whether an interrupted run can continue: ``checkpoints/last.pt`` exists (written
+        atomically, so a checkpoint being written does not count)."""
         return self.last_checkpoint.is_file()
+
+    def finished(self, result_file: str = RESULT_FILE) -> bool:
+        """Whether the run is done: its result file exists (:meth:`write_result` writes it
+        atomically, after everything else, so an interrupted or half-written run is not done).
+
+        Args:
+            result_file: Name of the result file in the directory (recipes that predate the
+                common name keep theirs: ``selection.json``, ``train_result.json``).
+        """
+        return (self.root / result_file).is_file()
+
+    def write_result(self, result: dict[str, Any], result_file: str = RESULT_FILE) -> None:
+        """Write the result file atomically; call it last: it marks the run finished."""
+        atomic_write_json(result, self.root / result_file)
+
+    def read_result(self, result_file: str = RESULT_FILE) -> dict[str, Any]:
+        """Read a finished run's result file.
+
+        Raises:
+            InputError: If the run has not finished (no result file).
+        """
+        path = self.root / result_file
+        check(
+            path.is_file(), "out_dir", f"a finished run (its {result_file})", f"none in {self.root}"
+        )
+        values: dict[str, Any] = json.loads(path.read_text())
+        return values
+
+    def history(self) -> list[dict[str, Any]]:
+        """The records of ``metrics.jsonl`` (``[]`` without one); a last line cut short by a
+        crash while it was written is left out."""
+        if not self.metrics_jsonl.is_file():
+            return []
+        lines = [line for line in self.metrics_jsonl.read_text().splitlines() if line.strip()]
+        records = []
+        for number, line in enumerate(lines):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                if number + 1 < len(lines):  # only the last line can be cut short
+                    raise
+        return records
+
+    def resolved(self) -> dict[str, Any]:
+        """What the latest launch resolved (``meta.json``'s ``resolved``, from its last resume
+        when it was resumed): steps per epoch, epochs, total steps, peak lr, ...
+
+        Raises:
+            InputError: If the run has not started (no ``meta.json`` with ``resolved``).
+        """
+        meta = self.read_meta()
+        launches = [meta, *meta.get("resumes", [])]
+        resolved = [launch["resolved"] for launch in launches if "resolved" in launch]
+        check(bool(resolved), "out_dir", "a started engine run (meta.json)", f"none in {self.root}")
+        values: dict[str, Any] = resolved[-1]
+        return values
+
+    def trained(self) -> bool:
+        """Whether the engine's training reached its end: ``metrics.jsonl`` holds an epoch record
+        of the last epoch (``resolved()["epochs"]``) or an early stop. A run stopped by
+        ``max_steps``, interrupted, or not started has not."""
+        if not self.meta_path.is_file():
+            return False
+        records = self.history()
+        if any(record.get("phase") == "early_stop" for record in records):
+            return True
+        epochs = [int(record["epoch"]) for record in records if record.get("phase") == "epoch"]
+        return bool(epochs) and max(epochs) + 1 >= int(self.resolved()["epochs"])
 
     def looks_like_a_run(self) -> bool:
         """Whether the directory holds anything a partnd run writes (it may be incomplete)."""

@@ -135,7 +135,7 @@ class Session(Generic[ConfigT]):
     @property
     def resume_from(self) -> Path | None:
         """Checkpoint to resume from, or ``None`` for a run that starts at step 0."""
-        return self.run_dir.last_checkpoint if self.resume and self.run_dir.has_checkpoint else None
+        return self.run_dir.last_checkpoint if self.resume and self.run_dir.resumable else None
 
     def check_data(self, data: Mapping[str, dict[str, Any] | None]) -> None:
         """On resume, refuse data other than the interrupted run's (``meta.json``'s ``data``).
@@ -180,7 +180,7 @@ class Session(Generic[ConfigT]):
         """
         if data is not None:
             self.check_data(data)
-        restart = self.resume and not self.run_dir.has_checkpoint
+        restart = self.resume and not self.run_dir.resumable
         if self.context.is_main:
             self._created_root = not self.run_dir.root.exists()
             self.run_dir.create(clear=self.overwrite or restart)
@@ -205,9 +205,7 @@ class Session(Generic[ConfigT]):
         """Close the process group; after a failure with no checkpoint written, remove what
         :meth:`start` created (the directory, or its contents when it existed before)."""
         try:
-            failed_early = (
-                exc_type is not None and self._started and not self.run_dir.has_checkpoint
-            )
+            failed_early = exc_type is not None and self._started and not self.run_dir.resumable
             if failed_early and self.context.is_main:
                 if self._created_root:
                     shutil.rmtree(self.run_dir.root, ignore_errors=True)

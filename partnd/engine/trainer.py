@@ -57,13 +57,20 @@ from partnd.engine.compilation import compile_module, mark_step, resolve_compile
 from partnd.engine.config import TrainConfig
 from partnd.engine.distributed import DistributedContext
 from partnd.engine.logging import MetricLogger
-from partnd.engine.optim import ModelEMA, WarmupCosineSchedule, build_optimizer
+from partnd.engine.optim import (
+    FunctionSchedule,
+    ModelEMA,
+    StepSchedule,
+    WarmupCosineSchedule,
+    build_optimizer,
+)
 from partnd.engine.precision import autocast, resolve_loader_dtype, resolve_precision
 from partnd.engine.run_dir import RunDir
 from partnd.engine.sampler import ResumableBatchSampler, epoch_order
 
 __all__ = [
     "EpochEvaluator",
+    "LearningRate",
     "NonFiniteLossError",
     "TrainState",
     "TrainTask",
@@ -76,6 +83,10 @@ __all__ = [
 #: Called after every epoch with the evaluation model (EMA when on) and the 0-based epoch;
 #: returns scalar metrics to log (and to select the best epoch on).
 EpochEvaluator = Callable[[nn.Module, int], dict[str, float]]
+
+#: ``(step, steps_per_epoch) -> rate``: the unscaled learning rate of 0-based optimiser step
+#: ``step`` of a run with ``steps_per_epoch`` steps an epoch (a multi-step decay, ...).
+LearningRate = Callable[[int, int], float]
 
 
 class TrainTask(Protocol):
@@ -278,6 +289,9 @@ class Trainer:
             held-out pretext error): which direction of ``select_metric`` is better.
         checkpoint_extra: Additional entries stored in every checkpoint (e.g. the data shape).
         collate_fn: Batch collation function.
+        learning_rate: The schedule (:data:`LearningRate`; each group gets the rate times its
+            ``lr_scale``); ``None``: linear warm-up to the peak rate, then cosine decay to
+            ``config.min_lr`` (:class:`~partnd.engine.optim.WarmupCosineSchedule`).
     """
 
     def __init__(
@@ -295,6 +309,7 @@ class Trainer:
         select_mode: str = "max",
         checkpoint_extra: dict[str, Any] | None = None,
         collate_fn: Callable[[list[Any]], Any] | None = None,
+        learning_rate: LearningRate | None = None,
     ) -> None:
         check(select_mode in ("max", "min"), "select_mode", "'max' or 'min'", repr(select_mode))
         check(
@@ -382,13 +397,20 @@ class Trainer:
             betas=config.betas,
             layer_decay=layer_decay,
         )
-        self.scheduler = WarmupCosineSchedule(
-            self.optimizer,
-            base_lr=self.peak_lr,
-            min_lr=config.min_lr,
-            warmup_steps=self.warmup_steps,
-            total_steps=self.total_steps,
-        )
+        self.scheduler: StepSchedule
+        if learning_rate is None:
+            self.scheduler = WarmupCosineSchedule(
+                self.optimizer,
+                base_lr=self.peak_lr,
+                min_lr=config.min_lr,
+                warmup_steps=self.warmup_steps,
+                total_steps=self.total_steps,
+            )
+        else:
+            steps_per_epoch = self.steps_per_epoch
+            self.scheduler = FunctionSchedule(
+                self.optimizer, lambda step: learning_rate(step, steps_per_epoch)
+            )
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.ema = ModelEMA(self.model, config.ema_decay) if config.ema_decay else None
         compile_module(self.model, self.compile_mode)  # after the EMA copy, which stays eager

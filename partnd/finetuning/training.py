@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -35,7 +35,7 @@ from partnd.engine.augment import Augmentation, build_augmentation
 from partnd.engine.checkpoint import atomic_save, atomic_write_json, load_checkpoint
 from partnd.engine.config import FinetuneConfig
 from partnd.engine.session import open_session
-from partnd.engine.trainer import Trainer
+from partnd.engine.trainer import Trainer, TrainTask
 from partnd.evaluation.metrics import ClassificationReport, classification_metrics
 from partnd.finetuning.sequence import (
     SequenceClassificationTask,
@@ -69,6 +69,7 @@ from partnd.signal_info import SignalInfo, SignalSpec
 __all__ = [
     "ClassificationTask",
     "FinetuneResult",
+    "WindowTask",
     "balanced_class_weights",
     "check_labels",
     "evaluate",
@@ -77,6 +78,13 @@ __all__ = [
 ]
 
 SELECT_METRIC = "cohen_kappa"
+
+#: ``(classifier, config) -> task``: builds the training loss of a single-window classifier (a
+#: :class:`~partnd.models.PatchClassifier`, or a braindecode stager) in place of
+#: :class:`ClassificationTask` (DeiT's Mixup/CutMix and soft targets, ...). It is called
+#: once the classifier is built, before training, and may adjust the classifier (stochastic
+#: depth); it raises ``InputError`` for a configuration it cannot train.
+WindowTask = Callable[[nn.Module, FinetuneConfig], TrainTask]
 
 
 @dataclass
@@ -469,8 +477,10 @@ def _window_setup(
     class_names: Sequence[str] | None,
     config: FinetuneConfig,
     device: str,
+    task: WindowTask | None,
 ) -> _Setup:
-    """The single-window [CLS] classifier (the paper's fine-tuning)."""
+    """The single-window [CLS] classifier (the paper's fine-tuning), trained with ``task``'s loss
+    (default :class:`ClassificationTask`)."""
     expected = None if backbone is None else backbone.signal_info
     train_set, spec = as_labelled_dataset(
         train_dataset,
@@ -521,10 +531,14 @@ def _window_setup(
         if backbone.channel_mode == "set":
             signal = seen_signal(signal, expected)
     model.signal_info = signal
-    weights = None
-    if config.class_weights == "balanced":
-        weights = balanced_class_weights(train_label_array, num_classes)
-    augment = build_augmentation(config.augmentations or (), spec.ndim)
+    if task is not None:
+        loss = task(model, config)
+    else:
+        weights = None
+        if config.class_weights == "balanced":
+            weights = balanced_class_weights(train_label_array, num_classes)
+        augment = build_augmentation(config.augmentations or (), spec.ndim)
+        loss = ClassificationTask(num_classes, weights, config.label_smoothing, augment)
 
     def report(final: nn.Module) -> ClassificationReport:
         assert val_set is not None
@@ -539,7 +553,7 @@ def _window_setup(
     return _Setup(
         model=model,
         architecture=architecture,
-        task=ClassificationTask(num_classes, weights, config.label_smoothing, augment),
+        task=loss,
         train_set=train_set,
         validate=None if val_set is None else _validator(report),
         report=report,
@@ -659,6 +673,8 @@ def finetune(
     overwrite: bool = False,
     train_labels: Sequence[int] | None = None,
     val_labels: Sequence[int] | None = None,
+    task: WindowTask | None = None,
+    record: Mapping[str, Any] | None = None,
     **overrides: Any,
 ) -> FinetuneResult:
     """Fine-tune ``encoder`` (or train from scratch) as an on-grid [CLS] classifier, or, with
@@ -688,6 +704,11 @@ def finetune(
         overwrite: Clear ``out_dir`` first.
         train_labels: Labels when ``train_dataset`` is an array.
         val_labels: Labels when ``val_dataset`` is an array.
+        task: Builds the training loss of a single-window classifier (:data:`WindowTask`;
+            ``None``: cross-entropy with the configuration's class weights, label smoothing and
+            augmentations, :class:`ClassificationTask`). Not for a sequence or night classifier.
+        record: More entries for ``meta.json``'s ``resolved`` (what a caller's run depends on,
+            e.g. its task's settings), so that a resumed run can be checked against them.
         **overrides: :class:`FinetuneConfig` field values (``encoder`` among them: the preset
             of a from-scratch encoder; ``encoder`` and ``train_dataset`` above are positional).
             Architecture fields (``encoder``, ``encoder_overrides``, another ``patch_size``)
@@ -738,8 +759,15 @@ def finetune(
                 class_names,
                 config,
                 device,
+                task,
             )
         else:  # data a sequence classifier cannot read are refused first, naming them
+            check(
+                task is None,
+                "task",
+                "None for a sequence or night classifier (a task hook trains single windows)",
+                repr(task),
+            )
             setup = _sequence_setup(
                 backbone,
                 train_dataset,
@@ -782,6 +810,7 @@ def finetune(
                 "data": setup.data_shape,
                 "num_train_items": len(setup.train_set),  # type: ignore[arg-type]
                 "num_val_items": setup.num_val_items,
+                **(record or {}),
             },
             data=setup.fingerprints,
         )
