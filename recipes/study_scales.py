@@ -226,7 +226,7 @@ SCALES: dict[str, StudyScale] = {
         by_budget={
             "window": {4: {"min_steps": 2400}, 8: {"min_steps": 2400}},
             "night": {
-                2: {},
+                2: {"min_steps": 400},
                 4: {"min_steps": 1200, "ema_decay": 0.995},
                 8: {"min_steps": 1600, "ema_decay": 0.995},
             },
