@@ -303,23 +303,18 @@ def test_compiled_step_equals_the_eager_step(
         torch.testing.assert_close(compiled[name], value, rtol=1e-4, atol=1e-6, msg=name)
 
 
-#: The objectives that draw before their forward (the window-context ones, RP and TS, draw
-#: inside it).
-DRAWING_METHODS = ["droppos", "mae", "mp3", "part", "part_grid", "part_windows"]
+def test_every_objective_draws_before_its_forward() -> None:
+    assert [m for m in METHODS if not draws_first(build(m, widest_shape(m)))] == []
 
 
-def test_the_drawing_objectives_are_listed() -> None:
-    drawing = [m for m in METHODS if draws_first(build(m, widest_shape(m)))]
-    assert drawing == DRAWING_METHODS
-
-
-@pytest.mark.parametrize("method", DRAWING_METHODS)
+@pytest.mark.parametrize("method", METHODS)
 def test_the_predrawn_step_compiles_as_one_graph(method: str) -> None:
     """Given its draws, every objective's forward (patching, encoder, head or decoder, loss and
     diagnostics) is one graph without a break, and its backward with it (one compiled region:
     on a GPU one launch of CUDA graphs per step with ``"reduce-overhead"``). Before the draws
     were split out, the generator's draws broke PART's test step into 6 graphs, anchored PART's
-    into 9, MAE's and MP3's into 3, DropPos's into 4, PART across windows' into 11."""
+    into 9, MAE's and MP3's into 3, DropPos's into 4, PART across windows' into 11, relative
+    positioning's into 5 and temporal shuffling's into 11."""
     torch._dynamo.reset()
     shape = widest_shape(method)
     model = build(method, shape)

@@ -100,8 +100,9 @@ class Objective(nn.Module):
 
 def draws_first(objective: Objective) -> bool:
     """Whether ``objective`` draws its step's randomness before the forward (it implements
-    :meth:`Objective.draw`; the window-context objectives, RP and TS, still draw inside their
-    forward, so their compiled steps break at each draw)."""
+    :meth:`Objective.draw`). Every built-in objective does; one registered from outside
+    (:func:`~partnd.objectives.registry.register_objective`) without ``draw`` draws inside its
+    forward, so its compiled step breaks at each draw."""
     return type(objective).draw is not Objective.draw
 
 

@@ -23,6 +23,8 @@ is right half of the time (``accuracy_chance``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor, nn
 
@@ -39,7 +41,28 @@ from partnd.objectives.window_context import (
 )
 from partnd.signal_info import SignalSpec
 
-__all__ = ["RelativePositioning", "build_relative_positioning", "relative_positioning_pairs"]
+__all__ = [
+    "RelativePositioning",
+    "RelativePositioningDraws",
+    "build_relative_positioning",
+    "relative_positioning_pairs",
+]
+
+
+@dataclass(frozen=True)
+class RelativePositioningDraws:
+    """The random pairs of one relative-positioning step (:meth:`RelativePositioning.draw`).
+
+    Attributes:
+        first: [B, K] int64 slot of every pair's first window.
+        second: [B, K] int64 slot of its second window.
+        labels: [B, K] bool, True where the pair is within ``tau_pos`` (False: at least
+            ``tau_neg`` apart).
+    """
+
+    first: Tensor
+    second: Tensor
+    labels: Tensor
 
 
 def relative_positioning_pairs(
@@ -128,36 +151,54 @@ class RelativePositioning(WindowContextObjective):
         self.num_pairs = int(num_pairs)
         self.head = nn.Linear(encoder.embed_dim, 1)
 
+    def draw(self, x: Tensor, generator: torch.Generator | None = None) -> RelativePositioningDraws:
+        """Draw every segment's pairs and labels (:func:`relative_positioning_pairs`).
+
+        Args:
+            x: [B, C, S * T] segments (shape and device read).
+            generator: Random source of the pairs and labels (same seed, same pairs).
+
+        Returns:
+            The :class:`RelativePositioningDraws`.
+        """
+        self.check_segments(x)
+        first, second, labels = relative_positioning_pairs(
+            x.shape[0],
+            self.num_pairs,
+            self.segment_windows,
+            self.tau_pos,
+            self.tau_neg,
+            generator,
+            x.device,
+        )
+        return RelativePositioningDraws(first=first, second=second, labels=labels)
+
     def forward(
-        self, x: Tensor, generator: torch.Generator | None = None, *, draws: None = None
+        self,
+        x: Tensor,
+        generator: torch.Generator | None = None,
+        *,
+        draws: RelativePositioningDraws | None = None,
     ) -> ObjectiveOutput:
         """One step.
 
         Args:
             x: [B, C, S * T] segments.
-            generator: Random source of the pairs and labels.
-            draws: ``None``: this objective draws inside its forward (it has no ``draw``).
+            generator: Random source of the pairs and labels, without ``draws``.
+            draws: The step's pairs and labels (:meth:`draw`).
 
         Returns:
             Binary cross-entropy of the head on ``|h(x1) - h(x2)|``, ``accuracy`` next to
             ``accuracy_chance`` and ``positive_share``.
         """
-        check(draws is None, "draws", "None (this objective draws inside its forward)", draws)
-        self.check_segments(x)
-        with torch.no_grad():
-            first, second, labels = relative_positioning_pairs(
-                x.shape[0],
-                self.num_pairs,
-                self.segment_windows,
-                self.tau_pos,
-                self.tau_neg,
-                generator,
-                x.device,
-            )
-        embeddings = self.embed(x, torch.cat([first, second], dim=1))
+        if draws is None:
+            draws = self.draw(x, generator)
+        else:
+            self.check_segments(x)
+        embeddings = self.embed(x, torch.cat([draws.first, draws.second], dim=1))
         z1, z2 = embeddings.split(self.num_pairs, dim=1)
         logits = self.head((z1 - z2).abs())[..., 0]
-        return binary_output(logits, labels)
+        return binary_output(logits, draws.labels)
 
     def extra_repr(self) -> str:
         return f"num_pairs={self.num_pairs}, " + super().extra_repr()

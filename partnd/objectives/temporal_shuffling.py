@@ -22,6 +22,8 @@ content-free predictor is right half of the time (``accuracy_chance``). Banville
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor, nn
 
@@ -40,6 +42,7 @@ from partnd.signal_info import SignalSpec
 
 __all__ = [
     "TemporalShuffling",
+    "TemporalShufflingDraws",
     "anchor_pairs",
     "build_temporal_shuffling",
     "temporal_shuffling_triplets",
@@ -104,6 +107,20 @@ def temporal_shuffling_triplets(
     return triplets, labels
 
 
+@dataclass(frozen=True)
+class TemporalShufflingDraws:
+    """The random triplets of one temporal-shuffling step (:meth:`TemporalShuffling.draw`).
+
+    Attributes:
+        triplets: [B, K, 3] int64 slots ``(t1, t2, t3)`` of every triplet.
+        labels: [B, K] bool, True where ``t1 < t2 < t3`` (False: ``t2`` at least ``tau_neg``
+            from both anchors).
+    """
+
+    triplets: Tensor
+    labels: Tensor
+
+
 class TemporalShuffling(WindowContextObjective):
     """Temporal shuffling on stored windows of segments (see the module docstring).
 
@@ -152,36 +169,55 @@ class TemporalShuffling(WindowContextObjective):
         self.num_triplets = int(num_triplets)
         self.head = nn.Linear(2 * encoder.embed_dim, 1)
 
+    def draw(self, x: Tensor, generator: torch.Generator | None = None) -> TemporalShufflingDraws:
+        """Draw every segment's triplets and labels (:func:`temporal_shuffling_triplets`).
+
+        Args:
+            x: [B, C, S * T] segments (shape and device read).
+            generator: Random source of the triplets and labels (same seed, same triplets).
+
+        Returns:
+            The :class:`TemporalShufflingDraws`.
+        """
+        self.check_segments(x)
+        triplets, labels = temporal_shuffling_triplets(
+            x.shape[0],
+            self.num_triplets,
+            self.segment_windows,
+            self.tau_pos,
+            self.tau_neg,
+            generator,
+            x.device,
+        )
+        return TemporalShufflingDraws(triplets=triplets, labels=labels)
+
     def forward(
-        self, x: Tensor, generator: torch.Generator | None = None, *, draws: None = None
+        self,
+        x: Tensor,
+        generator: torch.Generator | None = None,
+        *,
+        draws: TemporalShufflingDraws | None = None,
     ) -> ObjectiveOutput:
         """One step.
 
         Args:
             x: [B, C, S * T] segments.
-            generator: Random source of the triplets and labels.
-            draws: ``None``: this objective draws inside its forward (it has no ``draw``).
+            generator: Random source of the triplets and labels, without ``draws``.
+            draws: The step's triplets and labels (:meth:`draw`).
 
         Returns:
             Binary cross-entropy of the head on ``[|h(x1) - h(x2)|, |h(x2) - h(x3)|]``,
             ``accuracy`` next to ``accuracy_chance`` and ``positive_share``.
         """
-        check(draws is None, "draws", "None (this objective draws inside its forward)", draws)
-        self.check_segments(x)
-        with torch.no_grad():
-            triplets, labels = temporal_shuffling_triplets(
-                x.shape[0],
-                self.num_triplets,
-                self.segment_windows,
-                self.tau_pos,
-                self.tau_neg,
-                generator,
-                x.device,
-            )
-        embeddings = self.embed(x, triplets.flatten(1)).unflatten(1, (self.num_triplets, 3))
+        if draws is None:
+            draws = self.draw(x, generator)
+        else:
+            self.check_segments(x)
+        slots = draws.triplets.flatten(1)
+        embeddings = self.embed(x, slots).unflatten(1, (self.num_triplets, 3))
         z1, z2, z3 = embeddings.unbind(dim=2)
         features = torch.cat([(z1 - z2).abs(), (z2 - z3).abs()], dim=-1)
-        return binary_output(self.head(features)[..., 0], labels)
+        return binary_output(self.head(features)[..., 0], draws.labels)
 
     def extra_repr(self) -> str:
         return f"num_triplets={self.num_triplets}, " + super().extra_repr()
