@@ -92,7 +92,13 @@ def create_stager_module(
 
 
 class _Stager(nn.Module):
-    """What both kinds share: the braindecode module, its rebuild spec, class names, signal."""
+    """What both kinds share: the braindecode module, its rebuild spec, class names, signal.
+
+    A subclass names the braindecode classes it wraps (``classes``) and what they read
+    (``reads``, for the refusal of another name)."""
+
+    classes: dict[str, str]
+    reads: str
 
     def __init__(
         self,
@@ -104,6 +110,12 @@ class _Stager(nn.Module):
         sfreq: float,
         options: dict[str, Any] | None = None,
     ) -> None:
+        check(
+            name in self.classes,
+            "stager",
+            f"one of {sorted(self.classes)} for {self.reads}",
+            repr(name),
+        )
         super().__init__()
         self.name = name
         self.options = dict(options or {})
@@ -161,30 +173,8 @@ class WindowStager(_Stager):
         options: Keyword arguments of the braindecode class.
     """
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        n_chans: int,
-        n_outputs: int,
-        n_times: int,
-        sfreq: float,
-        options: dict[str, Any] | None = None,
-    ) -> None:
-        check(
-            name in WINDOW_STAGER_CLASSES,
-            "stager",
-            f"one of {sorted(WINDOW_STAGER_CLASSES)} for single windows (context None)",
-            repr(name),
-        )
-        super().__init__(
-            name,
-            n_chans=n_chans,
-            n_outputs=n_outputs,
-            n_times=n_times,
-            sfreq=sfreq,
-            options=options,
-        )
+    classes = WINDOW_STAGER_CLASSES
+    reads = "single windows (context None)"
 
     def forward(self, x: Tensor) -> Tensor:
         """Args: x: [B, C, T] windows. Returns: [B, K] logits."""
@@ -210,30 +200,8 @@ class NightStager(_Stager):
         options: Keyword arguments of the braindecode class (e.g. ``depth``).
     """
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        n_chans: int,
-        n_outputs: int,
-        n_times: int,
-        sfreq: float,
-        options: dict[str, Any] | None = None,
-    ) -> None:
-        check(
-            name in NIGHT_STAGER_CLASSES,
-            "stager",
-            f"one of {sorted(NIGHT_STAGER_CLASSES)} for whole nights (context 'night')",
-            repr(name),
-        )
-        super().__init__(
-            name,
-            n_chans=n_chans,
-            n_outputs=n_outputs,
-            n_times=n_times,
-            sfreq=sfreq,
-            options=options,
-        )
+    classes = NIGHT_STAGER_CLASSES
+    reads = "whole nights (context 'night')"
 
     def forward(self, x: Tensor, valid: Tensor | None = None, time: Tensor | None = None) -> Tensor:
         """Classify every window of a batch of crops or nights.
