@@ -407,3 +407,17 @@ def test_a_profile_night_is_bounded(tmp_path: Path, kwargs: dict, argument: str)
     with pytest.raises(InputError, match=f"^{argument}: expected"):
         make_profile_cohort("sleep_edf", tmp_path / "c", n_records=1, **kwargs)
     assert not (tmp_path / "c").exists()
+
+
+def test_profile_realism_refuses_an_existing_json_before_any_night_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from partnd.cohort import profile_realism
+
+    existing = tmp_path / "report.json"
+    existing.write_text("{}\n")
+    argv = ["--profile", "sleep_edf", "--out", str(tmp_path / "c"), "--json", str(existing)]
+    assert profile_realism.main([*argv, "--records", "1", "--hours", "0.25"]) == 2
+    assert "--json: expected a new file (pass --overwrite to replace it)" in capsys.readouterr().err
+    assert existing.read_text() == "{}\n"
+    assert not (tmp_path / "c").exists()

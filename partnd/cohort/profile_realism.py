@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from partnd._validation import InputError, check
+from partnd._validation import check
+from partnd.cli.errors import OptionNames, run_command
 from partnd.cohort.hypnogram import STAGE_LABELS, STAGE_LETTERS
 from partnd.cohort.pc18_cohort import COHORT_FILE, plan_record
 from partnd.cohort.profiles import PROFILES, make_profile_cohort, plan_profile_cohort
@@ -34,6 +34,7 @@ from partnd.cohort.realism import (
     hypnogram_statistics,
     stage_spectra,
 )
+from partnd.engine.checkpoint import atomic_write_json
 
 __all__ = ["ProfileRealism", "build_parser", "format_profile_realism", "main", "profile_realism"]
 
@@ -257,37 +258,64 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--planned", type=int, default=200, help="further hypnograms drawn for the statistics"
     )
-    parser.add_argument("--json", type=Path, default=None, help="also write the report as JSON")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        help="also write the report as JSON to this new file (an existing one needs --overwrite)",
+    )
     parser.add_argument(
         "--overwrite",
         action=argparse.BooleanOptionalAction,
         default=False,
-        help="replace a cohort written in --out with other parameters",
+        help="replace a cohort written in --out with other parameters (and an existing --json)",
     )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the report; 0 when it ran, 2 for unusable arguments."""
+    """Run the report; 0 when it ran, 2 for unusable arguments (one line naming the option)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        report = profile_realism(
-            args.profile,
-            args.out,
-            n_records=args.records,
-            hours=args.hours,
-            seed=args.seed,
-            n_jobs=args.n_jobs,
-            n_planned=args.planned,
-            overwrite=args.overwrite,
+    return run_command(parser.prog, _OPTIONS, lambda: _run(args))
+
+
+_OPTIONS = OptionNames(
+    {
+        "profile_name": "--profile",
+        "out_dir": "--out",
+        "n_records": "--records",
+        "hours": "--hours",
+        "seed": "--seed",
+        "n_jobs": "--n-jobs",
+        "n_planned": "--planned",
+        "json": "--json",
+        "overwrite": "--overwrite",
+    }
+)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.json is not None:  # refused before the nights are staged, not replaced after
+        check(
+            args.overwrite or not args.json.exists(),
+            "json",
+            "a new file (pass overwrite=True to replace it)",
+            f"the existing {args.json}",
         )
-    except InputError as error:
-        print(f"{parser.prog}: error: {error}", file=sys.stderr)
-        return 2
+    report = profile_realism(
+        args.profile,
+        args.out,
+        n_records=args.records,
+        hours=args.hours,
+        seed=args.seed,
+        n_jobs=args.n_jobs,
+        n_planned=args.planned,
+        overwrite=args.overwrite,
+    )
     print(format_profile_realism(report))
     if args.json is not None:
-        args.json.write_text(json.dumps(asdict(report), indent=1) + "\n")
+        atomic_write_json(asdict(report), args.json)
     return 0
 
 
