@@ -85,7 +85,7 @@ def compile_module(module: nn.Module, mode: str) -> None:
     """
     if mode == "off":
         return
-    module.compile(backend=BACKEND, mode=None if mode == "default" else mode)
+    module.compile(backend=BACKEND, mode=None if mode == "default" else mode, dynamic=False)
 
 
 def mark_step(mode: str) -> None:
