@@ -13,7 +13,10 @@ Prints, measured side by side in one process on the same device:
    ``--workers`` and both batch dtypes, over what the compiled step of 3 consumes; goal >= 2x
    with the worker count ``docs/results/cost.md`` recommends (``--docs-workers``, 12) in bf16;
 5. **the cost model** against a short measured ``pretrain`` run (``bench_cost_model
-   --validate``, which prints ``error``); goal within 15 %.
+   --validate``, which prints ``error``); goal within 15 %;
+6. **the compile modes through the engine** (``bench_compile_modes``): the engine's whole PART
+   step eager, ``"default"`` and ``"reduce-overhead"``, and a compiled run cut and resumed
+   against a repeated uninterrupted run: what ``compile="auto"`` should pick on CUDA.
 
 and a summary of the goals last. ``--smoke`` runs everything with tiny settings (a few samples,
 one step, the demo's window encoder on short segments, a tiny store, the loader in-process and
@@ -34,6 +37,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import bench_compile_modes
 import bench_cost_model
 import torch
 from bench_loader import build_synthetic_store
@@ -236,6 +240,27 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             + sizes["validate"]
         )
     summary["cost_model_abs_error"] = abs(validation["error"])
+
+    print("6. The compile modes through the engine (bench_compile_modes)")
+    modes = ["off"] if args.smoke else ["off", "default", "reduce-overhead"]
+    compiled = bench_compile_modes.main(
+        [
+            "--device",
+            str(device),
+            "--batch-size",
+            str(sizes["batch"]),
+            "--steps",
+            str(sizes["steps"]),
+            "--resume-steps",
+            "2" if args.smoke else "3",
+            "--modes",
+            *modes,
+            "--resume-modes",
+            *(modes if args.smoke else modes[1:]),
+        ]
+    )
+    for mode, rate in compiled["rates"].items():
+        summary[f"engine_{mode.replace('-', '_')}_samples_per_s"] = rate
 
     print("Summary (goal: at least the threshold; the cost model's error at most)")
     for goal, threshold in GOALS.items():

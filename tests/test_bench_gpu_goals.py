@@ -57,6 +57,14 @@ def test_the_smoke_run_prints_every_goal(benchmarks, capsys: pytest.CaptureFixtu
         assert 0 < summary[name] < 1, name
     assert all(math.isfinite(value) and value > 0 for value in summary.values())
     out = capsys.readouterr().out
-    for section in ("1. EEG preset", "2. CIFAR preset", "3. PART across windows", "4. The segment"):
+    for section in (
+        "1. EEG preset",
+        "2. CIFAR preset",
+        "3. PART across windows",
+        "4. The segment",
+        "6. The compile modes",
+    ):
         assert section in out
+    assert summary["engine_off_samples_per_s"] > 0
+    assert "a repeated run: equal" in out
     assert "error" in out and out.count("n/a (smoke)") == len(goals.GOALS)

@@ -32,7 +32,15 @@ from torch import nn
 
 from partnd._validation import check
 
-__all__ = ["BACKEND", "COMPILE_MODES", "compile_module", "mark_step", "resolve_compile"]
+__all__ = [
+    "AUTO_ON_CUDA",
+    "AUTO_ON_CUDA_FINETUNING",
+    "BACKEND",
+    "COMPILE_MODES",
+    "compile_module",
+    "mark_step",
+    "resolve_compile",
+]
 
 #: Accepted settings of ``TrainConfig.compile``.
 COMPILE_MODES = ("auto", "off", "default", "reduce-overhead")
@@ -40,25 +48,36 @@ COMPILE_MODES = ("auto", "off", "default", "reduce-overhead")
 #: ``torch.compile`` backend (tests swap in ``"aot_eager"``: the same tracing, no code generation).
 BACKEND = "inductor"
 
-#: What ``"auto"`` resolves to on CUDA. Measured on an H200 (``docs/results/cost.md``, bf16,
-#: batch 256) before the draws were split out of the forward: PART's EEG step 14,677 samples/s
-#: eager, 26,825 ``"default"``, 42,624 ``"reduce-overhead"``; the engine's whole step (clipping,
-#: EMA) 20,022 eager and 25,275 ``"default"``. ``"default"`` is the one that ran through the
-#: engine there; whether ``"reduce-overhead"`` (one CUDA graph per step now) wins through the
-#: engine and resumes exactly on a GPU is pending measurement (``benchmarks/gpu_goals.py``).
-AUTO_ON_CUDA = "default"
+#: What ``"auto"`` resolves to on CUDA for a pretraining objective's step
+#: (:attr:`partnd.engine.config.PretrainConfig.auto_compile_on_cuda`). Measured through the
+#: engine's whole step on an H200 (``docs/results/cost.md``, PART on the EEG preset, bf16, batch
+#: 256, torch 2.11, one run of ``benchmarks/bench_compile_modes.py``): 13,533 samples/s eager,
+#: 14,139 ``"default"``, 36,467 ``"reduce-overhead"``; a ``"reduce-overhead"`` run cut and
+#: resumed ended within 7.5e-4 of the uninterrupted one, as close as a repeated uninterrupted run
+#: (6.5e-4: CUDA's backward accumulates in a run-dependent order in every mode).
+AUTO_ON_CUDA = "reduce-overhead"
+
+#: What ``"auto"`` resolves to on CUDA for a fine-tuning run
+#: (:attr:`partnd.engine.config.TrainConfig.auto_compile_on_cuda`): fused kernels without CUDA
+#: graphs, because the fine-tuned model is returned to the caller and evaluated on batches of any
+#: size, where CUDA graphs would record a graph per shape and overwrite earlier outputs.
+AUTO_ON_CUDA_FINETUNING = "default"
 
 
-def resolve_compile(setting: str, device: torch.device | str) -> str:
+def resolve_compile(
+    setting: str, device: torch.device | str, auto_on_cuda: str = AUTO_ON_CUDA
+) -> str:
     """The compile mode a run on ``device`` uses for the setting ``setting``.
 
     Args:
         setting: One of :data:`COMPILE_MODES`.
         device: The training device.
+        auto_on_cuda: What ``"auto"`` gives on CUDA (:data:`AUTO_ON_CUDA` for pretraining,
+            :data:`AUTO_ON_CUDA_FINETUNING` for fine-tuning).
 
     Returns:
         ``"off"``, ``"default"`` or ``"reduce-overhead"``: ``"auto"`` gives
-        :data:`AUTO_ON_CUDA` on CUDA and ``"off"`` elsewhere (on a CPU a step is bound by its
+        ``auto_on_cuda`` on CUDA and ``"off"`` elsewhere (on a CPU a step is bound by its
         arithmetic, and compiling takes minutes); ``"reduce-overhead"`` gives ``"default"`` off
         CUDA (CUDA graphs replay on CUDA only; the fused kernels remain); the others are
         returned as given.
@@ -69,7 +88,7 @@ def resolve_compile(setting: str, device: torch.device | str) -> str:
     check(setting in COMPILE_MODES, "compile", f"one of {COMPILE_MODES}", repr(setting))
     device = torch.device(device)
     if setting == "auto":
-        return AUTO_ON_CUDA if device.type == "cuda" else "off"
+        return auto_on_cuda if device.type == "cuda" else "off"
     if setting == "reduce-overhead" and device.type != "cuda":
         return "default"
     return setting
@@ -85,6 +104,8 @@ def compile_module(module: nn.Module, mode: str) -> None:
     """
     if mode == "off":
         return
+    # fixed shapes: a second shape compiles its own static graph instead of a symbolic one (on an
+    # H200 with torch 2.11 a symbolic recompile of the bare steps crashed in inductor's backward)
     module.compile(backend=BACKEND, mode=None if mode == "default" else mode, dynamic=False)
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
 from partnd._validation import InputError, check
+from partnd.engine.compilation import AUTO_ON_CUDA, AUTO_ON_CUDA_FINETUNING
 
 __all__ = [
     "Compile",
@@ -129,11 +130,13 @@ class TrainConfig:
         device: ``"auto"`` (CUDA if available, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:K"``.
         compile: Compile the trained model's forward and backward with ``torch.compile``
             (:mod:`partnd.engine.compilation`): ``"auto"`` (on CUDA, where a small model's step
-            is bound by kernel launches; off on a CPU), ``"off"``, ``"default"`` (fused kernels)
-            or ``"reduce-overhead"`` (fused kernels replayed as CUDA graphs; ``"default"`` off
-            CUDA). The same losses and gradients within float rounding, the same random draws
-            (drawn before the compiled forward, which is one graph); the first steps
-            include the compilation. The run's ``meta.json`` records what it resolved to.
+            is bound by kernel launches: ``"reduce-overhead"`` for pretraining, ``"default"``
+            for fine-tuning, see :attr:`auto_compile_on_cuda`; off on a CPU), ``"off"``,
+            ``"default"`` (fused kernels) or ``"reduce-overhead"`` (fused kernels replayed as
+            CUDA graphs; ``"default"`` off CUDA). The same losses and gradients within float
+            rounding, the same random draws (drawn before the compiled forward, which is one
+            graph); the first steps include the compilation. The run's ``meta.json`` records
+            what it resolved to.
         num_workers: DataLoader worker processes (0 loads in the main process).
         loader_dtype: Dtype in which the loader ships input batches to the training process,
             for datasets read a batch at a time (pretraining's,
@@ -221,6 +224,11 @@ class TrainConfig:
     )
 
     _PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    #: What ``compile="auto"`` resolves to on CUDA for this kind of run: fused kernels without
+    #: CUDA graphs, since a trained model is returned to the caller and run on batches of any
+    #: size (:data:`~partnd.engine.compilation.AUTO_ON_CUDA_FINETUNING`).
+    auto_compile_on_cuda: ClassVar[str] = AUTO_ON_CUDA_FINETUNING
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
@@ -547,6 +555,10 @@ class PretrainConfig(TrainConfig):
     covariance_weight: float = 0.0
 
     HEADS: ClassVar[tuple[str, ...]] = ("cross_attention", "pairwise_mlp", "mlp")
+
+    #: A pretraining objective's step runs only inside the engine, at its fixed batch shape: CUDA
+    #: graphs (:data:`~partnd.engine.compilation.AUTO_ON_CUDA`, measured to win there).
+    auto_compile_on_cuda: ClassVar[str] = AUTO_ON_CUDA
 
     def _validate(self) -> None:
         super()._validate()

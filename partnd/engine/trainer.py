@@ -341,7 +341,9 @@ class Trainer:
             "'auto', 'fp32' or 'bf16' on CPU (fp16 needs a CUDA gradient scaler)",
             repr(config.precision),
         )
-        self.compile_mode = resolve_compile(config.compile, self.device)
+        self.compile_mode = resolve_compile(
+            config.compile, self.device, config.auto_compile_on_cuda
+        )
 
         order = epoch_order(
             dataset,  # type: ignore[arg-type]
