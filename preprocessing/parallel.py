@@ -157,11 +157,12 @@ def parallel_map_unordered(
         if backend == "dask":
             stack.enter_context(_dask_client(n_workers, scheduler_address))
             stack.enter_context(joblib.parallel_config(backend="dask"))
-            runner = joblib.Parallel(return_as="generator_unordered")
+            runner = joblib.Parallel(batch_size=1, return_as="generator_unordered")
         else:
             runner = joblib.Parallel(
                 n_jobs=n_workers,
                 backend="loky",
+                batch_size=1,  # each task on its own, in the given order (long tasks first)
                 return_as="generator_unordered",
                 initializer=end_with_parent,
                 initargs=(os.getpid(),),

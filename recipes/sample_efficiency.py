@@ -76,7 +76,14 @@ from partnd.recipes.study_directory import (
     released_on_failure,
     run_recipe,
 )
-from partnd.recipes.study_tasks import Cell, cell_tasks, format_cell, run_tasks
+from partnd.recipes.study_tasks import (
+    Cell,
+    add_worker_arguments,
+    cell_tasks,
+    check_worker_options,
+    format_cell,
+    run_tasks,
+)
 
 __all__ = [
     "COMMANDS",
@@ -132,16 +139,23 @@ def parse_cell(text: str) -> Cell:
     return parts[0], parts[1], budget, int(parts[3]), parts[4] if len(parts) == 5 else None
 
 
-def run_cells(study: SleepStudy, cells: Sequence[Cell], jobs: int) -> None:
+def run_cells(
+    study: SleepStudy,
+    cells: Sequence[Cell],
+    jobs: int,
+    backend: str = "loky",
+    scheduler_address: str | None = None,
+) -> None:
     """Run the unfinished ``cells`` and the pretrainings they need on ``jobs`` processes
     (:func:`partnd.recipes.study_tasks.cell_tasks`: the pretrainings side by side with the cells
-    that need none, then the cells of the pretrained encoders)."""
+    that need none, then the cells of the pretrained encoders), local ones or, with
+    ``backend="dask"``, a dask cluster's (at ``scheduler_address``, else a local one)."""
     todo = [cell for cell in cells if not study.cell_done(*cell)]
     for budget, seed in dict.fromkeys((cell[2], cell[3]) for cell in todo):
         study.draw(budget, seed)  # a budget the pool cannot hold is refused before any cell runs
     print(f"{len(cells) - len(todo)} of {len(cells)} cells already finished")
     for tasks in cell_tasks(todo, study.pretrained):
-        run_tasks(study, tasks, jobs)
+        run_tasks(study, tasks, jobs, backend=backend, scheduler_address=scheduler_address)
 
 
 def aggregate(
@@ -229,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--jobs", type=int, default=1, help="run: pretrainings and cells in parallel processes"
     )
+    add_worker_arguments(parser)
     parser.add_argument(
         "--allow-partial",
         action="store_true",
@@ -256,6 +271,8 @@ _STAGE_OPTIONS = {
     "--cell": ("cell", None, ("run-cell",)),
     "--cell-index": ("cell_index", None, ("run-cell",)),
     "--jobs": ("jobs", 1, ("run",)),
+    "--backend": ("backend", "loky", ("run",)),
+    "--scheduler": ("scheduler", None, ("run",)),
     "--allow-partial": ("allow_partial", False, ("run", "aggregate")),
     "--loader-workers": ("loader_workers", 0, ("pretrain", "run-cell", "run")),
     "--device": ("device", "auto", ("pretrain", "run-cell", "run")),
@@ -272,6 +289,7 @@ def _check_stage_options(args: argparse.Namespace) -> None:
             repr(getattr(args, name)),
         )
     check(args.jobs != 0, "--jobs", "a number of processes (>= 1; -1: every core)", "0")
+    check_worker_options(args)
 
 
 def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
@@ -403,7 +421,7 @@ def _run_stage(args: argparse.Namespace, rows: list[tuple[str, str]]) -> None:
         result = study.run_cell(*cell)
         print(f"{format_cell(cell)}: kappa {result.report.cohen_kappa:.3f}")
     elif args.stage == "run":
-        run_cells(study, cells, args.jobs)
+        run_cells(study, cells, args.jobs, args.backend, args.scheduler)
         aggregate(study, rows, args.allow_partial)
     else:
         aggregate(study, rows, args.allow_partial)

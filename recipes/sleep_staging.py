@@ -74,7 +74,14 @@ from partnd.recipes.study_directory import (
     released_on_failure,
     run_recipe,
 )
-from partnd.recipes.study_tasks import StudyTask, row_tasks, run_tasks
+from partnd.recipes.study_tasks import (
+    StudyTask,
+    add_worker_arguments,
+    check_worker_options,
+    check_workers,
+    row_tasks,
+    run_tasks,
+)
 
 __all__ = [
     "DEFAULT_METHODS",
@@ -120,6 +127,8 @@ SLEEP_OPTIONS = OptionNames(
         "seed": "--seed",
         "channels": "--channels",
         "jobs": "--jobs",
+        "backend": "--backend",
+        "scheduler_address": "--scheduler",
         "normalize": "--normalize",
         "frontend": "--frontend",
         "method": "--rows/--methods",
@@ -234,22 +243,32 @@ def report(study: SleepStudy, rows: Sequence[tuple[str, str]]) -> list[dict]:
     return table
 
 
-def run(study: SleepStudy, stage: str, rows: Sequence[tuple[str, str]], jobs: int = 1) -> None:
+def run(
+    study: SleepStudy,
+    stage: str,
+    rows: Sequence[tuple[str, str]],
+    jobs: int = 1,
+    backend: str = "loky",
+    scheduler_address: str | None = None,
+) -> None:
     """Run one stage (or ``all``) of the recipe for ``rows`` (method, arm), its pretrainings and
     cells on ``jobs`` processes (:mod:`partnd.recipes.study_tasks`: in ``all``, a pretrained
-    method's rows follow its pretraining in one process while the other rows train beside it).
+    method's rows follow its pretraining in one process while the other rows train beside it),
+    local ones or, with ``backend="dask"``, a dask cluster's (at ``scheduler_address``, else a
+    local one).
     """
     check(stage in STAGES, "stage", f"one of {STAGES}", stage)
-    check(jobs >= 1 or jobs == -1, "jobs", "a number of processes (>= 1; -1: every core)", jobs)
+    check_workers(jobs, backend, scheduler_address)
     methods = list(dict.fromkeys(method for method, _ in rows))
     if stage in ("prepare", "all"):
         print(f"{len(study.store.record_ids())} records; {len(study.split.test)} test subjects")
     budget, seed = _budget(study), study.config.seed
     if stage == "pretrain":
         pretrainings = [StudyTask((), (method, None)) for method in _pretraining_methods(methods)]
-        run_tasks(study, pretrainings, jobs)
+        run_tasks(study, pretrainings, jobs, backend=backend, scheduler_address=scheduler_address)
     if stage in ("finetune", "all"):
-        run_tasks(study, row_tasks(rows, budget, seed, pretrain=stage == "all"), jobs)
+        tasks = row_tasks(rows, budget, seed, pretrain=stage == "all")
+        run_tasks(study, tasks, jobs, backend=backend, scheduler_address=scheduler_address)
     if stage in ("report", "all"):
         report(study, rows)
         print((study.out / "results.md").read_text())
@@ -389,6 +408,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="processes the pretrainings and rows run on (-1: every core); a pretrained "
         "method's rows follow its pretraining in one process while the others train beside it",
     )
+    add_worker_arguments(parser)
     return parser
 
 
@@ -455,8 +475,9 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         "seeds)",
         " ".join(str(seed) for seed in args.seeds or ()),
     )
+    check_worker_options(args)
     with released_on_failure(args.out):
-        run(study_from_args(args, rows), args.stage, rows, args.jobs)
+        run(study_from_args(args, rows), args.stage, rows, args.jobs, args.backend, args.scheduler)
     return 0
 
 

@@ -1,4 +1,5 @@
-"""A study's cells as tasks that run side by side in processes (``--jobs``).
+"""A study's cells as tasks that run side by side in processes (``--jobs``), on this machine or
+on a dask cluster (``--backend dask``, ``--scheduler ADDRESS``).
 
 A *task* is what must run in one process, in order: a pretrained method's pretraining followed
 by its cells (they read its encoder), the classical cells together (YASA's features,
@@ -8,6 +9,13 @@ probes) on ``jobs`` joblib processes, each with ``cpu_count // jobs`` threads; e
 the study from its configuration, so a task writes only its own cells and pretraining,
 atomically, and an interrupted run resumes from what finished.
 
+The processes are joblib's (:func:`partnd.preprocessing.parallel.parallel_map_unordered`, the
+call preprocessing runs on): ``backend="loky"`` starts ``jobs`` local processes; ``backend="dask"``
+runs the same tasks on a ``dask.distributed`` cluster, a local one of ``jobs`` single-threaded
+workers or the running scheduler at ``scheduler_address``. On a cluster of several machines the
+study directory must be on a file system every worker sees: each task reopens the study there,
+and writes its cells, pretraining and progress file there.
+
 Two recipes build them: ``sleep_staging`` (:func:`row_tasks`: one budget and seed, a pretraining
 followed by its rows) and ``sample_efficiency`` (:func:`cell_tasks`: many budgets, seeds and
 pools, in two rounds: first every unfinished pretraining beside the cells that need none, then
@@ -16,6 +24,7 @@ the cells of the pretrained encoders).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import functools
@@ -28,6 +37,7 @@ from pathlib import Path
 
 from partnd._validation import check
 from partnd.objectives import list_objectives
+from partnd.preprocessing.parallel import BACKENDS, parallel_map_unordered
 from partnd.recipes.sleep_study import CLASSICAL_METHODS, SleepStudy, StudyConfig
 from partnd.recipes.study_progress import PROGRESS_DIR, ProgressPrinter, TaskReporter, progress_path
 
@@ -36,7 +46,10 @@ __all__ = [
     "Cell",
     "StudyTask",
     "TaskTime",
+    "add_worker_arguments",
     "cell_tasks",
+    "check_worker_options",
+    "check_workers",
     "format_cell",
     "row_tasks",
     "run_tasks",
@@ -205,8 +218,10 @@ def _run_task(study: SleepStudy, task: StudyTask, index: int | None = None) -> T
     return TaskTime(task.name, time.perf_counter() - start, time.process_time() - cpu_start)
 
 
-def _run_reopened(config: StudyConfig, task: StudyTask, index: int) -> TaskTime:
-    """:func:`_run_task` in a joblib process, on the study reopened from ``config``."""
+def _run_reopened(config: StudyConfig, numbered: tuple[int, StudyTask]) -> TaskTime:
+    """:func:`_run_task` in a worker process, on the study reopened from ``config``, for the task
+    numbered ``(its place in the run's list, task)``."""
+    index, task = numbered
     return _run_task(SleepStudy(config), task, index)
 
 
@@ -238,6 +253,53 @@ class TaskTime:
 TASK_LOG = "tasks.jsonl"
 
 
+def check_workers(jobs: int, backend: str = "loky", scheduler_address: str | None = None) -> None:
+    """Check where tasks are to run (:func:`run_tasks`'s ``jobs``, ``backend`` and
+    ``scheduler_address``), before anything runs.
+
+    Raises:
+        InputError: ``jobs`` of 0 or below -1, an unknown ``backend``, or a
+            ``scheduler_address`` without ``backend="dask"``.
+    """
+    check(jobs >= 1 or jobs == -1, "jobs", "a number of processes (>= 1; -1: every core)", jobs)
+    check(backend in BACKENDS, "backend", f"one of {BACKENDS}", repr(backend))
+    check(
+        scheduler_address is None or backend == "dask",
+        "scheduler_address",
+        "no scheduler address without the dask backend",
+        repr(scheduler_address),
+    )
+
+
+def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of where a study's tasks run besides ``--jobs``: ``--backend`` and
+    ``--scheduler`` (shared by the sleep recipes)."""
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="loky",
+        help="where --jobs runs: local processes (loky) or a dask.distributed cluster (dask; "
+        "the study directory must be on a file system every worker sees)",
+    )
+    parser.add_argument(
+        "--scheduler",
+        default=None,
+        help="with --backend dask: the address of a running scheduler (default: a local "
+        "cluster of --jobs workers)",
+    )
+
+
+def check_worker_options(args: argparse.Namespace) -> None:
+    """Refuse ``--scheduler`` without ``--backend dask`` (the options of
+    :func:`add_worker_arguments`), before the command claims its output directory."""
+    check(
+        args.scheduler is None or args.backend == "dask",
+        "--scheduler",
+        "no --scheduler without --backend dask",
+        args.scheduler,
+    )
+
+
 def _log_task(out: Path, finished: TaskTime, jobs: int) -> None:
     """Append ``finished`` to the study's :data:`TASK_LOG` (one complete line per write)."""
     record = {**dataclasses.asdict(finished), "jobs": jobs, "finished_at": time.time()}
@@ -246,46 +308,74 @@ def _log_task(out: Path, finished: TaskTime, jobs: int) -> None:
 
 
 def run_tasks(
-    study: SleepStudy, tasks: Iterable[StudyTask], jobs: int, progress_every: float = 20.0
+    study: SleepStudy,
+    tasks: Iterable[StudyTask],
+    jobs: int,
+    progress_every: float = 20.0,
+    backend: str = "loky",
+    scheduler_address: str | None = None,
 ) -> list[TaskTime]:
     """Run ``tasks`` on ``jobs`` processes, printing a line as each finishes.
 
-    With ``jobs == 1`` they run in this process on ``study`` (its loaded data reused, with its
-    progress bars); otherwise the data the processes share is built first, then each joblib
-    process reopens the study and trains without progress bars (they would overwrite each
-    other). Instead each task writes its progress file (:mod:`partnd.recipes.study_progress`)
-    and, unless the study's ``progress`` is off, this process prints a line per running task
-    (its stage, step out of total and ETA) every ``progress_every`` seconds. Every finished
-    task's wall and CPU time is appended to the study's ``tasks.jsonl``.
+    With ``jobs == 1`` (and the ``"loky"`` backend) they run in this process on ``study`` (its
+    loaded data reused, with its progress bars); otherwise the data the processes share is built
+    first, then each worker process reopens the study and trains without progress bars (they
+    would overwrite each other). Instead each task writes its progress file
+    (:mod:`partnd.recipes.study_progress`) and, unless the study's ``progress`` is off, this
+    process prints a line per running task (its stage, step out of total and ETA) every
+    ``progress_every`` seconds. Every finished task's wall and CPU time is appended to the
+    study's ``tasks.jsonl``.
+
+    Args:
+        study: The study whose cells and pretrainings the tasks run.
+        tasks: The tasks, in the order they start.
+        jobs: Worker processes (``-1``: every core); with ``backend="dask"`` and a
+            ``scheduler_address``, the cluster's workers are used instead.
+        progress_every: Seconds between the progress lines.
+        backend: ``"loky"`` (local processes) or ``"dask"`` (a ``dask.distributed`` cluster).
+        scheduler_address: With ``backend="dask"``, a running scheduler (``tcp://host:8786``)
+            instead of a local cluster of ``jobs`` workers.
 
     Returns:
         The finished tasks' times, in the order they finished.
 
     Raises:
-        InputError: ``jobs`` of 0 or below -1, or ``progress_every`` not positive.
+        InputError: ``jobs`` of 0 or below -1, ``progress_every`` not positive, an unknown
+            ``backend``, or a ``scheduler_address`` without ``backend="dask"``.
     """
-    check(jobs >= 1 or jobs == -1, "jobs", "a number of processes (>= 1; -1: every core)", jobs)
+    check_workers(jobs, backend, scheduler_address)
     check(progress_every > 0, "progress_every", "a positive number of seconds", progress_every)
     todo = list(tasks)
+    in_process = jobs == 1 and backend == "loky"
     printer: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
-    if jobs != 1 and todo:
+    if not in_process and todo:
         _make_shared_data(study, todo)
         shutil.rmtree(study.out / PROGRESS_DIR, ignore_errors=True)
+        where = (
+            f"{jobs} processes"
+            if backend == "loky"
+            else f"the dask cluster at {scheduler_address}"
+            if scheduler_address
+            else f"a local dask cluster of {jobs} processes"
+        )
         print(
-            f"{len(todo)} tasks on {jobs} processes:\n"
+            f"{len(todo)} tasks on {where}:\n"
             + "\n".join(f"  task {i + 1}: {task.name}" for i, task in enumerate(todo)),
             flush=True,
         )
         if study.config.progress:
             printer = ProgressPrinter(study.out, len(todo), interval=progress_every)
-    if jobs == 1:
+    if in_process:
         finished: Iterable[TaskTime] = (_run_task(study, task) for task in todo)
     else:
-        from joblib import Parallel, delayed
-
         config = dataclasses.replace(study.config, progress=False)
-        finished = Parallel(n_jobs=jobs, batch_size=1, return_as="generator_unordered")(
-            delayed(_run_reopened)(config, task, index) for index, task in enumerate(todo)
+        finished = parallel_map_unordered(
+            functools.partial(_run_reopened, config),
+            list(enumerate(todo)),
+            n_jobs=jobs,
+            backend=backend,
+            progress=False,
+            scheduler_address=scheduler_address,
         )
     times = []
     with printer:

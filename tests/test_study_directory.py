@@ -169,6 +169,9 @@ def test_a_refused_study_command_names_its_options_and_leaves_no_new_directory(
         (["cells", *grid, "--jobs", "2"], "--jobs: expected no --jobs with the cells command"),
         (["pretrain", *grid, "--allow-partial"], "--allow-partial: expected no --allow-partial"),
         (["run", *grid, "--jobs", "0"], "--jobs: expected a number of processes"),
+        (["cells", *grid, "--backend", "dask"], "--backend: expected no --backend with the cells"),
+        (["run", *grid, "--scheduler", "tcp://h:8786"],
+         "--scheduler: expected no --scheduler without --backend dask, got tcp://h:8786"),
     ]:  # fmt: skip
         with pytest.raises(InputError, match=re.escape(message)):
             sample_efficiency.main(argv)

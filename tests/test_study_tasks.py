@@ -85,6 +85,10 @@ def test_a_bad_number_of_jobs_is_refused_before_anything_runs(
         sleep_staging.run(study, "all", [("classical", "window")], jobs=0)
     with pytest.raises(InputError, match="jobs"):
         run_tasks(study, [], jobs=-2)
+    with pytest.raises(InputError, match="backend"):
+        sleep_staging.run(study, "all", [("classical", "window")], jobs=2, backend="ray")
+    with pytest.raises(InputError, match="scheduler_address: expected no scheduler address"):
+        run_tasks(study, [], jobs=2, scheduler_address="tcp://127.0.0.1:8786")
     assert not (tmp_path / "study" / "finetune").exists()
 
 
@@ -96,13 +100,25 @@ def test_two_processes_write_the_cells_one_process_writes(
 ) -> None:
     rows = [("part", "probe"), ("supervised", "window"), ("classical", "window")]
     studies = {}
-    for jobs in (1, 2):
-        study = tiny_study(tmp_path / f"jobs{jobs}", cohort_root)
-        sleep_staging.run(study, "all", rows, jobs=jobs)
-        studies[jobs] = study
+    for name, jobs, backend in ((1, 1, "loky"), (2, 2, "loky"), ("dask", 2, "dask")):
+        study = tiny_study(tmp_path / f"jobs{name}", cohort_root)
+        sleep_staging.run(study, "all", rows, jobs=jobs, backend=backend)
+        studies[name] = study
     printed = capsys.readouterr().out
-    assert printed.count("finished pretrain part, part:probe:1:0 in ") == 2
-    assert printed.count("finished supervised:window:1:0 in ") == 2
+    assert printed.count("finished pretrain part, part:probe:1:0 in ") == 3
+    assert printed.count("finished supervised:window:1:0 in ") == 3
+    assert printed.count("3 tasks on a local dask cluster of 2 processes:\n  task 1: ") == 1
+    # a local dask cluster: the same cells and the same table as two local processes (both run
+    # every task in a single-threaded worker process, from the same seeds)
+    dask = studies["dask"]
+    for method, arm in rows:
+        local, clustered = (
+            studies[2].load_cell(method, arm, 1, 0),
+            dask.load_cell(method, arm, 1, 0),
+        )
+        assert clustered.subjects == local.subjects and clustered.settings == local.settings
+        assert np.array_equal(clustered.predictions, local.predictions), (method, arm)
+    assert (dask.out / "results.json").read_text() == (studies[2].out / "results.json").read_text()
     one, two = studies[1], studies[2]
     assert two.pretrained("part")
     for method, arm in rows:
@@ -139,3 +155,12 @@ def test_the_command_names_jobs_and_leaves_no_study_behind(
     assert not out.exists()
     args = sleep_staging.build_parser().parse_args(["all", "--jobs", "2"])
     assert args.jobs == 2 and sleep_staging.build_parser().parse_args([]).jobs == 1
+    assert (args.backend, args.scheduler) == ("loky", None)
+    argv = ["all", "--src", str(cohort_root), "--out", str(out), "--scheduler", "tcp://h:8786"]
+    assert sleep_staging.command([*argv, "--no-progress"]) == 2
+    assert "--scheduler: expected no --scheduler without --backend dask" in capsys.readouterr().err
+    assert not out.exists()
+    args = sleep_staging.build_parser().parse_args(
+        ["--backend", "dask", "--scheduler", "tcp://h:1"]
+    )
+    assert (args.backend, args.scheduler) == ("dask", "tcp://h:1")
