@@ -19,6 +19,7 @@ Conventions (shared by every function here, see ``docs/sampling.md``):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -392,6 +393,19 @@ def _integer_extent_range(
     return [float(v) for v in low], [float(v) for v in high]
 
 
+@functools.lru_cache(maxsize=64)
+def _float_constant(values: tuple[float, ...], device: torch.device) -> Tensor:
+    """``values`` as a float32 tensor ``[len(values)]`` on ``device``, built once per (values,
+    device) and shared: never modify it in place.
+
+    On CUDA a tensor built from host values is a copy followed by a wait for the device to
+    finish all queued work; a training step's draws must not wait so (the host would stop
+    queueing the next kernels), so the sampler's lengths and patch sizes are built once.
+    """
+    with torch.inference_mode(False):  # a normal tensor even when first built for inference
+        return torch.tensor(values, dtype=torch.float32, device=device)
+
+
 def _draw_uniform(
     shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device
 ) -> Tensor:
@@ -548,16 +562,16 @@ class OffGridSampler:
         spatial = tuple(int(length) for length in shape[2:])
         num_boxes = self._resolve_num_patches(spatial, "x")
         box_shape = (int(shape[0]), num_boxes, self.ndim)
-        lengths = torch.tensor(spatial, dtype=torch.float32, device=device)
-        patch = torch.tensor(self.patch_size, dtype=torch.float32, device=device)
+        lengths = _float_constant(spatial, device)
+        patch = _float_constant(tuple(self.patch_size), device)
         size_bounds: tuple[tuple[int, int], ...] | None = None
         if self.scale_range is None:
             sizes = patch.expand(box_shape).clone()
         elif self.integer_boxes:
             # the extent range in whole samples, in float32 on the host (no read-back)
             lowest, highest = _integer_extent_range(spatial, self.patch_size, self.scale_range)
-            low = torch.tensor(lowest, dtype=torch.float32, device=device)
-            high = torch.tensor(highest, dtype=torch.float32, device=device)
+            low = _float_constant(tuple(lowest), device)
+            high = _float_constant(tuple(highest), device)
             draw = _draw_uniform(box_shape, generator, device)
             sizes = (low + draw * (high - low + 1)).floor_().clamp_(max=high)
             # low > high (rounding) draws only high
@@ -688,9 +702,11 @@ class GridSampler:
         ]
         mesh = torch.meshgrid(*axes, indexing="ij")
         starts = torch.stack([m.reshape(-1) for m in mesh], dim=-1).expand(batch, -1, -1)
-        sizes = torch.tensor(self.patch_size, dtype=torch.float32, device=device)
+        sizes = _float_constant(tuple(self.patch_size), device)
         return Boxes(
-            starts=starts.contiguous(), sizes=sizes.expand_as(starts).contiguous(), size_bounds=None
+            starts=starts.contiguous(),
+            sizes=sizes.expand_as(starts).clone(memory_format=torch.contiguous_format),
+            size_bounds=None,
         )
 
     def cut(self, x: Tensor, boxes: Boxes) -> PatchBatch:
