@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+import json
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 import scipy.signal
@@ -19,6 +23,7 @@ from partnd.cohort.realism import (
     main,
     read_sri_hypnograms,
     realism_report,
+    run_report,
     stage_spectra,
 )
 
@@ -151,6 +156,31 @@ def test_cli_refuses_to_replace_an_existing_json(tmp_path, capsys) -> None:
     assert main(["--out", str(tmp_path / "out"), "--json", str(existing)]) == 2
     assert "--json: expected a new file (pass --overwrite to replace it)" in capsys.readouterr().err
     assert existing.read_text() == "{}" and not (tmp_path / "out").exists()
+
+
+def test_run_report_prints_the_report_and_writes_its_json_only_when_asked(tmp_path, capsys) -> None:
+    @dataclass(frozen=True)
+    class Report:
+        kappa: float
+
+    made: list[Report] = []
+
+    def make() -> Report:
+        made.append(Report(0.5))
+        return made[-1]
+
+    def run(json_path, overwrite: bool) -> int:
+        args = argparse.Namespace(json=json_path, overwrite=overwrite)
+        return run_report(args, make, lambda report: f"kappa {report.kappa}")
+
+    assert run(None, False) == 0 and capsys.readouterr().out == "kappa 0.5\n"
+    target = tmp_path / "report.json"
+    assert run(target, False) == 0 and json.loads(target.read_text()) == {"kappa": 0.5}
+    with pytest.raises(InputError, match="json: expected a new file"):
+        run(target, False)
+    assert len(made) == 2  # refused before the report was made
+    target.write_text("{}")
+    assert run(target, True) == 0 and json.loads(target.read_text()) == {"kappa": 0.5}
 
 
 def _report(planned) -> RealismReport:

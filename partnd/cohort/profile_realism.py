@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +31,11 @@ from partnd.cohort.pc18_cohort import COHORT_FILE, plan_record
 from partnd.cohort.profiles import PROFILES, make_profile_cohort, plan_profile_cohort
 from partnd.cohort.realism import (
     HypnogramStatistics,
+    add_report_options,
     hypnogram_statistics,
+    run_report,
     stage_spectra,
 )
-from partnd.engine.checkpoint import atomic_write_json
 
 __all__ = ["ProfileRealism", "build_parser", "format_profile_realism", "main", "profile_realism"]
 
@@ -258,17 +259,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--planned", type=int, default=200, help="further hypnograms drawn for the statistics"
     )
-    parser.add_argument(
-        "--json",
-        type=Path,
-        default=None,
-        help="also write the report as JSON to this new file (an existing one needs --overwrite)",
-    )
-    parser.add_argument(
-        "--overwrite",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="replace a cohort written in --out with other parameters (and an existing --json)",
+    add_report_options(
+        parser,
+        overwrite_help="replace a cohort written in --out with other parameters (and an existing "
+        "--json)",
     )
     return parser
 
@@ -296,27 +290,20 @@ _OPTIONS = OptionNames(
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.json is not None:  # refused before the nights are staged, not replaced after
-        check(
-            args.overwrite or not args.json.exists(),
-            "json",
-            "a new file (pass overwrite=True to replace it)",
-            f"the existing {args.json}",
-        )
-    report = profile_realism(
-        args.profile,
-        args.out,
-        n_records=args.records,
-        hours=args.hours,
-        seed=args.seed,
-        n_jobs=args.n_jobs,
-        n_planned=args.planned,
-        overwrite=args.overwrite,
+    return run_report(
+        args,
+        lambda: profile_realism(
+            args.profile,
+            args.out,
+            n_records=args.records,
+            hours=args.hours,
+            seed=args.seed,
+            n_jobs=args.n_jobs,
+            n_planned=args.planned,
+            overwrite=args.overwrite,
+        ),
+        format_profile_realism,
     )
-    print(format_profile_realism(report))
-    if args.json is not None:
-        atomic_write_json(asdict(report), args.json)
-    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -27,16 +27,17 @@ import argparse
 import json
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import scipy.signal
 
 from partnd._validation import check
 from partnd.cli.errors import OptionNames, run_command
+from partnd.cli.options import add_switch
 from partnd.cohort.hypnogram import STAGE_LABELS, SleepStage, hypnogram_from_string
 from partnd.cohort.pc18_cohort import (
     COHORT_FILE,
@@ -49,6 +50,8 @@ from partnd.cohort.pc18_cohort import (
 from partnd.engine.checkpoint import atomic_write_json
 
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
     from partnd.datasets.store import SleepStore
 
 __all__ = [
@@ -58,14 +61,18 @@ __all__ = [
     "HypnogramStatistics",
     "Norm",
     "RealismReport",
+    "add_report_options",
     "build_parser",
     "format_report",
     "hypnogram_statistics",
     "main",
     "read_sri_hypnograms",
     "realism_report",
+    "run_report",
     "stage_spectra",
 ]
+
+ReportT = TypeVar("ReportT", bound="DataclassInstance")
 
 BANDS: dict[str, tuple[float, float]] = {
     "sdelta": (0.4, 1.0),
@@ -626,19 +633,51 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="YASA's sample_data_sri.csv.xz (from its sdist) to report beside the norms",
     )
+    add_report_options(
+        parser,
+        overwrite_help="replace what an earlier run left in --out (and an existing --json file)",
+    )
+    return parser
+
+
+def add_report_options(parser: argparse.ArgumentParser, *, overwrite_help: str) -> None:
+    """Add a realism report's ``--json`` and ``--overwrite`` (``overwrite_help``: its help) to
+    ``parser``; :func:`run_report` reads them."""
     parser.add_argument(
         "--json",
         type=Path,
         default=None,
         help="also write the report as JSON to this new file (an existing one needs --overwrite)",
     )
-    parser.add_argument(
-        "--overwrite",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="replace what an earlier run left in --out (and an existing --json file)",
-    )
-    return parser
+    add_switch(parser, "--overwrite", default=False, help=overwrite_help)
+
+
+def run_report(
+    args: argparse.Namespace,
+    make_report: Callable[[], ReportT],
+    format_report: Callable[[ReportT], str],
+) -> int:
+    """Print ``make_report()`` as ``format_report`` writes it, and as JSON to ``args.json`` when
+    given (atomically).
+
+    An existing ``args.json`` without ``args.overwrite`` is refused before the report is made
+    (hours of work), not replaced after it.
+
+    Returns:
+        0.
+    """
+    if args.json is not None:
+        check(
+            args.overwrite or not args.json.exists(),
+            "json",
+            "a new file (pass overwrite=True to replace it)",
+            f"the existing {args.json}",
+        )
+    report = make_report()
+    print(format_report(report))
+    if args.json is not None:
+        atomic_write_json(asdict(report), args.json)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -665,28 +704,21 @@ _OPTIONS = OptionNames(
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.json is not None:  # refused before hours of work, not replaced after them
-        check(
-            args.overwrite or not args.json.exists(),
-            "json",
-            "a new file (pass overwrite=True to replace it)",
-            f"the existing {args.json}",
-        )
-    report = realism_report(
-        args.out,
-        n_records=args.records,
-        hours=args.hours,
-        seed=args.seed,
-        n_jobs=args.n_jobs,
-        cohort_dir=args.cohort,
-        n_planned=args.planned,
-        real_hypnograms=args.real_hypnograms,
-        overwrite=args.overwrite,
+    return run_report(
+        args,
+        lambda: realism_report(
+            args.out,
+            n_records=args.records,
+            hours=args.hours,
+            seed=args.seed,
+            n_jobs=args.n_jobs,
+            cohort_dir=args.cohort,
+            n_planned=args.planned,
+            real_hypnograms=args.real_hypnograms,
+            overwrite=args.overwrite,
+        ),
+        format_report,
     )
-    print(format_report(report))
-    if args.json is not None:
-        atomic_write_json(asdict(report), args.json)
-    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover
