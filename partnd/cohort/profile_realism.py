@@ -30,6 +30,7 @@ from partnd.cohort.hypnogram import STAGE_LABELS, STAGE_LETTERS
 from partnd.cohort.pc18_cohort import COHORT_FILE, plan_record
 from partnd.cohort.profiles import PROFILES, make_profile_cohort, plan_profile_cohort
 from partnd.cohort.realism import (
+    REPORT_OPTIONS,
     HypnogramStatistics,
     add_report_options,
     hypnogram_statistics,
@@ -274,19 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     return run_command(parser.prog, _OPTIONS, lambda: _run(args))
 
 
-_OPTIONS = OptionNames(
-    {
-        "profile_name": "--profile",
-        "out_dir": "--out",
-        "n_records": "--records",
-        "hours": "--hours",
-        "seed": "--seed",
-        "n_jobs": "--n-jobs",
-        "n_planned": "--planned",
-        "json": "--json",
-        "overwrite": "--overwrite",
-    }
-)
+_OPTIONS = OptionNames({"profile_name": "--profile", **REPORT_OPTIONS})
 
 
 def _run(args: argparse.Namespace) -> int:

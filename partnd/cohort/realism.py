@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BANDS",
     "NORMS",
+    "REPORT_OPTIONS",
     "SPECTRAL_RANGES",
     "HypnogramStatistics",
     "Norm",
@@ -687,19 +688,20 @@ def main(argv: list[str] | None = None) -> int:
     return run_command(parser.prog, _OPTIONS, lambda: _run(args))
 
 
+REPORT_OPTIONS = {
+    "out_dir": "--out",
+    "n_records": "--records",
+    "hours": "--hours",
+    "seed": "--seed",
+    "n_jobs": "--n-jobs",
+    "n_planned": "--planned",
+    "json": "--json",
+    "overwrite": "--overwrite",
+}
+"""The options both realism reports give their arguments (for :class:`OptionNames`)."""
+
 _OPTIONS = OptionNames(
-    {
-        "out_dir": "--out",
-        "n_records": "--records",
-        "hours": "--hours",
-        "seed": "--seed",
-        "n_jobs": "--n-jobs",
-        "cohort_dir": "--cohort",
-        "n_planned": "--planned",
-        "real_hypnograms": "--real-hypnograms",
-        "json": "--json",
-        "overwrite": "--overwrite",
-    }
+    {**REPORT_OPTIONS, "cohort_dir": "--cohort", "real_hypnograms": "--real-hypnograms"}
 )
 
 
