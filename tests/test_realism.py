@@ -158,29 +158,42 @@ def test_cli_refuses_to_replace_an_existing_json(tmp_path, capsys) -> None:
     assert existing.read_text() == "{}" and not (tmp_path / "out").exists()
 
 
-def test_run_report_prints_the_report_and_writes_its_json_only_when_asked(tmp_path, capsys) -> None:
+def test_run_report_calls_the_report_with_the_options_and_writes_its_json_only_when_asked(
+    tmp_path, capsys
+) -> None:
     @dataclass(frozen=True)
     class Report:
         kappa: float
 
-    made: list[Report] = []
+    calls: list[tuple] = []
 
-    def make() -> Report:
-        made.append(Report(0.5))
-        return made[-1]
+    def report(out_dir, **arguments) -> Report:
+        calls.append((out_dir, arguments))
+        return Report(0.5)
 
     def run(json_path, overwrite: bool) -> int:
-        args = argparse.Namespace(json=json_path, overwrite=overwrite)
-        return run_report(args, make, lambda report: f"kappa {report.kappa}")
+        args = argparse.Namespace(
+            out=tmp_path / "out", records=3, hours=0.5, seed=7, n_jobs=2, planned=20,
+            json=json_path, overwrite=overwrite,
+        )  # fmt: skip
+        return run_report(args, report, lambda made: f"kappa {made.kappa}", cohort_dir="c")
 
     assert run(None, False) == 0 and capsys.readouterr().out == "kappa 0.5\n"
+    assert calls == [
+        (
+            tmp_path / "out",
+            {"n_records": 3, "hours": 0.5, "seed": 7, "n_jobs": 2, "n_planned": 20,
+             "overwrite": False, "cohort_dir": "c"},
+        )
+    ]  # fmt: skip
     target = tmp_path / "report.json"
     assert run(target, False) == 0 and json.loads(target.read_text()) == {"kappa": 0.5}
     with pytest.raises(InputError, match="json: expected a new file"):
         run(target, False)
-    assert len(made) == 2  # refused before the report was made
+    assert len(calls) == 2  # refused before the report was made
     target.write_text("{}")
     assert run(target, True) == 0 and json.loads(target.read_text()) == {"kappa": 0.5}
+    assert calls[-1][1]["overwrite"] is True
 
 
 def _report(planned) -> RealismReport:

@@ -19,6 +19,7 @@ import argparse
 import json
 import warnings
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -279,20 +280,7 @@ _OPTIONS = OptionNames({"profile_name": "--profile", **REPORT_OPTIONS})
 
 
 def _run(args: argparse.Namespace) -> int:
-    return run_report(
-        args,
-        lambda: profile_realism(
-            args.profile,
-            args.out,
-            n_records=args.records,
-            hours=args.hours,
-            seed=args.seed,
-            n_jobs=args.n_jobs,
-            n_planned=args.planned,
-            overwrite=args.overwrite,
-        ),
-        format_profile_realism,
-    )
+    return run_report(args, partial(profile_realism, args.profile), format_profile_realism)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import scipy.signal
@@ -655,14 +655,23 @@ def add_report_options(parser: argparse.ArgumentParser, *, overwrite_help: str) 
 
 def run_report(
     args: argparse.Namespace,
-    make_report: Callable[[], ReportT],
+    report: Callable[..., ReportT],
     format_report: Callable[[ReportT], str],
+    **arguments: Any,
 ) -> int:
-    """Print ``make_report()`` as ``format_report`` writes it, and as JSON to ``args.json`` when
-    given (atomically).
+    """Make ``report`` from the options both reports give (:data:`REPORT_OPTIONS`), print it as
+    ``format_report`` writes it, and write it as JSON to ``args.json`` when given (atomically).
 
     An existing ``args.json`` without ``args.overwrite`` is refused before the report is made
     (hours of work), not replaced after it.
+
+    Args:
+        args: The parsed options (:func:`add_report_options` and those of :data:`REPORT_OPTIONS`).
+        report: Called as ``report(args.out, n_records=args.records, hours=args.hours,
+            seed=args.seed, n_jobs=args.n_jobs, n_planned=args.planned,
+            overwrite=args.overwrite, **arguments)``.
+        format_report: The report as text.
+        arguments: The report's own further arguments.
 
     Returns:
         0.
@@ -674,10 +683,19 @@ def run_report(
             "a new file (pass overwrite=True to replace it)",
             f"the existing {args.json}",
         )
-    report = make_report()
-    print(format_report(report))
+    made = report(
+        args.out,
+        n_records=args.records,
+        hours=args.hours,
+        seed=args.seed,
+        n_jobs=args.n_jobs,
+        n_planned=args.planned,
+        overwrite=args.overwrite,
+        **arguments,
+    )
+    print(format_report(made))
     if args.json is not None:
-        atomic_write_json(asdict(report), args.json)
+        atomic_write_json(asdict(made), args.json)
     return 0
 
 
@@ -708,18 +726,10 @@ _OPTIONS = OptionNames(
 def _run(args: argparse.Namespace) -> int:
     return run_report(
         args,
-        lambda: realism_report(
-            args.out,
-            n_records=args.records,
-            hours=args.hours,
-            seed=args.seed,
-            n_jobs=args.n_jobs,
-            cohort_dir=args.cohort,
-            n_planned=args.planned,
-            real_hypnograms=args.real_hypnograms,
-            overwrite=args.overwrite,
-        ),
+        realism_report,
         format_report,
+        cohort_dir=args.cohort,
+        real_hypnograms=args.real_hypnograms,
     )
 
 
