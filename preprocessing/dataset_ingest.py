@@ -359,6 +359,22 @@ def _file_stats(pair: Pair) -> dict[str, list[int]]:
     }
 
 
+def _done_entry(pair: Pair, attrs: dict[str, Any]) -> dict[str, Any]:
+    """The manifest entry of a stored record: its attributes (``attrs``) and source files."""
+    return {
+        "status": STATUS_DONE,
+        "reason": None,
+        "detail": None,
+        "split": attrs["split"],
+        "n_kept": attrs["n_windows"],
+        "n_dropped_by_reason": attrs["dropped"],
+        "source_checksum": attrs["source_checksum"],
+        "source_files": _file_stats(pair),
+        "duration_s": attrs["duration_s"],
+        "source_warnings": attrs["source_warnings"],
+    }
+
+
 def ingest_pair(task: IngestTask) -> tuple[str, str, dict[str, Any]]:
     """Ingest one pair (worker function; never raises for a bad record).
 
@@ -385,16 +401,7 @@ def ingest_pair(task: IngestTask) -> tuple[str, str, dict[str, Any]]:
                 update_manifest=False,
             )
         entry = {
-            "status": STATUS_DONE,
-            "reason": None,
-            "detail": None,
-            "split": attrs["split"],
-            "n_kept": attrs["n_windows"],
-            "n_dropped_by_reason": attrs["dropped"],
-            "source_checksum": attrs["source_checksum"],
-            "source_files": _file_stats(pair),
-            "duration_s": attrs["duration_s"],
-            "source_warnings": attrs["source_warnings"],
+            **_done_entry(pair, attrs),
             "seconds": round(time.perf_counter() - started, 3),
         }
         return pair.record_id, "done", entry
@@ -535,21 +542,7 @@ def _ingest_pairs(
         ):
             if entry is None:  # killed after the record was written, before the manifest
                 attrs = store.record_attrs(pair.record_id)
-                manifest.update(
-                    pair.record_id,
-                    {
-                        "status": STATUS_DONE,
-                        "reason": None,
-                        "detail": None,
-                        "split": attrs["split"],
-                        "n_kept": attrs["n_windows"],
-                        "n_dropped_by_reason": attrs["dropped"],
-                        "source_checksum": attrs["source_checksum"],
-                        "source_files": _file_stats(pair),
-                        "duration_s": attrs["duration_s"],
-                        "source_warnings": attrs["source_warnings"],
-                    },
-                )
+                manifest.update(pair.record_id, _done_entry(pair, attrs))
             report.outcomes[pair.record_id] = "skipped"
         else:
             tasks.append(IngestTask(pair, store.path, channels, dtype, overwrite=True))

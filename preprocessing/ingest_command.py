@@ -16,6 +16,7 @@ from pathlib import Path
 
 from partnd._validation import check
 from partnd.cli.errors import OptionNames, run_command
+from partnd.cli.options import add_switch
 from partnd.datasets.store import SIGNAL_DTYPES
 
 from .dataset_ingest import ingest_dataset
@@ -115,24 +116,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--n-jobs", type=int, default=1, help="with a directory: parallel workers (-1: all cores)"
     )
-    parser.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="with a directory: show a progress bar",
-    )
+    add_switch(parser, "--progress", default=True, help="with a directory: show a progress bar")
     parser.add_argument(
         "--dtype", choices=SIGNAL_DTYPES, default="float32", help="on-disk signal dtype"
     )
-    parser.add_argument(
+    add_switch(
+        parser,
         "--overwrite",
-        action=argparse.BooleanOptionalAction,
         default=False,
         help="replace a record with the same id already in --out (other records are kept)",
     )
-    parser.add_argument(
+    add_switch(
+        parser,
         "--strict",
-        action=argparse.BooleanOptionalAction,
         default=False,
         help="refuse files MNE warns about while reading them (e.g. an EDF whose header does not "
         "match its size: a truncated file); default: ingest them and print the warnings",

@@ -44,6 +44,7 @@ from typing import Any
 
 from partnd._validation import check
 from partnd.cli.errors import OptionNames, run_command
+from partnd.cli.options import add_switch
 from partnd.datasets.store import SIGNAL_DTYPES, SleepStore, remove_incomplete_records
 
 from .errors import FLAT_CHANNEL, UNEXPECTED_ERROR, RecordError
@@ -469,21 +470,16 @@ def build_parser(prog: str = "partnd preprocess") -> argparse.ArgumentParser:
         metavar="ID",
         help="only these record ids (comma- or space-separated)",
     )
-    parser.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="show a progress bar",
-    )
-    parser.add_argument(
+    add_switch(parser, "--progress", default=True, help="show a progress bar")
+    add_switch(
+        parser,
         "--overwrite",
-        action=argparse.BooleanOptionalAction,
         default=False,
         help="delete an existing store at --out first (default: resume it)",
     )
-    parser.add_argument(
+    add_switch(
+        parser,
         "--verify-checksums",
-        action=argparse.BooleanOptionalAction,
         default=False,
         help="hash the sources of stored records instead of trusting sizes and mtimes",
     )

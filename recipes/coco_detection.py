@@ -59,6 +59,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
 from partnd._validation import check
+from partnd.cli.options import add_switch
 from partnd.engine.checkpoint import atomic_save, atomic_write_json, load_checkpoint
 from partnd.engine.config import TrainConfig
 from partnd.engine.distributed import DistributedContext, resolve_device
@@ -675,9 +676,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--set", action="append", default=[], metavar="FIELD=VALUE", help="DetectionConfig field"
     )
     parser.add_argument("--epochs", type=int, default=None, help="training epochs (12)")
-    parser.add_argument(
-        "--progress", action=argparse.BooleanOptionalAction, default=True, help="print losses"
-    )
+    add_switch(parser, "--progress", default=True, help="print losses")
     return parser
 
 

@@ -59,6 +59,7 @@ import torch
 from torch.utils.data import Dataset
 
 from partnd._validation import check
+from partnd.cli.options import add_switch
 from partnd.engine.config import FinetuneConfig, PretrainConfig
 from partnd.engine.run_dir import RunDir
 from partnd.models.serialization import load_encoder
@@ -653,9 +654,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--image-size", type=int, default=None, help="input side (32 / 224)")
     parser.add_argument("--subset", type=int, default=None, help="training images used")
     parser.add_argument("--test-subset", type=int, default=None, help="test images used")
-    parser.add_argument(
+    add_switch(
+        parser,
         "--scale-boxes",
-        action=argparse.BooleanOptionalAction,
         default=False,
         help="PART boxes with sides in [P/2, 2P] and Δw, Δh targets",
     )
@@ -668,9 +669,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pretrain-epochs", type=int, default=None)
     parser.add_argument("--finetune-epochs", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0, help="subset and training seed")
-    parser.add_argument(
+    add_switch(
+        parser,
         "--verify-checksums",
-        action=argparse.BooleanOptionalAction,
         default=True,
         help="check the CIFAR-100 files' published MD5 sums (off only for a copy of your own)",
     )

@@ -14,6 +14,7 @@ from partnd.engine.config import PretrainConfig
 from partnd.objectives import build_objective
 from partnd.objectives.anti_collapse import VARIANCE_EPS, variance_covariance_terms
 from partnd.signal_info import SignalSpec
+from tests.training_loops import objective_steps
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -72,13 +73,11 @@ def test_the_weighted_terms_are_added_to_the_loss(method: str) -> None:
 def test_training_with_the_variance_term_spreads_the_features() -> None:
     torch.manual_seed(0)
     model = build_objective(config("part", variance_weight=5.0), SignalSpec(1, (64,)))
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    generator = torch.Generator().manual_seed(0)
-    terms = []
-    for _ in range(40):
-        out = model(torch.randn(16, 1, 64, generator=generator), generator=generator)
-        optimizer.zero_grad()
-        out.loss.backward()
-        optimizer.step()
-        terms.append(float(out.metrics["variance_term"]))
+    terms = objective_steps(
+        model,
+        lambda batch, generator: torch.randn(batch, 1, 64, generator=generator),
+        40,
+        lr=1e-3,
+        record=lambda out: float(out.metrics["variance_term"]),
+    )
     assert sum(terms[-5:]) / 5 < 0.5 * sum(terms[:5]) / 5, terms

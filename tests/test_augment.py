@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -99,27 +100,10 @@ def test_finetune_with_augmentation_resumes_exactly(tmp_path: Path) -> None:
     config = FinetuneConfig.preset(
         "test", epochs=2, batch_size=8, augmentations=("random_resized_crop", "hflip")
     )
-    full = finetune(
-        None, images, train_labels=labels, num_classes=2, out_dir=tmp_path / "a", config=config
-    )
-    finetune(
-        None,
-        images,
-        train_labels=labels,
-        num_classes=2,
-        out_dir=tmp_path / "b",
-        config=config,
-        max_steps=5,
-    )
-    resumed = finetune(
-        None,
-        images,
-        train_labels=labels,
-        num_classes=2,
-        out_dir=tmp_path / "b",
-        config=config,
-        resume=True,
-    )
+    run = partial(finetune, None, images, train_labels=labels, num_classes=2, config=config)
+    full = run(out_dir=tmp_path / "a")
+    run(out_dir=tmp_path / "b", max_steps=5)
+    resumed = run(out_dir=tmp_path / "b", resume=True)
     for name, value in full.model.state_dict().items():
         assert torch.equal(value, resumed.model.state_dict()[name]), name
     assert all("accuracy" in r for r in full.history if r["phase"] == "train")

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from partnd._validation import InputError
 from partnd.datasets.nights import SleepNightDataset
 from partnd.datasets.sleep_windows import InMemoryWindows
-from partnd.datasets.store import STAGE_NAMES, create_store, write_record
 from partnd.engine.config import FinetuneConfig
 from partnd.finetuning.training import evaluate, finetune
 from partnd.models.braindecode_stagers import (
@@ -22,6 +20,7 @@ from partnd.models.braindecode_stagers import (
     list_stagers,
 )
 from partnd.models.serialization import load_classifier
+from tests.staged_stores import write_staged_store
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -127,36 +126,11 @@ def test_configuration_pairs_stagers_with_what_they_read() -> None:
         )
 
 
-def _staged_store(path: Path) -> Path:
-    """Four records of 48 windows (2 channels, 300 samples at 10 Hz) whose stage sets the
-    frequency of a noisy oscillation, in bouts of 4 to 8 windows as in a hypnogram."""
-    create_store(
-        path, sfreq=10.0, channels=["C3", "C4"], window_seconds=30.0, stage_names=STAGE_NAMES,
-        metadata={},
-    )  # fmt: skip
-    rng = np.random.default_rng(0)
-    for index in range(4):
-        stages = np.concatenate(
-            [np.full(rng.integers(4, 9), rng.integers(0, 5)) for _ in range(12)]
-        )[:48]
-        frequency = np.array([0.3, 0.8, 1.5, 2.5, 4.0])[stages][:, None, None]
-        phase = rng.uniform(0, 2 * np.pi, (48, 2, 1))
-        signal = np.sin(2 * np.pi * frequency * np.arange(300) / 10.0 + phase)
-        signal += 0.1 * rng.standard_normal(signal.shape)
-        write_record(
-            path,
-            f"r{index}",
-            signal.astype(np.float32),
-            stages.astype(np.int8),
-            np.arange(48) * 30.0,
-            attrs={"subject_id": f"s{index}", "split": "training"},
-        )
-    return path
-
-
 @pytest.fixture(scope="module")
 def staged_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _staged_store(tmp_path_factory.mktemp("stagers") / "store.zarr")
+    return write_staged_store(
+        tmp_path_factory.mktemp("stagers") / "store.zarr", ["C3", "C4"], records=4
+    )
 
 
 def test_finetune_trains_a_window_stager_on_a_planted_task(

@@ -4,7 +4,7 @@ symmetry and scale prediction (known values with oracle heads, shapes, figures, 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -31,12 +31,7 @@ from partnd.patches.targets import all_pairs, relative_targets
 SETTINGS = {1: ((64,), 8, 10, 2), 2: ((16, 12), 4, 12, 3)}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class OracleModel(PARTModel):

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from partnd._validation import InputError
-from partnd.datasets.store import STAGE_NAMES, create_store, write_record
 from partnd.engine.config import FinetuneConfig
 from partnd.models import create_encoder
 from partnd.models.channel_set import ChannelSetPatchEmbed, channel_features
 from partnd.models.electrodes import derivation_ends, derivation_positions, electrode_position
 from partnd.signal_info import SignalInfo, match_signal
+from tests.staged_stores import write_staged_store
 
 PC18 = ["F3-M2", "F4-M1", "C3-M2", "C4-M1", "O1-M2", "O2-M1"]
 SPECTRAL = {"tokenizer": "spectral", "tokenizer_options": {"standardize": True}}
@@ -140,37 +140,6 @@ def test_match_signal_reads_any_known_derivations_for_a_set_model() -> None:
         match_signal(seen, SignalInfo(1, (3000,), ("C4-M1",), 200.0), "x")
 
 
-def staged_store(path: Path, channels: list[str], seed: int = 0, records: int = 3) -> Path:
-    """Records of 48 windows at 10 Hz whose stage sets the frequency of a noisy oscillation,
-    on every channel (each its own phase), in bouts of 4 to 8 windows."""
-    create_store(
-        path,
-        sfreq=10.0,
-        channels=channels,
-        window_seconds=30.0,
-        stage_names=STAGE_NAMES,
-        metadata={},
-    )
-    rng = np.random.default_rng(seed)
-    for index in range(records):
-        stages = np.concatenate(
-            [np.full(rng.integers(4, 9), rng.integers(0, 5)) for _ in range(12)]
-        )[:48]
-        frequency = np.array([0.3, 0.8, 1.5, 2.5, 4.0])[stages][:, None, None]
-        phase = rng.uniform(0, 2 * np.pi, (48, len(channels), 1))
-        signal = np.sin(2 * np.pi * frequency * np.arange(300) / 10.0 + phase)
-        signal += 0.1 * rng.standard_normal(signal.shape)
-        write_record(
-            path,
-            f"r{index}",
-            signal.astype(np.float32),
-            stages.astype(np.int8),
-            np.arange(48) * 30.0,
-            attrs={"subject_id": f"s{seed}-{index}", "split": "training"},
-        )
-    return path
-
-
 def config(**overrides: object) -> FinetuneConfig:
     values: dict[str, object] = {
         "patch_size": 30,
@@ -189,8 +158,8 @@ def test_a_saved_set_model_carries_its_montage_and_reads_another_store(tmp_path:
     from partnd.inference import predict_records
     from partnd.models.serialization import load_classifier
 
-    train = staged_store(tmp_path / "train.zarr", ["F3-M2", "C4-M1", "O2-M1"])
-    other = staged_store(tmp_path / "other.zarr", ["O2-M1", "Fpz-Cz"], seed=1, records=1)
+    train = write_staged_store(tmp_path / "train.zarr", ["F3-M2", "C4-M1", "O2-M1"])
+    other = write_staged_store(tmp_path / "other.zarr", ["O2-M1", "Fpz-Cz"], seed=1, records=1)
     result = finetune(
         None,
         str(train),
@@ -215,7 +184,7 @@ def test_a_saved_set_model_carries_its_montage_and_reads_another_store(tmp_path:
     assert fixed.signal_info.channel_mode == "fixed"
     with pytest.raises(InputError, match=r"missing \['F3-M2', 'C4-M1'\]"):
         evaluate(fixed, str(other), device="cpu")
-    unknown = staged_store(tmp_path / "unknown.zarr", ["EEG", "C4-M1"], records=1)
+    unknown = write_staged_store(tmp_path / "unknown.zarr", ["EEG", "C4-M1"], records=1)
     with pytest.raises(InputError, match=r"got \['EEG'\] among \['EEG', 'C4-M1'\]"):
         evaluate(model, str(unknown), device="cpu")
 
@@ -225,8 +194,8 @@ def test_a_set_night_classifier_reads_a_subset_of_its_channels(tmp_path: Path) -
     from partnd.finetuning.training import evaluate, finetune
     from partnd.models import NightClassifier
 
-    train = staged_store(tmp_path / "train.zarr", ["F3-M2", "C4-M1", "O2-M1"])
-    subset = staged_store(tmp_path / "subset.zarr", ["O2-M1", "C4-M1"], seed=1, records=1)
+    train = write_staged_store(tmp_path / "train.zarr", ["F3-M2", "C4-M1", "O2-M1"])
+    subset = write_staged_store(tmp_path / "subset.zarr", ["O2-M1", "C4-M1"], seed=1, records=1)
     result = finetune(
         None,
         SleepNightDataset(train, context=16, progress=False),
@@ -257,8 +226,8 @@ def test_a_set_encoder_pretrained_on_one_montage_is_fine_tuned_on_another(tmp_pa
     from partnd.models.serialization import load_encoder
     from partnd.pretraining import pretrain
 
-    source = staged_store(tmp_path / "source.zarr", ["F3-M2", "C4-M1", "O2-M1"], records=1)
-    target = staged_store(tmp_path / "target.zarr", ["Fpz-Cz", "Pz-Oz"], seed=1, records=2)
+    source = write_staged_store(tmp_path / "source.zarr", ["F3-M2", "C4-M1", "O2-M1"], records=1)
+    target = write_staged_store(tmp_path / "target.zarr", ["Fpz-Cz", "Pz-Oz"], seed=1, records=2)
     pretrain_config = PretrainConfig.preset(
         "test",
         patch_size=30,
@@ -299,7 +268,7 @@ def test_frozen_features_of_a_set_encoder_follow_the_data_channels(tmp_path: Pat
     from partnd.datasets import InMemoryWindows
     from partnd.evaluation.probes import extract_features
 
-    store = staged_store(tmp_path / "store.zarr", ["O2-M1", "Fpz-Cz"], records=1)
+    store = write_staged_store(tmp_path / "store.zarr", ["O2-M1", "Fpz-Cz"], records=1)
     encoder = set_encoder(PC18)
     windows = InMemoryWindows(store, labelled_only=True, progress=False)
     features, labels = extract_features(encoder, windows, device="cpu")

@@ -9,6 +9,7 @@ from partnd._validation import InputError
 from partnd.models.classifier import PatchClassifier
 from partnd.models.registry import create_encoder
 from partnd.models.vit import ViTEncoder
+from tests.training_loops import classifier_accuracy
 
 T, P, SLOTS = 40, 5, 8
 
@@ -30,21 +31,6 @@ def bump_task(num: int, generator: torch.Generator) -> tuple[torch.Tensor, torch
     return x, (slot < SLOTS // 2).long()
 
 
-def train(model: PatchClassifier, steps: int, generator: torch.Generator) -> float:
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    model.train()
-    for _ in range(steps):
-        x, y = bump_task(32, generator)
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.eval()
-    x, y = bump_task(256, generator)
-    with torch.no_grad():
-        return float((model(x).argmax(-1) == y).float().mean())
-
-
 @pytest.mark.parametrize("ndim,shape,patch", [(1, (40,), 5), (2, (12, 8), 4), (3, (4, 4, 6), 2)])
 def test_shapes_and_slot_count(ndim: int, shape: tuple[int, ...], patch: int) -> None:
     encoder = create_encoder("vit_test", in_chans=2, patch_size=patch, ndim=ndim)
@@ -64,7 +50,7 @@ def test_encoder_is_copied_and_left_untouched() -> None:
     model = PatchClassifier(encoder, 2, spatial_shape=(T,))
     assert model.encoder is not encoder
     assert encoder.pos_embed is None and encoder.num_classes == 0
-    train(model, 2, torch.Generator().manual_seed(0))
+    classifier_accuracy(model, bump_task, 2, torch.Generator().manual_seed(0), n_eval=256)
     for key, value in encoder.state_dict().items():
         torch.testing.assert_close(value, before[key])
     in_place = PatchClassifier(encoder, 2, spatial_shape=(T,), copy_encoder=False)
@@ -83,7 +69,8 @@ def test_pretrained_position_embedding_is_replaced_or_removed() -> None:
 
 def test_learns_a_positional_task_only_with_position_embedding() -> None:
     torch.manual_seed(0)
-    accuracy = train(PatchClassifier(encoder_1d(), 2, spatial_shape=(T,)), 60, torch.Generator())
+    model = PatchClassifier(encoder_1d(), 2, spatial_shape=(T,))
+    accuracy = classifier_accuracy(model, bump_task, 60, torch.Generator(), n_eval=256)
     assert accuracy > 0.9
     blind = PatchClassifier(encoder_1d(), 2, spatial_shape=(T,), pos_embed=False).eval()
     x = torch.zeros(2, 1, T)

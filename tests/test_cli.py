@@ -170,6 +170,14 @@ def copy_store(
         write_record(path, record, signal, stages, starts, attrs=attrs, chunk_windows=8)
 
 
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """:func:`write_sleep_store` written to ``tmp_path / "sleep.zarr"``."""
+    path = tmp_path / "sleep.zarr"
+    write_sleep_store(path)
+    return path
+
+
 def finetuned_on_store(tmp_path: Path) -> tuple[Path, Path]:
     """A tiny store (:func:`write_sleep_store`) and a classifier fine-tuned on it (run dir)."""
     store, ft = tmp_path / "sleep.zarr", tmp_path / "ft"
@@ -189,9 +197,7 @@ def finetuned_on_signals(tmp_path: Path, signals: Path) -> Path:
     return tmp_path / "ft"
 
 
-def test_zarr_sleep_store_end_to_end(tmp_path: Path) -> None:
-    store = tmp_path / "sleep.zarr"
-    write_sleep_store(store)
+def test_zarr_sleep_store_end_to_end(store: Path, tmp_path: Path) -> None:
     common = ["--preset", "test", "--patch-size", "30", "--epochs", "1", "--batch-size", "8"]
     pre = ["pretrain", "--data", str(store), "--out", str(tmp_path / "pre"), *common]
     assert cli.main(pre) == 0
@@ -327,10 +333,8 @@ def test_predict_epoch_seconds_must_be_positive(
 
 
 def test_resume_on_other_records_is_refused_naming_the_options(
-    tmp_path: Path, capsys: pytest.CaptureFixture
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    store = tmp_path / "sleep.zarr"
-    write_sleep_store(store)
     run = tmp_path / "pre"
     common = ["--data", str(store), "--out", str(run), "--preset", "test", "--patch-size", "30"]
     assert cli.main(["pretrain", *common, "--records", "tr01", "--epochs", "1"]) == 0
@@ -346,10 +350,8 @@ def test_resume_on_other_records_is_refused_naming_the_options(
 
 
 def test_resume_with_another_normalisation_is_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    store = tmp_path / "sleep.zarr"
-    write_sleep_store(store)
     run = tmp_path / "ft"
     common = ["finetune", "--data", str(store), "--out", str(run), "--preset", "test"]
     common += ["--patch-size", "30", "--batch-size", "8"]
@@ -398,10 +400,8 @@ def test_a_classifier_records_its_signal_and_refuses_other_channels(
 
 
 def test_evaluate_and_init_weights_refuse_other_channels(
-    tmp_path: Path, capsys: pytest.CaptureFixture
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    store = tmp_path / "sleep.zarr"
-    write_sleep_store(store)
     other = tmp_path / "other.zarr"  # the same windows, recorded from other electrodes
     copy_store(store, other, ["Fp1", "Fp2"])
     tiny = ["--preset", "test", "--patch-size", "30", "--epochs", "1", "--batch-size", "8"]
@@ -442,10 +442,8 @@ def test_predict_refuses_a_window_duration_that_is_not_positive(tmp_path: Path) 
 
 
 def test_a_corrupt_store_is_refused_with_a_message(
-    tmp_path: Path, capsys: pytest.CaptureFixture
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    store = tmp_path / "sleep.zarr"
-    write_sleep_store(store)
     (store / "zarr.json").write_text("{ not json")
     assert cli.main(["pretrain", "--data", str(store), "--out", str(tmp_path / "r")]) == 2
     error = capsys.readouterr().err
@@ -516,10 +514,8 @@ def test_ctrl_c_saves_a_resumable_checkpoint_and_ends_with_one_line(
 
 
 def test_options_that_would_be_ignored_are_refused_naming_them(
-    tmp_path: Path, signals: Path, capsys: pytest.CaptureFixture
+    store: Path, tmp_path: Path, signals: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    store = tmp_path / "sleep.zarr"
-    write_sleep_store(store)
     labels = tmp_path / "y.npy"
     np.save(labels, np.arange(16) % 2)
     ft = tmp_path / "ft"

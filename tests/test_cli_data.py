@@ -37,6 +37,15 @@ def _recording(tmp_path: Path, *, nan: bool = False) -> mne.io.RawArray:
     return raw
 
 
+def _edf_recording(tmp_path: Path) -> Path:
+    """:func:`_recording` written as ``night.edf`` in ``tmp_path`` (EDF+, its annotations in it;
+    skips the test without edfio, which MNE writes EDF through)."""
+    pytest.importorskip("edfio")
+    edf = tmp_path / "night.edf"
+    mne.export.export_raw(edf, _recording(tmp_path), fmt="edf")
+    return edf
+
+
 def _has_help_everywhere(parser: argparse.ArgumentParser) -> bool:
     return all(action.help for action in parser._actions)
 
@@ -67,9 +76,7 @@ def test_subcommands_are_registered_with_their_own_usage(capsys: pytest.CaptureF
 def test_partnd_ingest_edf_with_its_hypnogram(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    pytest.importorskip("edfio")
-    edf = tmp_path / "night.edf"
-    mne.export.export_raw(edf, _recording(tmp_path), fmt="edf")
+    edf = _edf_recording(tmp_path)
     out = tmp_path / "sleep.zarr"
     assert cli.main(["ingest", str(edf), str(edf), "--out", str(out)]) == 0  # EDF+ annotations
     printed = capsys.readouterr().out
@@ -137,9 +144,7 @@ def test_partnd_ingest_usage_errors_and_failed_records(
 def test_partnd_ingest_surfaces_mne_warnings_about_a_truncated_file(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    pytest.importorskip("edfio")
-    edf = tmp_path / "night.edf"
-    mne.export.export_raw(edf, _recording(tmp_path), fmt="edf")
+    edf = _edf_recording(tmp_path)
     data = edf.read_bytes()
     edf.write_bytes(data[: len(data) // 2])  # truncated: the header says twice as many records
     out = tmp_path / "sleep.zarr"

@@ -21,18 +21,13 @@ from partnd.objectives.relative_positioning import relative_positioning_pairs
 from partnd.objectives.temporal_shuffling import anchor_pairs, temporal_shuffling_triplets
 from partnd.pretraining import pretrain
 from partnd.signal_info import SignalSpec
+from tests.training_loops import objective_steps
 
 WINDOW, SEGMENT = 20, 12  # windows of 20 samples (2 tiles of 10), segments of 12 windows
 CHANNELS = ["C3-M2", "C4-M1"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models: one intra-op thread is as fast and does not fight other processes."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def config(method: str, **overrides: object) -> PretrainConfig:
@@ -165,18 +160,15 @@ def white_noise(batch: int, generator: torch.Generator) -> torch.Tensor:
 def train(method: str, make_batch, steps: int = 100) -> tuple[float, float]:
     """Mean accuracy and content-free floor over the last 20 of ``steps`` Adam steps."""
     torch.manual_seed(0)
-    model = build(method)
-    generator = torch.Generator().manual_seed(0)
-    optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
-    accuracy, chance = [], []
-    for _ in range(steps):
-        out = model(make_batch(16, generator), generator=generator)
-        optimizer.zero_grad()
-        out.loss.backward()
-        optimizer.step()
-        accuracy.append(float(out.metrics["accuracy"]))
-        chance.append(float(out.metrics["accuracy_chance"]))
-    return float(np.mean(accuracy[-20:])), float(np.mean(chance[-20:]))
+    metrics = objective_steps(
+        build(method),
+        make_batch,
+        steps,
+        lr=2e-3,
+        record=lambda out: (float(out.metrics["accuracy"]), float(out.metrics["accuracy_chance"])),
+    )
+    accuracy, chance = np.mean(metrics[-20:], axis=0)
+    return float(accuracy), float(chance)
 
 
 @pytest.mark.parametrize("method", ["rp", "ts"])

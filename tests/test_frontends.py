@@ -29,6 +29,7 @@ from partnd.models.serialization import (
     save_classifier,
     save_encoder,
 )
+from tests.training_loops import classifier_accuracy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -286,17 +287,7 @@ def tone_accuracy(frontend: str, steps: int = 40) -> float:
     backbone = create_encoder("vit_test", in_chans=1, patch_size=20, ndim=1, frontend=frontend)
     model = PatchClassifier(backbone, 2, spatial_shape=(200,))
     generator = torch.Generator().manual_seed(100)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    for _ in range(steps):
-        x, y = tone_task(32, generator)
-        loss = nn.functional.cross_entropy(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.eval()
-    x, y = tone_task(512, generator)
-    with torch.no_grad():
-        return float((model(x).argmax(-1) == y).float().mean())
+    return classifier_accuracy(model, tone_task, steps, generator, n_eval=512)
 
 
 def test_the_spectral_front_end_learns_a_planted_band_power_task_faster() -> None:

@@ -93,26 +93,16 @@ def test_ingest_raw_with_rk_annotations(tmp_path):
 def test_ingest_raw_with_epoch_labels_and_channel_mapping(tmp_path):
     raw = _raw()
     labels = ["W", "N1", "N2", "N3", "N3", "?", "REM", "MT", "N2", "W"]
-    ingest_raw(
-        raw,
-        labels,
-        tmp_path / "s.zarr",
-        "night-2",
-        eeg_channels={"EEG Fpz-Cz": "Fpz-Cz", "EEG Pz-Oz": "Pz-Oz"},
-        hypnogram_onset=7.3,
-    )
+    mapped = {
+        "eeg_channels": {"EEG Fpz-Cz": "Fpz-Cz", "EEG Pz-Oz": "Pz-Oz"},
+        "hypnogram_onset": 7.3,
+    }
+    ingest_raw(raw, labels, tmp_path / "s.zarr", "night-2", **mapped)
     store = SleepStore(tmp_path / "s.zarr")
     assert store.channels == ["Fpz-Cz", "Pz-Oz"]
     _check_windows(store, "night-2", 7.3)
     codes = np.array([0, 1, 2, 3, 3, -1, 4, -1, 2, 0])
-    ingest_raw(
-        raw,
-        codes,
-        tmp_path / "s.zarr",
-        "night-3",
-        eeg_channels={"EEG Fpz-Cz": "Fpz-Cz", "EEG Pz-Oz": "Pz-Oz"},
-        hypnogram_onset=7.3,
-    )
+    ingest_raw(raw, codes, tmp_path / "s.zarr", "night-3", **mapped)
     np.testing.assert_array_equal(
         store.read_windows("night-2", 0, 8), store.read_windows("night-3", 0, 8)
     )

@@ -12,10 +12,10 @@ from torch.utils.data import Subset
 from partnd._validation import InputError
 from partnd.datasets.nights import SleepNightDataset, time_of_night
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
-from partnd.datasets.store import STAGE_NAMES, create_store, write_record
 from partnd.engine.config import FinetuneConfig
 from partnd.finetuning.sequence import build_sequence_classifier, predict_nights
 from partnd.models import NightClassifier
+from tests.staged_stores import write_staged_store
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -86,37 +86,6 @@ def test_whole_nights_shorter_and_longer_than_the_crop_are_predicted_exactly(gap
         predict_nights(model, SleepSequenceDataset(gappy_store, context=4, progress=False))
 
 
-def _staged_store(path: Path) -> Path:
-    """Four records of 48 windows (2 channels, 300 samples at 10 Hz) whose stage sets the
-    frequency of a noisy oscillation, in bouts of 4 to 8 windows as in a hypnogram."""
-    create_store(
-        path,
-        sfreq=10.0,
-        channels=["C3", "C4"],
-        window_seconds=30.0,
-        stage_names=STAGE_NAMES,
-        metadata={},
-    )
-    rng = np.random.default_rng(0)
-    for index in range(4):
-        stages = np.concatenate(
-            [np.full(rng.integers(4, 9), rng.integers(0, 5)) for _ in range(12)]
-        )[:48]
-        frequency = np.array([0.3, 0.8, 1.5, 2.5, 4.0])[stages][:, None, None]
-        phase = rng.uniform(0, 2 * np.pi, (48, 2, 1))
-        signal = np.sin(2 * np.pi * frequency * np.arange(300) / 10.0 + phase)
-        signal += 0.1 * rng.standard_normal(signal.shape)
-        write_record(
-            path,
-            f"r{index}",
-            signal.astype(np.float32),
-            stages.astype(np.int8),
-            np.arange(48) * 30.0,
-            attrs={"subject_id": f"s{index}", "split": "training"},
-        )
-    return path
-
-
 def test_save_load_and_predict_give_the_same_nights(gappy_store, tmp_path: Path) -> None:
     from partnd.inference import predict, predict_records
     from partnd.models.serialization import load_classifier, save_model
@@ -157,7 +126,7 @@ def test_save_load_and_predict_give_the_same_nights(gappy_store, tmp_path: Path)
 def test_finetune_learns_a_planted_task_and_evaluates_whole_nights(tmp_path: Path) -> None:
     from partnd.finetuning.training import evaluate, finetune
 
-    store = _staged_store(tmp_path / "store.zarr")
+    store = write_staged_store(tmp_path / "store.zarr", ["C3", "C4"], records=4)
     train = InMemoryWindows(store, records=["r0", "r1", "r2"], progress=False)
     config = _config(
         patch_size=30,

@@ -139,14 +139,7 @@ def widest_shape(method: str, frontend: str = "linear") -> tuple[int, ...]:
     return shape_of(1 if method in WINDOW_METHODS or frontend in ONE_D_FRONTENDS else 3, frontend)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """The models are tiny: one intra-op thread is as fast, and far faster when another process
-    keeps a core busy (two spinning OpenMP threads then slow every step down many times)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def build(

@@ -14,6 +14,7 @@ from partnd.models.registry import create_encoder
 from partnd.objectives import PARTModel
 from partnd.patches.sampling import GridSampler, OffGridSampler
 from partnd.patches.targets import relative_targets
+from tests.training_loops import objective_steps
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -238,16 +239,14 @@ def fit(
     model: PARTModel, make_batch: Callable[[int, torch.Generator], torch.Tensor], steps: int
 ) -> tuple[float, float]:
     """Train with Adam; return (mean loss over the last 20 steps, variance of the targets)."""
-    generator = torch.Generator().manual_seed(0)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    losses, targets = [], []
-    for _ in range(steps):
-        out = model(make_batch(16, generator), generator=generator)
-        optimizer.zero_grad()
-        out.loss.backward()
-        optimizer.step()
-        losses.append(float(out.loss.detach()))
-        targets.append(out.target.detach())
+    steps_out = objective_steps(
+        model,
+        make_batch,
+        steps,
+        lr=3e-3,
+        record=lambda out: (float(out.loss.detach()), out.target.detach()),
+    )
+    losses, targets = zip(*steps_out, strict=True)
     return sum(losses[-20:]) / 20, float(torch.cat(targets).var())
 
 
@@ -298,15 +297,9 @@ def train_anchored(
     """Mean nmse (against the slot-aware floor) over the last 30 of 150 Adam steps."""
     torch.manual_seed(0)
     model = anchored_model(frontend=frontend)
-    generator = torch.Generator().manual_seed(0)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    nmse = []
-    for _ in range(150):
-        out = model(make_batch(16, generator), generator=generator)
-        optimizer.zero_grad()
-        out.loss.backward()
-        optimizer.step()
-        nmse.append(float(out.metrics["nmse"]))
+    nmse = objective_steps(
+        model, make_batch, 150, lr=3e-3, record=lambda out: float(out.metrics["nmse"])
+    )
     return sum(nmse[-30:]) / 30
 
 

@@ -25,18 +25,13 @@ from partnd.objectives import CrossWindowPART, build_objective
 from partnd.objectives.part_windows import ScaledHead, isolated_windows, sincos_positions
 from partnd.pretraining import pretrain
 from partnd.signal_info import SignalSpec
+from tests.training_loops import objective_steps
 
 WINDOW, SEGMENT = 40, 8  # windows of 40 samples (4 tiles of 10), segments of 8 windows
 CHANNELS = ["C3-M2", "C4-M1"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models: one intra-op thread is as fast and does not fight other processes."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def config(**overrides: object) -> PretrainConfig:
@@ -84,18 +79,15 @@ def train(
     """Mean ``nmse`` and ``nmse_isolated`` (against the objective's content-free floor) over the
     last 30 of 150 steps."""
     torch.manual_seed(0)
-    model = build(**overrides)
-    generator = torch.Generator().manual_seed(0)
-    optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
-    nmse, isolated = [], []
-    for _ in range(150):
-        out = model(make_batch(16, generator), generator=generator)
-        optimizer.zero_grad()
-        out.loss.backward()
-        optimizer.step()
-        nmse.append(float(out.metrics["nmse"]))
-        isolated.append(float(out.metrics["nmse_isolated"]))
-    return sum(nmse[-30:]) / 30, sum(isolated[-30:]) / 30
+    metrics = objective_steps(
+        build(**overrides),
+        make_batch,
+        150,
+        lr=2e-3,
+        record=lambda out: (float(out.metrics["nmse"]), float(out.metrics["nmse_isolated"])),
+    )
+    nmse, isolated = zip(*metrics[-30:], strict=True)
+    return sum(nmse) / 30, sum(isolated) / 30
 
 
 def test_windows_are_normalised_exact_slices_placed_on_the_segment_slots() -> None:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+import json
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 import scipy.signal
@@ -19,6 +23,7 @@ from partnd.cohort.realism import (
     main,
     read_sri_hypnograms,
     realism_report,
+    run_report,
     stage_spectra,
 )
 
@@ -151,6 +156,44 @@ def test_cli_refuses_to_replace_an_existing_json(tmp_path, capsys) -> None:
     assert main(["--out", str(tmp_path / "out"), "--json", str(existing)]) == 2
     assert "--json: expected a new file (pass --overwrite to replace it)" in capsys.readouterr().err
     assert existing.read_text() == "{}" and not (tmp_path / "out").exists()
+
+
+def test_run_report_calls_the_report_with_the_options_and_writes_its_json_only_when_asked(
+    tmp_path, capsys
+) -> None:
+    @dataclass(frozen=True)
+    class Report:
+        kappa: float
+
+    calls: list[tuple] = []
+
+    def report(out_dir, **arguments) -> Report:
+        calls.append((out_dir, arguments))
+        return Report(0.5)
+
+    def run(json_path, overwrite: bool) -> int:
+        args = argparse.Namespace(
+            out=tmp_path / "out", records=3, hours=0.5, seed=7, n_jobs=2, planned=20,
+            json=json_path, overwrite=overwrite,
+        )  # fmt: skip
+        return run_report(args, report, lambda made: f"kappa {made.kappa}", cohort_dir="c")
+
+    assert run(None, False) == 0 and capsys.readouterr().out == "kappa 0.5\n"
+    assert calls == [
+        (
+            tmp_path / "out",
+            {"n_records": 3, "hours": 0.5, "seed": 7, "n_jobs": 2, "n_planned": 20,
+             "overwrite": False, "cohort_dir": "c"},
+        )
+    ]  # fmt: skip
+    target = tmp_path / "report.json"
+    assert run(target, False) == 0 and json.loads(target.read_text()) == {"kappa": 0.5}
+    with pytest.raises(InputError, match="json: expected a new file"):
+        run(target, False)
+    assert len(calls) == 2  # refused before the report was made
+    target.write_text("{}")
+    assert run(target, True) == 0 and json.loads(target.read_text()) == {"kappa": 0.5}
+    assert calls[-1][1]["overwrite"] is True
 
 
 def _report(planned) -> RealismReport:

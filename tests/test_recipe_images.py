@@ -55,6 +55,8 @@ from partnd.recipes.image_report import (
 from partnd.recipes.images import ImageStudy, ImageStudyConfig, build_parser
 
 PHOTOS = ("coffee", "astronaut", "chelsea", "rocket")
+#: The study's main comparison, in its table order.
+MAIN_METHODS = ["supervised", "supervised_no_pos", "mae", "mp3", "droppos", "part_grid", "part"]
 
 
 def _cifar_batch(pixels: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
@@ -380,15 +382,7 @@ def test_variants_groups_and_configurations(cifar_root: Path, tmp_path: Path) ->
     study = _study(cifar_root, tmp_path / "s")
     config = study.config
     groups = config.groups()
-    assert groups["main"] == [
-        "supervised",
-        "supervised_no_pos",
-        "mae",
-        "mp3",
-        "droppos",
-        "part_grid",
-        "part",
-    ]
+    assert groups["main"] == MAIN_METHODS
     assert groups["pairs"] == ["part_pairs-64", "part", "part_pairs-256"]  # toy's own 128 is part
     assert groups["scale"] == ["part", "part_boxes-scale"]
     assert study.resolve(["part", "heads", "part_pairs-128"]) == [
@@ -455,15 +449,7 @@ def test_cifar_recipe_end_to_end_then_nothing_is_recomputed(
     printed = capsys.readouterr().out
     assert "## results" in printed and "toy scale" in printed
     results = json.loads((out / "results.json").read_text())
-    assert [row["method"] for row in results] == [
-        "supervised",
-        "supervised_no_pos",
-        "mae",
-        "mp3",
-        "droppos",
-        "part_grid",
-        "part",
-    ]
+    assert [row["method"] for row in results] == MAIN_METHODS
     assert all(row["n_test"] == 24 and 0 <= row["top1"] <= 100 for row in results)
     assert [row["pos_embed"] for row in results] == ["yes", "no", "yes", "no", "yes", "no", "no"]
     heads = json.loads((out / "ablation_heads.json").read_text())

@@ -21,19 +21,11 @@ from partnd.recipes.sleep_report import (
     staging_table,
     summary_table,
 )
+from partnd.recipes.sleep_staging import DEFAULT_ROWS
 from partnd.recipes.sleep_study import CellResult
 
 STAGES = ["W", "N1", "N2", "N3", "REM"]
-ROWS = [
-    ("classical", "window"),
-    ("classical", "sequence"),
-    ("yasa_pretrained", "sequence"),
-    ("supervised", "window"),
-    ("supervised", "night"),
-    ("supervised", "probe"),
-    ("part_windows", "probe"),
-    ("part_windows", "night"),
-]
+ROWS = list(DEFAULT_ROWS)  # the demo's rows
 
 
 def _cells(truth: np.ndarray, rows: list[tuple[str, str]]) -> list[CellResult]:

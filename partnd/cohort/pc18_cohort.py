@@ -32,6 +32,7 @@ from joblib import Parallel, delayed
 from tqdm.auto import tqdm
 
 from partnd._validation import InputError, check
+from partnd.cli.options import add_switch
 from partnd.cohort.hypnogram import (
     EPOCH_SECONDS,
     STAGE_LABELS,
@@ -773,15 +774,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--n-jobs", type=int, default=1, help="parallel worker processes (-1: all cores)"
     )
-    parser.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="show a progress bar",
-    )
-    parser.add_argument(
+    add_switch(parser, "--progress", default=True, help="show a progress bar")
+    add_switch(
+        parser,
         "--overwrite",
-        action=argparse.BooleanOptionalAction,
         default=False,
         help="replace a cohort generated in --out with other parameters",
     )

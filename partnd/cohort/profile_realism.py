@@ -18,7 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +31,13 @@ from partnd.cohort.hypnogram import STAGE_LABELS, STAGE_LETTERS
 from partnd.cohort.pc18_cohort import COHORT_FILE, plan_record
 from partnd.cohort.profiles import PROFILES, make_profile_cohort, plan_profile_cohort
 from partnd.cohort.realism import (
+    REPORT_OPTIONS,
     HypnogramStatistics,
+    add_report_options,
     hypnogram_statistics,
+    run_report,
     stage_spectra,
 )
-from partnd.engine.checkpoint import atomic_write_json
 
 __all__ = ["ProfileRealism", "build_parser", "format_profile_realism", "main", "profile_realism"]
 
@@ -258,17 +261,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--planned", type=int, default=200, help="further hypnograms drawn for the statistics"
     )
-    parser.add_argument(
-        "--json",
-        type=Path,
-        default=None,
-        help="also write the report as JSON to this new file (an existing one needs --overwrite)",
-    )
-    parser.add_argument(
-        "--overwrite",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="replace a cohort written in --out with other parameters (and an existing --json)",
+    add_report_options(
+        parser,
+        overwrite_help="replace a cohort written in --out with other parameters (and an existing "
+        "--json)",
     )
     return parser
 
@@ -280,43 +276,11 @@ def main(argv: list[str] | None = None) -> int:
     return run_command(parser.prog, _OPTIONS, lambda: _run(args))
 
 
-_OPTIONS = OptionNames(
-    {
-        "profile_name": "--profile",
-        "out_dir": "--out",
-        "n_records": "--records",
-        "hours": "--hours",
-        "seed": "--seed",
-        "n_jobs": "--n-jobs",
-        "n_planned": "--planned",
-        "json": "--json",
-        "overwrite": "--overwrite",
-    }
-)
+_OPTIONS = OptionNames({"profile_name": "--profile", **REPORT_OPTIONS})
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.json is not None:  # refused before the nights are staged, not replaced after
-        check(
-            args.overwrite or not args.json.exists(),
-            "json",
-            "a new file (pass overwrite=True to replace it)",
-            f"the existing {args.json}",
-        )
-    report = profile_realism(
-        args.profile,
-        args.out,
-        n_records=args.records,
-        hours=args.hours,
-        seed=args.seed,
-        n_jobs=args.n_jobs,
-        n_planned=args.planned,
-        overwrite=args.overwrite,
-    )
-    print(format_profile_realism(report))
-    if args.json is not None:
-        atomic_write_json(asdict(report), args.json)
-    return 0
+    return run_report(args, partial(profile_realism, args.profile), format_profile_realism)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -27,16 +27,17 @@ import argparse
 import json
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import scipy.signal
 
 from partnd._validation import check
 from partnd.cli.errors import OptionNames, run_command
+from partnd.cli.options import add_switch
 from partnd.cohort.hypnogram import STAGE_LABELS, SleepStage, hypnogram_from_string
 from partnd.cohort.pc18_cohort import (
     COHORT_FILE,
@@ -49,23 +50,30 @@ from partnd.cohort.pc18_cohort import (
 from partnd.engine.checkpoint import atomic_write_json
 
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
     from partnd.datasets.store import SleepStore
 
 __all__ = [
     "BANDS",
     "NORMS",
+    "REPORT_OPTIONS",
     "SPECTRAL_RANGES",
     "HypnogramStatistics",
     "Norm",
     "RealismReport",
+    "add_report_options",
     "build_parser",
     "format_report",
     "hypnogram_statistics",
     "main",
     "read_sri_hypnograms",
     "realism_report",
+    "run_report",
     "stage_spectra",
 ]
+
+ReportT = TypeVar("ReportT", bound="DataclassInstance")
 
 BANDS: dict[str, tuple[float, float]] = {
     "sdelta": (0.4, 1.0),
@@ -626,19 +634,69 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="YASA's sample_data_sri.csv.xz (from its sdist) to report beside the norms",
     )
+    add_report_options(
+        parser,
+        overwrite_help="replace what an earlier run left in --out (and an existing --json file)",
+    )
+    return parser
+
+
+def add_report_options(parser: argparse.ArgumentParser, *, overwrite_help: str) -> None:
+    """Add a realism report's ``--json`` and ``--overwrite`` (``overwrite_help``: its help) to
+    ``parser``; :func:`run_report` reads them."""
     parser.add_argument(
         "--json",
         type=Path,
         default=None,
         help="also write the report as JSON to this new file (an existing one needs --overwrite)",
     )
-    parser.add_argument(
-        "--overwrite",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="replace what an earlier run left in --out (and an existing --json file)",
+    add_switch(parser, "--overwrite", default=False, help=overwrite_help)
+
+
+def run_report(
+    args: argparse.Namespace,
+    report: Callable[..., ReportT],
+    format_report: Callable[[ReportT], str],
+    **arguments: Any,
+) -> int:
+    """Make ``report`` from the options both reports give (:data:`REPORT_OPTIONS`), print it as
+    ``format_report`` writes it, and write it as JSON to ``args.json`` when given (atomically).
+
+    An existing ``args.json`` without ``args.overwrite`` is refused before the report is made
+    (hours of work), not replaced after it.
+
+    Args:
+        args: The parsed options (:func:`add_report_options` and those of :data:`REPORT_OPTIONS`).
+        report: Called as ``report(args.out, n_records=args.records, hours=args.hours,
+            seed=args.seed, n_jobs=args.n_jobs, n_planned=args.planned,
+            overwrite=args.overwrite, **arguments)``.
+        format_report: The report as text.
+        arguments: The report's own further arguments.
+
+    Returns:
+        0.
+    """
+    if args.json is not None:
+        check(
+            args.overwrite or not args.json.exists(),
+            "json",
+            "a new file (pass overwrite=True to replace it)",
+            f"the existing {args.json}",
+        )
+    made = report(
+        args.out,
+        n_records=args.records,
+        hours=args.hours,
+        seed=args.seed,
+        n_jobs=args.n_jobs,
+        n_planned=args.planned,
+        overwrite=args.overwrite,
+        **arguments,
     )
-    return parser
+    print(format_report(made))
+    if args.json is not None:
+        atomic_write_json(asdict(made), args.json)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -648,45 +706,31 @@ def main(argv: list[str] | None = None) -> int:
     return run_command(parser.prog, _OPTIONS, lambda: _run(args))
 
 
+REPORT_OPTIONS = {
+    "out_dir": "--out",
+    "n_records": "--records",
+    "hours": "--hours",
+    "seed": "--seed",
+    "n_jobs": "--n-jobs",
+    "n_planned": "--planned",
+    "json": "--json",
+    "overwrite": "--overwrite",
+}
+"""The options both realism reports give their arguments (for :class:`OptionNames`)."""
+
 _OPTIONS = OptionNames(
-    {
-        "out_dir": "--out",
-        "n_records": "--records",
-        "hours": "--hours",
-        "seed": "--seed",
-        "n_jobs": "--n-jobs",
-        "cohort_dir": "--cohort",
-        "n_planned": "--planned",
-        "real_hypnograms": "--real-hypnograms",
-        "json": "--json",
-        "overwrite": "--overwrite",
-    }
+    {**REPORT_OPTIONS, "cohort_dir": "--cohort", "real_hypnograms": "--real-hypnograms"}
 )
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.json is not None:  # refused before hours of work, not replaced after them
-        check(
-            args.overwrite or not args.json.exists(),
-            "json",
-            "a new file (pass overwrite=True to replace it)",
-            f"the existing {args.json}",
-        )
-    report = realism_report(
-        args.out,
-        n_records=args.records,
-        hours=args.hours,
-        seed=args.seed,
-        n_jobs=args.n_jobs,
+    return run_report(
+        args,
+        realism_report,
+        format_report,
         cohort_dir=args.cohort,
-        n_planned=args.planned,
         real_hypnograms=args.real_hypnograms,
-        overwrite=args.overwrite,
     )
-    print(format_report(report))
-    if args.json is not None:
-        atomic_write_json(asdict(report), args.json)
-    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover
