@@ -53,8 +53,9 @@ class Objective(nn.Module):
     """Base class of the pretraining objectives (PART, PART-grid, MAE, MP3, DropPos).
 
     Subclasses keep their backbone in ``self.encoder`` and implement :meth:`draw` and
-    :meth:`forward`. ``pretrain`` returns ``objective.encoder``; fine-tuning drops the rest. An
-    objective whose behaviour changes over the run (DropPos's smoothing) defines
+    :meth:`forward_with_draws` (an objective that draws inside its forward overrides
+    :meth:`forward` instead). ``pretrain`` returns ``objective.encoder``; fine-tuning drops the
+    rest. An objective whose behaviour changes over the run (DropPos's smoothing) defines
     ``set_training_progress(fraction)``: the engine calls it before every step with
     ``step / total_steps`` in ``[0, 1)``, so it is a function of the step and resumes exactly.
 
@@ -84,13 +85,29 @@ class Objective(nn.Module):
     def forward(
         self, x: Tensor, generator: torch.Generator | None = None, *, draws: Any = None
     ) -> ObjectiveOutput:
-        """Compute the loss of a batch.
+        """Compute the loss of a batch: draw the step's randomness unless ``draws`` are given,
+        then :meth:`forward_with_draws`.
 
         Args:
             x: [B, C, *spatial] inputs (already validated by the caller).
             generator: Source of every random draw of the step (boxes, masks, pairs), used when
                 ``draws`` is ``None``.
             draws: The step's draws from :meth:`draw` (then nothing is drawn here).
+
+        Returns:
+            The loss and diagnostics (the subclass's output type).
+        """
+        if draws is None:
+            draws = self.draw(x, generator)
+        return self.forward_with_draws(x, draws)
+
+    def forward_with_draws(self, x: Tensor, draws: Any) -> ObjectiveOutput:
+        """Compute the loss of a batch given the step's draws: a pure function of ``x``, the
+        draws and the parameters (no random draw, so it compiles as one graph).
+
+        Args:
+            x: [B, C, *spatial] inputs.
+            draws: The step's draws from :meth:`draw`.
 
         Returns:
             The loss and diagnostics.

@@ -342,26 +342,17 @@ class DropPosModel(GridObjective):
         hidden, _ = random_split(batch, self.num_kept, self.num_position_masked, generator, device)
         return DropPosDraws(kept=kept, hidden=hidden)
 
-    def forward(
-        self,
-        x: Tensor,
-        generator: torch.Generator | None = None,
-        *,
-        draws: DropPosDraws | None = None,
-    ) -> DropPosOutput:
-        """Run one DropPos step.
+    def forward_with_draws(self, x: Tensor, draws: DropPosDraws) -> DropPosOutput:
+        """Run one DropPos step on the step's dropped patches and positions
+        (``forward(x, generator)`` draws them).
 
         Args:
             x: [B, C, *spatial] inputs.
-            generator: Random source of the dropped patches and positions (same seed, same
-                masks), without ``draws``.
             draws: The step's masks (:meth:`draw`).
 
         Returns:
             A :class:`DropPosOutput`; call ``output.loss.backward()`` to train.
         """
-        if draws is None:
-            draws = self.draw(x, generator)
         kept, hidden = draws.kept, draws.hidden
         patches = self.sample(x).patches  # [B, N, C, *P], slot order
         batch, device = patches.shape[0], patches.device

@@ -371,25 +371,16 @@ class MAEModel(GridObjective):
         )
         return MAEDraws(masked=masked, visible=visible)
 
-    def forward(
-        self,
-        x: Tensor,
-        generator: torch.Generator | None = None,
-        *,
-        draws: MAEDraws | None = None,
-    ) -> MAEOutput:
-        """Run one MAE step.
+    def forward_with_draws(self, x: Tensor, draws: MAEDraws) -> MAEOutput:
+        """Run one MAE step on the step's masks (``forward(x, generator)`` draws them).
 
         Args:
             x: [B, C, *spatial] inputs.
-            generator: Random source of the masks (same seed, same masks), without ``draws``.
             draws: The step's masks (:meth:`draw`).
 
         Returns:
             An :class:`MAEOutput`; call ``output.loss.backward()`` to train.
         """
-        if draws is None:
-            draws = self.draw(x, generator)
         masked, visible = draws.masked, draws.visible
         patches = self.sample(x).patches  # [B, N, C, *P], slot order (grid_index = arange)
         batch = patches.shape[0]

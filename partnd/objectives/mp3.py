@@ -130,25 +130,16 @@ class MP3Model(GridObjective):
         )
         return MP3Draws(masked=masked)
 
-    def forward(
-        self,
-        x: Tensor,
-        generator: torch.Generator | None = None,
-        *,
-        draws: MP3Draws | None = None,
-    ) -> MP3Output:
-        """Run one MP3 step.
+    def forward_with_draws(self, x: Tensor, draws: MP3Draws) -> MP3Output:
+        """Run one MP3 step on the step's key masks (``forward(x, generator)`` draws them).
 
         Args:
             x: [B, C, *spatial] inputs.
-            generator: Random source of the key masks (same seed, same masks), without ``draws``.
             draws: The step's key masks (:meth:`draw`).
 
         Returns:
             An :class:`MP3Output`; call ``output.loss.backward()`` to train.
         """
-        if draws is None:
-            draws = self.draw(x, generator)
         masked = draws.masked
         batch_patches = self.sample(x)
         patches = batch_patches.patches  # [B, N, C, *P]

@@ -405,27 +405,18 @@ class PARTModel(Objective):
             )
         return PARTDraws(boxes=boxes, ref=ref, tgt=tgt)
 
-    def forward(
-        self,
-        x: Tensor,
-        generator: torch.Generator | None = None,
-        *,
-        draws: PARTDraws | None = None,
-    ) -> PARTOutput:
-        """Run one PART step.
+    def forward_with_draws(self, x: Tensor, draws: PARTDraws) -> PARTOutput:
+        """Run one PART step on the step's boxes and pairs (``forward(x, generator)`` draws
+        them).
 
         Args:
             x: [B, C, *spatial] inputs (finite; validated once where the data enter).
-            generator: Random source for boxes and pairs (same seed, same boxes and pairs), used
-                when ``draws`` is ``None``.
-            draws: The step's draws (:meth:`draw`); with them the forward draws nothing, and
-                compiles as one graph.
+            draws: The step's draws (:meth:`draw`); the forward draws nothing, and compiles as
+                one graph.
 
         Returns:
             A :class:`PARTOutput`; call ``output.loss.backward()`` to train.
         """
-        if draws is None:
-            draws = self.draw(x, generator)
         patches = self.cut(x, draws.boxes)
         ref, tgt = draws.ref, draws.tgt
         baseline = None

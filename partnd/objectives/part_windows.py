@@ -276,19 +276,14 @@ class CrossWindowPART(PARTModel):
         tokens = hierarchical.encode_embeddings(embeddings, positions, position_mask=position_mask)
         return tokens[:, hierarchical.num_prefix_tokens :], embeddings
 
-    def forward(
-        self,
-        x: Tensor,
-        generator: torch.Generator | None = None,
-        *,
-        draws: PARTDraws | None = None,
-    ) -> PARTOutput:
-        """One step (see :meth:`PARTModel.forward`), plus the diagnostics of isolated pairs.
+    def forward_with_draws(self, x: Tensor, draws: PARTDraws) -> PARTOutput:
+        """One step (see :meth:`PARTModel.forward_with_draws`), plus the diagnostics of isolated
+        pairs.
 
         Args:
             x: [B, C, S * T] segments.
-            generator: Random source of windows, hidden slots and pairs (without ``draws``).
-            draws: The step's draws (:meth:`~partnd.objectives.part.PARTModel.draw`).
+            draws: The step's windows, hidden slots and pairs
+                (:meth:`~partnd.objectives.part.PARTModel.draw`).
 
         Returns:
             PART's output; ``metrics`` also hold ``nmse_isolated`` (error over the content-free
@@ -296,7 +291,7 @@ class CrossWindowPART(PARTModel):
             ``isolated_share`` (their share of the pairs); a batch without such a pair counts
             as the floor (1).
         """
-        output = super().forward(x, generator, draws=draws)
+        output = super().forward_with_draws(x, draws)
         with torch.no_grad():
             alone = isolated_windows(
                 output.patches.centers[..., 0], self.hierarchical.window_samples

@@ -173,28 +173,18 @@ class RelativePositioning(WindowContextObjective):
         )
         return RelativePositioningDraws(first=first, second=second, labels=labels)
 
-    def forward(
-        self,
-        x: Tensor,
-        generator: torch.Generator | None = None,
-        *,
-        draws: RelativePositioningDraws | None = None,
-    ) -> ObjectiveOutput:
-        """One step.
+    def forward_with_draws(self, x: Tensor, draws: RelativePositioningDraws) -> ObjectiveOutput:
+        """One step on the step's pairs and labels (``forward(x, generator)`` draws them).
 
         Args:
             x: [B, C, S * T] segments.
-            generator: Random source of the pairs and labels, without ``draws``.
             draws: The step's pairs and labels (:meth:`draw`).
 
         Returns:
             Binary cross-entropy of the head on ``|h(x1) - h(x2)|``, ``accuracy`` next to
             ``accuracy_chance`` and ``positive_share``.
         """
-        if draws is None:
-            draws = self.draw(x, generator)
-        else:
-            self.check_segments(x)
+        self.check_segments(x)
         embeddings = self.embed(x, torch.cat([draws.first, draws.second], dim=1))
         z1, z2 = embeddings.split(self.num_pairs, dim=1)
         logits = self.head((z1 - z2).abs())[..., 0]

@@ -191,28 +191,18 @@ class TemporalShuffling(WindowContextObjective):
         )
         return TemporalShufflingDraws(triplets=triplets, labels=labels)
 
-    def forward(
-        self,
-        x: Tensor,
-        generator: torch.Generator | None = None,
-        *,
-        draws: TemporalShufflingDraws | None = None,
-    ) -> ObjectiveOutput:
-        """One step.
+    def forward_with_draws(self, x: Tensor, draws: TemporalShufflingDraws) -> ObjectiveOutput:
+        """One step on the step's triplets and labels (``forward(x, generator)`` draws them).
 
         Args:
             x: [B, C, S * T] segments.
-            generator: Random source of the triplets and labels, without ``draws``.
             draws: The step's triplets and labels (:meth:`draw`).
 
         Returns:
             Binary cross-entropy of the head on ``[|h(x1) - h(x2)|, |h(x2) - h(x3)|]``,
             ``accuracy`` next to ``accuracy_chance`` and ``positive_share``.
         """
-        if draws is None:
-            draws = self.draw(x, generator)
-        else:
-            self.check_segments(x)
+        self.check_segments(x)
         slots = draws.triplets.flatten(1)
         embeddings = self.embed(x, slots).unflatten(1, (self.num_triplets, 3))
         z1, z2, z3 = embeddings.unbind(dim=2)
