@@ -64,12 +64,16 @@ from torch import Tensor, nn
 
 from partnd._validation import check
 from partnd.engine.config import PretrainConfig
-from partnd.engine.normalization import instance_normalize
 from partnd.models.heads import build_head
 from partnd.models.sequence import TEMPORAL_PRESETS, HierarchicalEncoder, create_temporal_encoder
 from partnd.models.vit import ViTEncoder
 from partnd.objectives.base import build_encoder
 from partnd.objectives.part import PARTDraws, PARTModel, PARTOutput
+from partnd.objectives.window_context import (
+    check_normalize,
+    check_segment_spec,
+    normalize_windows,
+)
 from partnd.patches.sampling import Boxes, OffGridSampler, PatchBatch
 from partnd.signal_info import SignalSpec
 
@@ -184,13 +188,7 @@ class CrossWindowPART(PARTModel):
         variance_weight: float = 0.0,
         covariance_weight: float = 0.0,
     ) -> None:
-        check(
-            normalize in ("window", "record"),
-            "normalize",
-            "'window' (each drawn window standardised) or 'record' (segments scaled by their "
-            "night's channel scales, each drawn window's mean removed)",
-            repr(normalize),
-        )
+        check_normalize(normalize)
         check(
             isinstance(encoder, HierarchicalEncoder),
             "encoder",
@@ -252,11 +250,7 @@ class CrossWindowPART(PARTModel):
         """
         windows = super().cut(x, boxes)
         with torch.no_grad():
-            patches = windows.patches
-            if self.normalize == "window":
-                patches = instance_normalize(patches)
-            else:  # the segment is already divided by its night's scales
-                patches = patches - patches.mean(dim=-1, keepdim=True)
+            patches = normalize_windows(windows.patches, self.normalize)
             return dataclasses.replace(windows, patches=patches)
 
     def encode(
@@ -327,14 +321,7 @@ def build_part_windows(config: PretrainConfig, spec: SignalSpec) -> CrossWindowP
     encoder is ``config.temporal_encoder`` (with ``temporal_overrides``), with
     ``segment_windows`` slots and ``pos_mask_ratio`` hidden when ``pos_embed`` (anchored).
     """
-    length = config.segment_windows * config.window_samples
-    check(
-        spec.ndim == 1 and spec.spatial_shape[0] == length,
-        "dataset",
-        f"segments [C, {length}] (segment_windows={config.segment_windows} x "
-        f"window_samples={config.window_samples}; see partnd.datasets.SleepSegmentDataset)",
-        f"items of shape {spec.item_shape}",
-    )
+    check_segment_spec(config, spec)
     check(
         config.scale_range is None and config.pair_radius is None,
         "PretrainConfig.scale_range",

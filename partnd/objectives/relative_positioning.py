@@ -38,6 +38,7 @@ from partnd.objectives.window_context import (
     build_window_encoder,
     uniform_choice,
     uniform_draw,
+    window_context_options,
 )
 from partnd.signal_info import SignalSpec
 
@@ -161,15 +162,8 @@ class RelativePositioning(WindowContextObjective):
         Returns:
             The :class:`RelativePositioningDraws`.
         """
-        self.check_segments(x)
-        first, second, labels = relative_positioning_pairs(
-            x.shape[0],
-            self.num_pairs,
-            self.segment_windows,
-            self.tau_pos,
-            self.tau_neg,
-            generator,
-            x.device,
+        first, second, labels = self.draw_examples(
+            x, relative_positioning_pairs, self.num_pairs, generator
         )
         return RelativePositioningDraws(first=first, second=second, labels=labels)
 
@@ -199,13 +193,8 @@ def build_relative_positioning(config: PretrainConfig, spec: SignalSpec) -> Rela
     encoder of :func:`build_window_encoder`, ``num_windows // 2`` pairs per segment (as many
     windows embedded as PART across windows draws), ``tau_pos_windows`` and
     ``tau_neg_windows``."""
-    encoder = build_window_encoder(config, spec)
     return RelativePositioning(
-        encoder,
-        segment_windows=config.segment_windows,
-        window_samples=config.window_samples,
+        build_window_encoder(config, spec),
         num_pairs=max(1, config.num_windows // 2),
-        tau_pos=config.tau_pos_windows,
-        tau_neg=config.tau_neg_windows,
-        normalize=config.normalize,
+        **window_context_options(config),
     )

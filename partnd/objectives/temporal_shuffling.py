@@ -37,6 +37,7 @@ from partnd.objectives.window_context import (
     build_window_encoder,
     uniform_choice,
     uniform_draw,
+    window_context_options,
 )
 from partnd.signal_info import SignalSpec
 
@@ -179,15 +180,8 @@ class TemporalShuffling(WindowContextObjective):
         Returns:
             The :class:`TemporalShufflingDraws`.
         """
-        self.check_segments(x)
-        triplets, labels = temporal_shuffling_triplets(
-            x.shape[0],
-            self.num_triplets,
-            self.segment_windows,
-            self.tau_pos,
-            self.tau_neg,
-            generator,
-            x.device,
+        triplets, labels = self.draw_examples(
+            x, temporal_shuffling_triplets, self.num_triplets, generator
         )
         return TemporalShufflingDraws(triplets=triplets, labels=labels)
 
@@ -217,13 +211,8 @@ def build_temporal_shuffling(config: PretrainConfig, spec: SignalSpec) -> Tempor
     """Temporal shuffling for segments ``[C, segment_windows * window_samples]``: the window
     encoder of :func:`build_window_encoder`, ``num_windows // 3`` triplets per segment,
     ``tau_pos_windows`` and ``tau_neg_windows``."""
-    encoder = build_window_encoder(config, spec)
     return TemporalShuffling(
-        encoder,
-        segment_windows=config.segment_windows,
-        window_samples=config.window_samples,
+        build_window_encoder(config, spec),
         num_triplets=max(1, config.num_windows // 3),
-        tau_pos=config.tau_pos_windows,
-        tau_neg=config.tau_neg_windows,
-        normalize=config.normalize,
+        **window_context_options(config),
     )

@@ -24,6 +24,9 @@ labels (about 0.5).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 import torch
 from torch import Tensor
 
@@ -34,12 +37,19 @@ from partnd.objectives.base import Objective, ObjectiveOutput, build_encoder
 from partnd.patches.sampling import GridSampler
 from partnd.signal_info import SignalSpec
 
+#: What a context objective draws per segment: pairs, triplets.
+_Examples = TypeVar("_Examples")
+
 __all__ = [
     "WindowContextObjective",
     "binary_output",
     "build_window_encoder",
+    "check_normalize",
+    "check_segment_spec",
+    "normalize_windows",
     "uniform_choice",
     "uniform_draw",
+    "window_context_options",
 ]
 
 
@@ -68,6 +78,35 @@ def uniform_draw(
     """Uniform numbers in ``[0, 1)`` of ``shape`` on ``device`` (drawn on the generator's)."""
     draw_device = generator.device if generator is not None else device
     return torch.rand(shape, generator=generator, device=draw_device).to(device)
+
+
+def check_normalize(normalize: str) -> None:
+    """Refuse a ``normalize`` other than ``"window"`` or ``"record"``."""
+    check(
+        normalize in ("window", "record"),
+        "normalize",
+        "'window' (each drawn window standardised) or 'record' (segments scaled by their "
+        "night's channel scales, each drawn window's mean removed)",
+        repr(normalize),
+    )
+
+
+def normalize_windows(windows: Tensor, normalize: str) -> Tensor:
+    """Normalise drawn windows as fine-tuning windows are.
+
+    Args:
+        windows: [..., T] windows.
+        normalize: ``"window"`` (instance normalisation) or ``"record"`` (the segments are
+            already divided by their night's channel scales: the window's mean is removed).
+
+    Returns:
+        [..., T] normalised windows.
+    """
+    from partnd.engine.normalization import instance_normalize  # the reader pulls zarr
+
+    if normalize == "window":
+        return instance_normalize(windows)
+    return windows - windows.mean(dim=-1, keepdim=True)
 
 
 def binary_output(logits: Tensor, labels: Tensor) -> ObjectiveOutput:
@@ -126,13 +165,7 @@ class WindowContextObjective(Objective):
             "a window encoder with num_classes=0",
             f"num_classes={encoder.num_classes}",
         )
-        check(
-            normalize in ("window", "record"),
-            "normalize",
-            "'window' (each drawn window standardised) or 'record' (segments scaled by their "
-            "night's channel scales, each drawn window's mean removed)",
-            repr(normalize),
-        )
+        check_normalize(normalize)
         check(segment_windows >= 2, "segment_windows", "an int >= 2", repr(segment_windows))
         check(tau_pos >= 1, "tau_pos", "an int >= 1 (windows)", repr(tau_pos))
         check(tau_neg >= 1, "tau_neg", "an int >= 1 (windows)", repr(tau_neg))
@@ -155,6 +188,38 @@ class WindowContextObjective(Objective):
             x,
         )
 
+    def draw_examples(
+        self,
+        x: Tensor,
+        sampler: Callable[
+            [int, int, int, int, int, torch.Generator | None, torch.device], _Examples
+        ],
+        count: int,
+        generator: torch.Generator | None,
+    ) -> _Examples:
+        """Check the segments, then draw ``count`` examples per segment with ``sampler``.
+
+        Args:
+            x: [B, C, S * T] segments (shape and device read).
+            sampler: ``sampler(batch, count, segment_windows, tau_pos, tau_neg, generator,
+                device)``: relative positioning's pairs or temporal shuffling's triplets.
+            count: Examples K per segment.
+            generator: Random source (same seed, same examples).
+
+        Returns:
+            What ``sampler`` returns.
+        """
+        self.check_segments(x)
+        return sampler(
+            x.shape[0],
+            count,
+            self.segment_windows,
+            self.tau_pos,
+            self.tau_neg,
+            generator,
+            x.device,
+        )
+
     def windows(self, x: Tensor, slots: Tensor) -> Tensor:
         """The stored windows at ``slots``, normalised as fine-tuning windows are.
 
@@ -165,14 +230,10 @@ class WindowContextObjective(Objective):
         Returns:
             [B, M, C, T] windows.
         """
-        from partnd.engine.normalization import instance_normalize  # the reader pulls zarr
-
         batch, channels = x.shape[0], x.shape[1]
         stored = x.view(batch, channels, self.segment_windows, self.window_samples).transpose(1, 2)
         picked = stored[torch.arange(batch, device=x.device)[:, None], slots]
-        if self.normalize == "window":
-            return instance_normalize(picked)
-        return picked - picked.mean(dim=-1, keepdim=True)
+        return normalize_windows(picked, self.normalize)
 
     def embed(self, x: Tensor, slots: Tensor) -> Tensor:
         """Window embeddings of the stored windows at ``slots``.
@@ -198,14 +259,8 @@ class WindowContextObjective(Objective):
         )
 
 
-def build_window_encoder(config: PretrainConfig, spec: SignalSpec) -> ViTEncoder:
-    """The window encoder of a context objective, after checking that ``spec`` holds segments.
-
-    The encoder is ``config.encoder`` (with ``encoder_overrides``, tiles of ``patch_size``) on
-    windows of ``window_samples``, pooled by ``window_pool``, with a slot position embedding over
-    its tiles, as PART across windows' window encoder (a tile's place inside its window is not
-    what these objectives predict).
-    """
+def check_segment_spec(config: PretrainConfig, spec: SignalSpec) -> None:
+    """Refuse data whose items are not segments ``[C, segment_windows * window_samples]``."""
     length = config.segment_windows * config.window_samples
     check(
         spec.ndim == 1 and spec.spatial_shape[0] == length,
@@ -214,6 +269,30 @@ def build_window_encoder(config: PretrainConfig, spec: SignalSpec) -> ViTEncoder
         f"window_samples={config.window_samples}; see partnd.datasets.SleepSegmentDataset)",
         f"items of shape {spec.item_shape}",
     )
+
+
+def window_context_options(config: PretrainConfig) -> dict[str, Any]:
+    """The :class:`WindowContextObjective` arguments a context objective's builder reads from
+    ``config``: ``segment_windows``, ``window_samples``, ``tau_pos`` and ``tau_neg`` (from
+    ``tau_pos_windows`` and ``tau_neg_windows``) and ``normalize``."""
+    return {
+        "segment_windows": config.segment_windows,
+        "window_samples": config.window_samples,
+        "tau_pos": config.tau_pos_windows,
+        "tau_neg": config.tau_neg_windows,
+        "normalize": config.normalize,
+    }
+
+
+def build_window_encoder(config: PretrainConfig, spec: SignalSpec) -> ViTEncoder:
+    """The window encoder of a context objective, after checking that ``spec`` holds segments.
+
+    The encoder is ``config.encoder`` (with ``encoder_overrides``, tiles of ``patch_size``) on
+    windows of ``window_samples``, pooled by ``window_pool``, with a slot position embedding over
+    its tiles, as PART across windows' window encoder (a tile's place inside its window is not
+    what these objectives predict).
+    """
+    check_segment_spec(config, spec)
     encoder = build_encoder(config, SignalSpec(spec.in_chans, (config.window_samples,)))
     encoder.reset_classifier(0, config.window_pool)
     encoder.add_position_embedding(
