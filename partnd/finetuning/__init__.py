@@ -3,6 +3,8 @@
 - :mod:`partnd.finetuning.training`: :func:`~partnd.finetuning.training.finetune` and
   :func:`~partnd.finetuning.training.evaluate` for the window, sequence and night set-ups, behind
   one shared data check.
+- :mod:`partnd.finetuning.tasks`: the classification loss of a window classifier, which the
+  sequence task extends.
 - :mod:`partnd.finetuning.sequence`: the sequence and night classifiers' data, task and whole-night
   prediction.
 """

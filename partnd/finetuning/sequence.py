@@ -36,10 +36,10 @@ from partnd._validation import check, check_batch_size, describe
 from partnd.datasets.nights import SleepNightDataset, time_of_night
 from partnd.datasets.sequences import Night, SleepSequenceDataset
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
-from partnd.engine.augment import Augmentation
 from partnd.engine.config import FinetuneConfig
 from partnd.engine.distributed import resolve_device
 from partnd.evaluation.metrics import ClassificationReport, classification_metrics
+from partnd.finetuning.tasks import ClassificationTask
 from partnd.models import create_encoder
 from partnd.models.braindecode_stagers import NightStager
 from partnd.models.montage import channel_set_overrides, read_data_channels
@@ -204,7 +204,7 @@ def sequence_fingerprint(data: SleepSequenceDataset) -> dict[str, Any]:
     }
 
 
-class SequenceClassificationTask:
+class SequenceClassificationTask(ClassificationTask):
     """Cross-entropy over the labelled windows of a batch of sequences (or night crops).
 
     Args:
@@ -214,18 +214,6 @@ class SequenceClassificationTask:
         augment: Batch augmentation of windows ``[M, C, T]`` (applied to every window of every
             sequence, padding included) or ``None``.
     """
-
-    def __init__(
-        self,
-        num_classes: int,
-        class_weights: Tensor | None,
-        label_smoothing: float,
-        augment: Augmentation | None = None,
-    ) -> None:
-        self.num_classes = num_classes
-        self.class_weights = class_weights
-        self.label_smoothing = label_smoothing
-        self.augment = augment
 
     def compute_loss(
         self, model: nn.Module, batch: tuple[Tensor, ...], generator: torch.Generator
@@ -238,11 +226,10 @@ class SequenceClassificationTask:
             x = self.augment(x.flatten(0, 1), generator).view_as(x)
         logits = model(x, valid, *extra).float().flatten(0, 1)  # [B * L, K]
         flat = labels.flatten()
-        weight = None if self.class_weights is None else self.class_weights.to(logits.device)
         loss = F.cross_entropy(
             logits,
             flat,
-            weight=weight,
+            weight=self.loss_weight(logits.device),
             ignore_index=-1,
             label_smoothing=self.label_smoothing,
         )

@@ -31,7 +31,7 @@ from torch.utils.data import Dataset
 from partnd._validation import check, check_batch_size
 from partnd.datasets.adapters import LabelledDataset, as_labelled_dataset, data_fingerprint
 from partnd.datasets.overlap import check_disjoint
-from partnd.engine.augment import Augmentation, build_augmentation
+from partnd.engine.augment import build_augmentation
 from partnd.engine.checkpoint import atomic_save, atomic_write_json, load_checkpoint
 from partnd.engine.config import FinetuneConfig
 from partnd.engine.session import open_session
@@ -48,6 +48,7 @@ from partnd.finetuning.sequence import (
     sequence_fingerprint,
     sequence_signal_info,
 )
+from partnd.finetuning.tasks import ClassificationTask
 from partnd.inference import predict_logits
 from partnd.models import PatchClassifier, ViTEncoder, create_encoder, list_encoders
 from partnd.models.braindecode_stagers import NightStager, WindowStager, build_stager
@@ -63,7 +64,6 @@ from partnd.models.serialization import (
     save_model,
 )
 from partnd.models.vit import check_tiles
-from partnd.objectives.diagnostics import classification_diagnostics
 from partnd.signal_info import SignalInfo, SignalSpec
 
 __all__ = [
@@ -108,49 +108,6 @@ class FinetuneResult:
     best_metrics: dict[str, Any]
     run_dir: Path
     config: FinetuneConfig
-
-
-class ClassificationTask:
-    """Cross-entropy on the classifier's logits (optional class weights, label smoothing and
-    batch augmentation).
-
-    Labels are checked against ``[0, num_classes)`` before training (:func:`finetune`), not here:
-    the step stays free of host synchronisations.
-
-    Args:
-        num_classes: Number of classes K.
-        class_weights: ``[K]`` weights or ``None``.
-        label_smoothing: Label smoothing in ``[0, 1)``.
-        augment: Batch augmentation (see :mod:`partnd.engine.augment`) or ``None``.
-    """
-
-    def __init__(
-        self,
-        num_classes: int,
-        class_weights: torch.Tensor | None,
-        label_smoothing: float,
-        augment: Augmentation | None = None,
-    ) -> None:
-        self.num_classes = num_classes
-        self.class_weights = class_weights
-        self.label_smoothing = label_smoothing
-        self.augment = augment
-
-    def compute_loss(
-        self, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], generator: torch.Generator
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Args: batch: (x [B, C, *spatial], labels [B]). Returns: cross-entropy, train accuracy."""
-        x, labels = batch
-        if self.augment is not None:
-            x = self.augment(x, generator)
-        logits = model(x)
-        weight = None
-        if self.class_weights is not None:
-            weight = self.class_weights.to(logits.device)
-        loss = F.cross_entropy(
-            logits.float(), labels, weight=weight, label_smoothing=self.label_smoothing
-        )
-        return loss, classification_diagnostics(logits, labels, self.num_classes)
 
 
 def check_labels(
