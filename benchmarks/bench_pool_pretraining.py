@@ -41,7 +41,7 @@ import torch
 from bench_objective_step import training_step
 from torch.utils.data import DataLoader
 
-from partnd.datasets.adapters import SignalDataset, as_signal_dataset
+from partnd.datasets.adapters import as_signal_dataset
 from partnd.datasets.pools import PretrainingPools
 from partnd.datasets.segments import SleepSegmentDataset
 from partnd.datasets.store import SleepStore
@@ -50,29 +50,11 @@ from partnd.engine.config import PretrainConfig
 from partnd.engine.distributed import resolve_device
 from partnd.engine.precision import PRECISIONS, resolve_precision
 from partnd.engine.sampler import ResumableBatchSampler, epoch_order
+from partnd.engine.trainer import BatchReads, batch_as_read
 from partnd.objectives import build_objective
 from partnd.recipes.bench_support import interleaved_times
 from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES, SCALES, STUDY_FRONTENDS
 from partnd.signal_info import SignalSpec
-
-
-class BatchReads(torch.utils.data.Dataset[torch.Tensor]):
-    """A dataset read a batch at a time in ``dtype`` (the engine's loading path: the loader's
-    ``__getitems__`` returns the whole batch, which the identity collation passes on)."""
-
-    def __init__(self, dataset: SignalDataset, dtype: torch.dtype) -> None:
-        self.dataset = dataset
-        self.dtype = dtype
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        return self.dataset.batch([index], self.dtype)[0]
-
-    def __getitems__(self, indices: list[int]) -> torch.Tensor:
-        return self.dataset.batch(indices, self.dtype)
-
 
 #: What ``--loader-dtypes`` accepts: the engine's ``loader_dtype`` values.
 LOADER_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -96,7 +78,7 @@ def loader_rate(
         batch_sampler=sampler,
         num_workers=workers,
         persistent_workers=workers > 0,
-        collate_fn=lambda batch: batch,
+        collate_fn=batch_as_read,
     )
     seen, count, start, epoch = 0, 0, 0.0, 0
     while seen <= batches:

@@ -69,6 +69,7 @@ from partnd.engine.run_dir import RunDir
 from partnd.engine.sampler import ResumableBatchSampler, epoch_order
 
 __all__ = [
+    "BatchReads",
     "EpochEvaluator",
     "LearningRate",
     "NonFiniteLossError",
@@ -76,6 +77,7 @@ __all__ = [
     "TrainTask",
     "Trainer",
     "TrainingInterrupted",
+    "batch_as_read",
     "derive_seed",
     "move_to",
 ]
@@ -166,11 +168,11 @@ def move_to(batch: Any, device: torch.device) -> Any:
     return batch
 
 
-class _Batches(Dataset[Any]):
+class BatchReads(Dataset[Any]):
     """A dataset with a batched read (``batch(indices, dtype)``, e.g.
     :class:`~partnd.datasets.adapters.SignalDataset`) as the ``DataLoader`` sees it:
-    ``__getitems__`` returns the whole batch
-    tensor, which the collation (:func:`_batch_as_read`) passes through."""
+    ``__getitems__`` returns the whole batch tensor, which the collation
+    (:func:`batch_as_read`) passes through."""
 
     def __init__(self, dataset: Any, dtype: torch.dtype) -> None:
         self.dataset = dataset
@@ -186,8 +188,8 @@ class _Batches(Dataset[Any]):
         return self.dataset.batch(indices, self.dtype)
 
 
-def _batch_as_read(batch: Any) -> Any:
-    """Collation of :class:`_Batches`: the batch is already one tensor."""
+def batch_as_read(batch: Any) -> Any:
+    """Collation of :class:`BatchReads`: the batch is already one tensor."""
     return batch
 
 
@@ -360,12 +362,12 @@ class Trainer:
         # a dataset read a batch at a time is stacked once, in the dtype it travels in
         self.batched = collate_fn is None and callable(getattr(dataset, "batch", None))
         self.loader = DataLoader(
-            _Batches(dataset, self.loader_dtype) if self.batched else dataset,
+            BatchReads(dataset, self.loader_dtype) if self.batched else dataset,
             batch_sampler=self.batch_sampler,
             num_workers=config.num_workers,
             pin_memory=self.device.type == "cuda",
             persistent_workers=config.num_workers > 0,
-            collate_fn=_batch_as_read if self.batched else collate_fn,
+            collate_fn=batch_as_read if self.batched else collate_fn,
             generator=torch.Generator().manual_seed(config.seed),
             worker_init_fn=_ignore_interrupts if config.num_workers > 0 else None,
         )
