@@ -19,6 +19,7 @@ __all__ = [
     "check",
     "check_batch_size",
     "check_finite",
+    "check_in_range",
     "describe",
     "rename_arguments",
     "renamed_arguments",
@@ -71,6 +72,25 @@ def check_batch_size(batch_size: Any, argument: str = "batch_size") -> None:
         argument,
         "an int >= 1",
         repr(batch_size),
+    )
+
+
+def check_in_range(low: int, high: int, upper: int, argument: str, what: str) -> None:
+    """Refuse integer values whose smallest is ``low`` and largest ``high`` unless all lie in
+    ``[0, upper)``.
+
+    Args:
+        low: The smallest value.
+        high: The largest value.
+        upper: The exclusive upper bound.
+        argument: Name of the argument for the message.
+        what: What the values are, for the message (``"labels"``, ``"patch indices"``).
+    """
+    check(
+        low >= 0 and high < upper,
+        argument,
+        f"{what} in [0, {upper})",
+        f"{what} in [{low}, {high}]",
     )
 
 

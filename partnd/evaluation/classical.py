@@ -173,6 +173,16 @@ class FeatureTable:
             columns=tuple(self.columns[i] for i in keep),
         )
 
+    def _rows(self, rows: np.ndarray) -> FeatureTable:
+        """The table restricted to ``rows`` (integer positions or a boolean mask), all columns."""
+        return FeatureTable(
+            features=self.features[rows],
+            labels=self.labels[rows],
+            records=self.records[rows],
+            windows=self.windows[rows],
+            columns=self.columns,
+        )
+
     def select(self, records: Sequence[str]) -> FeatureTable:
         """The rows of ``records``, in the order given (each record's rows in window order).
 
@@ -185,13 +195,7 @@ class FeatureTable:
         missing = [r for r in wanted if r not in present]
         check(not missing, "records", "records present in this feature table", missing)
         rows = np.concatenate([np.flatnonzero(self.records == r) for r in wanted])
-        return FeatureTable(
-            features=self.features[rows],
-            labels=self.labels[rows],
-            records=self.records[rows],
-            windows=self.windows[rows],
-            columns=self.columns,
-        )
+        return self._rows(rows)
 
     def keep_windows(self, windows: Mapping[str, Sequence[int]]) -> FeatureTable:
         """The rows of the given windows only (e.g. a budget of labelled windows per stage); the
@@ -205,13 +209,7 @@ class FeatureTable:
             [(str(r), int(w)) in kept for r, w in zip(self.records, self.windows, strict=True)],
             dtype=bool,
         )
-        return FeatureTable(
-            features=self.features[rows],
-            labels=self.labels[rows],
-            records=self.records[rows],
-            windows=self.windows[rows],
-            columns=self.columns,
-        )
+        return self._rows(rows)
 
 
 @dataclass(frozen=True)

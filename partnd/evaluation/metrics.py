@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from partnd._validation import check
+from partnd._validation import check, check_in_range
 
 __all__ = ["ClassificationReport", "classification_metrics", "cohen_kappa", "confusion_matrix"]
 
@@ -72,13 +72,7 @@ def _as_labels(values: Any, argument: str, num_classes: int) -> np.ndarray:
         f"an array of shape {array.shape} and dtype {array.dtype}",
     )
     if array.size:
-        low, high = int(array.min()), int(array.max())
-        check(
-            low >= 0 and high < num_classes,
-            argument,
-            f"labels in [0, {num_classes})",
-            f"labels in [{low}, {high}]",
-        )
+        check_in_range(int(array.min()), int(array.max()), num_classes, argument, "labels")
     return array.astype(np.int64)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from partnd._validation import check, check_finite
+from partnd._validation import check, check_finite, check_in_range
 
 __all__ = ["all_pairs", "relative_targets", "sample_pairs"]
 
@@ -38,13 +38,7 @@ def _check_pair_index(index: Tensor, argument: str, batch: int, num_patches: int
         index,
     )
     if index.numel() > 0:
-        low, high = int(index.min()), int(index.max())
-        check(
-            low >= 0 and high < num_patches,
-            argument,
-            f"patch indices in [0, {num_patches})",
-            f"indices in [{low}, {high}]",
-        )
+        check_in_range(int(index.min()), int(index.max()), num_patches, argument, "patch indices")
 
 
 def _select(values: Tensor, index: Tensor) -> Tensor:
