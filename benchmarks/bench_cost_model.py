@@ -66,7 +66,12 @@ from partnd.engine.precision import LOADER_DTYPES, resolve_loader_dtype, resolve
 from partnd.engine.trainer import Trainer, move_to
 from partnd.objectives import build_objective, list_objectives
 from partnd.pretraining import ObjectiveTask, pretrain
-from partnd.recipes.bench_support import CLOCKS, build_synthetic_store, synchronize
+from partnd.recipes.bench_support import (
+    CLOCKS,
+    build_synthetic_store,
+    device_description,
+    synchronize,
+)
 from partnd.signal_info import SignalSpec
 
 H100_BF16_PEAK = 989e12
@@ -397,11 +402,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if args.clock == "cpu" and (device.type != "cpu" or any(args.workers)):
         raise SystemExit("--clock cpu times the CPU of this process: use it on a CPU, workers 0")
     precision = resolve_precision(args.precision, device)
-    where = (
-        torch.cuda.get_device_name(device)
-        if device.type == "cuda"
-        else f"CPU, {torch.get_num_threads()} threads, {os.cpu_count()} cores"
-    )
+    where = device_description(device)
     print(
         f"device {device} ({where}); precision {args.precision} -> {precision}; compile "
         f"{args.compile} -> {resolve_compile(args.compile, device)}; {args.clock} "

@@ -59,6 +59,7 @@ from partnd.engine.precision import PRECISIONS, autocast, resolve_precision
 from partnd.objectives import build_encoder, build_objective, list_objectives
 from partnd.recipes.bench_support import (
     CLOCKS,
+    device_description,
     interleaved_samples,
     ratio_spread,
     synchronize,
@@ -288,11 +289,7 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     args.precision = resolve_precision(args.precision, device)
-    where = (
-        torch.cuda.get_device_name(device)
-        if device.type == "cuda"
-        else f"{torch.get_num_threads()} threads"
-    )
+    where = device_description(device)
     print(
         f"{args.preset}: device {device} ({where}), {args.precision}, batch {args.batch_size}, "
         f"{args.steps} timed + {args.warmup} warm-up steps each, interleaved, {args.clock} "

@@ -115,19 +115,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(config.seed)  # the same initialisation pretraining started from
     initial = build_objective(config, SignalSpec(segments.n_chans, (segments.n_times,)))
     assert isinstance(initial, CrossWindowPART)
-    probe_train = InMemoryWindows(
-        store,
-        subjects=args.probe_subjects,
-        labelled_only=True,
-        normalize=args.normalize,
-        progress=False,
-    )
-    probe_val = InMemoryWindows(
-        store,
-        subjects=args.val_subjects,
-        labelled_only=True,
-        normalize=args.normalize,
-        progress=False,
+    probe_train, probe_val = (
+        InMemoryWindows(
+            store, subjects=subjects, labelled_only=True, normalize=args.normalize, progress=False
+        )
+        for subjects in (args.probe_subjects, args.val_subjects)
     )
     learned = linear_probe(result.encoder, probe_train, probe_val).report.cohen_kappa
     random = linear_probe(initial.hierarchical.window, probe_train, probe_val).report.cohen_kappa

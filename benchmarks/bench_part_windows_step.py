@@ -39,7 +39,7 @@ from partnd.engine.config import PretrainConfig
 from partnd.engine.distributed import resolve_device
 from partnd.engine.precision import PRECISIONS, autocast, resolve_precision
 from partnd.objectives import CrossWindowPART, build_objective
-from partnd.recipes.bench_support import interleaved_times
+from partnd.recipes.bench_support import device_description, interleaved_times
 from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES
 from partnd.signal_info import SignalSpec
 
@@ -157,11 +157,7 @@ def main(argv: list[str] | None = None) -> None:
         config = config.replace(encoder_overrides=DEMO_ENCODER_OVERRIDES)
     if args.head is not None:
         config = config.replace(head=args.head)
-    where = (
-        torch.cuda.get_device_name(device)
-        if device.type == "cuda"
-        else f"{torch.get_num_threads()} threads"
-    )
+    where = device_description(device)
     print(
         f"eeg_sleep_windows{' (demo window encoder)' if args.demo else ''}: device {device} "
         f"({where}), {args.precision}, {config.head} head, {args.batch_size} segments of "

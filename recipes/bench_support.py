@@ -17,6 +17,7 @@ One module, so that no benchmark imports another and no test loads a benchmark f
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -44,6 +45,7 @@ __all__ = [
     "SYNTHETIC_SFREQ",
     "SYNTHETIC_WINDOW_SECONDS",
     "build_synthetic_store",
+    "device_description",
     "effective_dimensions",
     "hour_r2",
     "interleaved_samples",
@@ -63,6 +65,13 @@ def synchronize(device: torch.device) -> None:
     """Wait for ``device``'s queued work (a GPU's kernels); nothing on a CPU."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def device_description(device: torch.device) -> str:
+    """What a benchmark ran on, for its report: the GPU's name, or the CPU's threads and cores."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU, {torch.get_num_threads()} threads, {os.cpu_count()} cores"
 
 
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
