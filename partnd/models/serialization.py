@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -242,6 +242,23 @@ def save_stager(
     atomic_save(payload, path)
 
 
+_Classifier = TypeVar(
+    "_Classifier",
+    bound=PatchClassifier | SequenceClassifier | NightClassifier | WindowStager | NightStager,
+)
+
+
+def _restored(model: _Classifier, payload: dict[str, Any]) -> _Classifier:
+    """``model`` with the saved weights, class names and signal (when recorded), in eval mode."""
+    model.load_state_dict(payload["state_dict"])
+    model.class_names = payload["class_names"]
+    signal = read_signal_info(payload)
+    if signal is not None:
+        model.signal_info = signal
+    model.eval()
+    return model
+
+
 def _stager(payload: dict[str, Any]) -> WindowStager | NightStager:
     spec = payload["stager"]
     model = build_stager(
@@ -252,12 +269,7 @@ def _stager(payload: dict[str, Any]) -> WindowStager | NightStager:
         sfreq=spec["sfreq"],
         options=spec["options"],
     )
-    model.load_state_dict(payload["state_dict"])
-    model.class_names = payload["class_names"]
-    signal = read_signal_info(payload)
-    if signal is not None:
-        model.signal_info = signal
-    return model.eval()
+    return _restored(model, payload)
 
 
 def load_classifier(
@@ -312,12 +324,7 @@ def load_classifier(
         global_pool=spec.get("global_pool", "token"),
         copy_encoder=False,
     )
-    model.load_state_dict(payload["state_dict"])
-    model.class_names = payload["class_names"]
-    signal = read_signal_info(payload)
-    if signal is not None:
-        model.signal_info = signal
-    return model.eval()
+    return _restored(model, payload)
 
 
 TEMPORAL_ENCODER_FILE = "temporal_encoder.pt"
@@ -431,9 +438,4 @@ def _context_classifier(payload: dict[str, Any]) -> SequenceClassifier | NightCl
         model = SequenceClassifier(
             encoder, payload["num_classes"], context=payload["context"], copy_encoder=False
         )
-    model.load_state_dict(payload["state_dict"])
-    model.class_names = payload["class_names"]
-    signal = read_signal_info(payload)
-    if signal is not None:
-        model.signal_info = signal
-    return model.eval()
+    return _restored(model, payload)
