@@ -27,8 +27,6 @@ Register another with :func:`register_objective` (:mod:`partnd.objectives.regist
 
 from __future__ import annotations
 
-import math
-
 from partnd._validation import InputError, check
 from partnd.engine.config import PretrainConfig
 from partnd.models import build_head
@@ -36,6 +34,7 @@ from partnd.objectives.base import (
     GridObjective,
     Objective,
     ObjectiveOutput,
+    add_slot_embedding,
     build_encoder,
 )
 from partnd.objectives.droppos import DropPosModel, DropPosOutput, build_droppos
@@ -118,10 +117,7 @@ def _build_part(config: PretrainConfig, spec: SignalSpec, grid: bool) -> PARTMod
         f"{num_patches} for items of shape {spec.item_shape} and patch size {encoder.patch_size}",
     )
     if config.pos_embed:  # anchored PART (also on the grid: the hidden slots carry the loss)
-        num_slots = math.prod(
-            length // p for length, p in zip(spec.spatial_shape, encoder.patch_size, strict=True)
-        )
-        encoder.add_position_embedding(num_slots, config.pos_mask_ratio)
+        add_slot_embedding(encoder, spec.spatial_shape, config.pos_mask_ratio)
     head = build_head(
         config.head,
         embed_dim=encoder.embed_dim,

@@ -29,6 +29,7 @@ __all__ = [
     "GridObjective",
     "Objective",
     "ObjectiveOutput",
+    "add_slot_embedding",
     "build_encoder",
     "draws_first",
     "patch_shape",
@@ -196,3 +197,13 @@ def build_encoder(config: PretrainConfig, spec: SignalSpec) -> ViTEncoder:
         ndim=spec.ndim,
         **config.encoder_overrides,
     )
+
+
+def add_slot_embedding(
+    encoder: ViTEncoder, spatial_shape: tuple[int, ...], pos_mask_ratio: float
+) -> None:
+    """Give ``encoder`` a slot position embedding over the on-grid tiles of inputs of
+    ``spatial_shape`` (``N = prod(L_d // P_d)`` slots), ``pos_mask_ratio`` of them hidden per
+    step (a position mask token when above 0)."""
+    num_slots = GridSampler(encoder.ndim, encoder.patch_size).num_patches(spatial_shape)
+    encoder.add_position_embedding(num_slots, pos_mask_ratio)

@@ -45,7 +45,6 @@ epoch; the decoder's width and depth are derived from the encoder.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -55,7 +54,7 @@ from torch import Tensor
 
 from partnd._validation import check
 from partnd.models.vit import ViTEncoder
-from partnd.objectives.base import GridObjective, ObjectiveOutput, build_encoder
+from partnd.objectives.base import GridObjective, ObjectiveOutput, add_slot_embedding, build_encoder
 from partnd.objectives.diagnostics import classification_diagnostics
 from partnd.objectives.mae import TokenDecoder, decoder_width, masked_count, random_split
 
@@ -413,10 +412,7 @@ def build_droppos(config: PretrainConfig, spec: SignalSpec) -> DropPosModel:
         The objective.
     """
     encoder = build_encoder(config, spec)
-    num_positions = math.prod(
-        length // p for length, p in zip(spec.spatial_shape, encoder.patch_size, strict=True)
-    )
-    encoder.add_position_embedding(num_positions, config.position_mask_ratio)
+    add_slot_embedding(encoder, spec.spatial_shape, config.position_mask_ratio)
     return DropPosModel(
         encoder,
         spec.spatial_shape,

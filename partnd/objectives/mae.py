@@ -37,7 +37,6 @@ MP3 and DropPos.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -46,7 +45,7 @@ from torch import Tensor, nn
 
 from partnd._validation import check
 from partnd.models.vit import Block, ViTEncoder, init_weights
-from partnd.objectives.base import GridObjective, ObjectiveOutput, build_encoder
+from partnd.objectives.base import GridObjective, ObjectiveOutput, add_slot_embedding, build_encoder
 from partnd.objectives.diagnostics import reconstruction_diagnostics
 
 if TYPE_CHECKING:
@@ -426,10 +425,7 @@ def build_mae(config: PretrainConfig, spec: SignalSpec) -> MAEModel:
         The objective.
     """
     encoder = build_encoder(config, spec)
-    num_positions = math.prod(
-        length // p for length, p in zip(spec.spatial_shape, encoder.patch_size, strict=True)
-    )
-    encoder.add_position_embedding(num_positions, 0.0)
+    add_slot_embedding(encoder, spec.spatial_shape, 0.0)
     return MAEModel(
         encoder,
         spec.spatial_shape,
