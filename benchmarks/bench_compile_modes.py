@@ -33,10 +33,10 @@ import torch
 from bench_cost_model import measure_step
 
 from partnd.engine.checkpoint import load_checkpoint
-from partnd.engine.compilation import COMPILE_MODES
 from partnd.engine.config import PretrainConfig
 from partnd.engine.distributed import resolve_device
 from partnd.pretraining import pretrain
+from partnd.recipes.bench_support import FIXED_COMPILE_MODES
 from partnd.signal_info import SignalSpec
 
 #: The preset whose step is measured and its item shape.
@@ -142,13 +142,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--modes",
         nargs="+",
-        choices=[mode for mode in COMPILE_MODES if mode != "auto"],
+        choices=FIXED_COMPILE_MODES,
         default=["off", "default", "reduce-overhead"],
     )
     parser.add_argument(
         "--resume-modes",
         nargs="+",
-        choices=[mode for mode in COMPILE_MODES if mode != "auto"],
+        choices=FIXED_COMPILE_MODES,
         default=["default", "reduce-overhead"],
         help="the modes whose resumption is checked",
     )

@@ -51,7 +51,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from partnd.engine.compilation import COMPILE_MODES, compile_module, mark_step
+from partnd.engine.compilation import compile_module, mark_step
 from partnd.engine.config import PretrainConfig
 from partnd.engine.distributed import resolve_device
 from partnd.engine.optim import build_optimizer
@@ -59,6 +59,7 @@ from partnd.engine.precision import PRECISIONS, autocast, resolve_precision
 from partnd.objectives import build_encoder, build_objective, list_objectives
 from partnd.recipes.bench_support import (
     CLOCKS,
+    add_compile_option,
     device_description,
     interleaved_samples,
     ratio_spread,
@@ -269,11 +270,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--precision", choices=PRECISIONS, default="auto")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help=CLOCKS.__doc__)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (CPU)")
-    parser.add_argument(
-        "--compile",
-        choices=[mode for mode in COMPILE_MODES if mode != "auto"],
-        default="off",
-        help="compile every timed module as TrainConfig.compile does (the methods and the bare "
+    add_compile_option(
+        parser,
+        "compile every timed module as TrainConfig.compile does (the methods and the bare "
         "steps alike)",
     )
     parser.add_argument(

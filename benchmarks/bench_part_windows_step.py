@@ -34,12 +34,16 @@ from typing import Any
 import torch
 from bench_objective_step import peak_tflops, step_flops, training_step
 
-from partnd.engine.compilation import COMPILE_MODES, compile_module
+from partnd.engine.compilation import compile_module
 from partnd.engine.config import PretrainConfig
 from partnd.engine.distributed import resolve_device
 from partnd.engine.precision import PRECISIONS, autocast, resolve_precision
 from partnd.objectives import CrossWindowPART, build_objective
-from partnd.recipes.bench_support import device_description, interleaved_times
+from partnd.recipes.bench_support import (
+    add_compile_option,
+    device_description,
+    interleaved_times,
+)
 from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES
 from partnd.signal_info import SignalSpec
 
@@ -140,12 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--head", choices=PretrainConfig.HEADS, help="the relative head (default: the preset's)"
     )
-    parser.add_argument(
-        "--compile",
-        choices=[mode for mode in COMPILE_MODES if mode != "auto"],
-        default="off",
-        help="compile both steps as TrainConfig.compile does",
-    )
+    add_compile_option(parser, "compile both steps as TrainConfig.compile does")
     parser.add_argument(
         "--peak-tflops", type=float, default=None, help="the device's dense bf16 peak"
     )

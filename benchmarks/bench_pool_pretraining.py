@@ -45,14 +45,14 @@ from partnd.datasets.adapters import as_signal_dataset
 from partnd.datasets.pools import PretrainingPools
 from partnd.datasets.segments import SleepSegmentDataset
 from partnd.datasets.store import SleepStore
-from partnd.engine.compilation import COMPILE_MODES, compile_module
+from partnd.engine.compilation import compile_module
 from partnd.engine.config import PretrainConfig
 from partnd.engine.distributed import resolve_device
 from partnd.engine.precision import PRECISIONS, resolve_precision
 from partnd.engine.sampler import ResumableBatchSampler, epoch_order
 from partnd.engine.trainer import BatchReads, batch_as_read
 from partnd.objectives import build_objective
-from partnd.recipes.bench_support import interleaved_times
+from partnd.recipes.bench_support import add_compile_option, interleaved_times
 from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES, SCALES, STUDY_FRONTENDS
 from partnd.signal_info import SignalSpec
 
@@ -157,12 +157,7 @@ def main(argv: list[str] | None = None) -> None:
         default="fp32",
         help="the step's precision (auto: bf16 where the device runs it fast, as pretraining)",
     )
-    parser.add_argument(
-        "--compile",
-        choices=[mode for mode in COMPILE_MODES if mode != "auto"],
-        default="off",
-        help="compile the step as TrainConfig.compile does",
-    )
+    add_compile_option(parser, "compile the step as TrainConfig.compile does")
     parser.add_argument(
         "--loader-dtypes",
         nargs="+",

@@ -47,9 +47,9 @@ from bench_part_windows_step import run as part_windows_step
 from bench_pool_pretraining import LOADER_DTYPES, loader_rate
 
 from partnd.datasets.segments import SleepSegmentDataset
-from partnd.engine.compilation import COMPILE_MODES
 from partnd.engine.config import PretrainConfig
 from partnd.engine.distributed import resolve_device
+from partnd.recipes.bench_support import add_compile_option
 from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES
 
 #: (goal, threshold): a figure at least the threshold meets it (the cost model's: at most).
@@ -135,11 +135,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "--segments", type=int, default=32, help="segments per step (the preset's batch)"
     )
     parser.add_argument("--steps", type=int, default=20, help="timed steps of each kind")
-    parser.add_argument(
-        "--compile",
-        choices=[mode for mode in COMPILE_MODES if mode != "auto"],
-        default="default",
-        help="how every timed step is compiled (TrainConfig.compile)",
+    add_compile_option(
+        parser, "how every timed step is compiled (TrainConfig.compile)", default="default"
     )
     parser.add_argument("--workers", type=int, nargs="+", default=[4, 8, 12])
     parser.add_argument(

@@ -17,6 +17,7 @@ One module, so that no benchmark imports another and no test loads a benchmark f
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import time
@@ -33,17 +34,20 @@ from sklearn.preprocessing import StandardScaler
 from tqdm.auto import tqdm
 
 from partnd.datasets.store import STAGE_NAMES, SleepStore, create_store, write_record
+from partnd.engine.compilation import COMPILE_MODES
 from partnd.evaluation.probes import logistic_regression_probe
 from partnd.recipes.sleep_study import STUDY_FRONTENDS
 
 __all__ = [
     "CLOCKS",
+    "FIXED_COMPILE_MODES",
     "FRONTEND_CANDIDATES",
     "PROBE_CS",
     "RIDGE_ALPHAS",
     "SYNTHETIC_CHANNELS",
     "SYNTHETIC_SFREQ",
     "SYNTHETIC_WINDOW_SECONDS",
+    "add_compile_option",
     "build_synthetic_store",
     "device_description",
     "effective_dimensions",
@@ -65,6 +69,16 @@ def synchronize(device: torch.device) -> None:
     """Wait for ``device``'s queued work (a GPU's kernels); nothing on a CPU."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+FIXED_COMPILE_MODES: tuple[str, ...] = tuple(mode for mode in COMPILE_MODES if mode != "auto")
+"""The compile modes a benchmark times: ``TrainConfig.compile``'s less ``auto`` (a benchmark
+names the mode it measures)."""
+
+
+def add_compile_option(parser: argparse.ArgumentParser, help: str, default: str = "off") -> None:
+    """Add ``--compile``, one of :data:`FIXED_COMPILE_MODES`, to a benchmark's ``parser``."""
+    parser.add_argument("--compile", choices=FIXED_COMPILE_MODES, default=default, help=help)
 
 
 def device_description(device: torch.device) -> str:
