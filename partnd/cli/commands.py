@@ -424,13 +424,6 @@ def _finetune_main(argv: list[str]) -> int:
             "naming as many classes)",
             str(num_classes),
         )
-    if class_names is not None:
-        check(
-            len(class_names) == num_classes,
-            "--class-names",
-            f"{num_classes} names (--num-classes)",
-            repr(class_names),
-        )
     result = finetune(
         args.init_weights,
         train,

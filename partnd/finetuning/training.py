@@ -685,7 +685,7 @@ def finetune(
         check(
             len(class_names) == num_classes,
             "class_names",
-            f"{num_classes} names",
+            f"{num_classes} names (one per class of num_classes)",
             repr(class_names),
         )
     backbone = _load_backbone(encoder)
