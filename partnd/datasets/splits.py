@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from partnd._validation import InputError, check
-from partnd.datasets.store import SleepStore
+from partnd.datasets.store import SleepStore, read_json
 
 __all__ = [
     "PC18_LABELLED_SUBJECTS",
@@ -220,13 +220,7 @@ def read_tagged_json(path: str | Path, name: str, version: int, what: str) -> di
         InputError: The file is missing, not JSON, or of another format or version (naming
             ``path``).
     """
-    try:
-        with open(path, encoding="utf-8") as file:
-            data = json.load(file)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise InputError(
-            f"path: expected a readable {what}, got {path} ({type(error).__name__}: {error})"
-        ) from None
+    data = read_json(Path(path), f"a readable {what}")
     check(
         isinstance(data, dict)
         and data.get("format") == name

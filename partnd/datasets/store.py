@@ -53,6 +53,7 @@ __all__ = [
     "SleepStore",
     "check_record_id",
     "create_store",
+    "read_json",
     "read_manifest_file",
     "record_channel_scale",
     "remove_incomplete_records",
@@ -72,6 +73,28 @@ _ZARR_JSON = "zarr.json"
 _RESUME_IGNORED_KEYS = frozenset({"created", "library_versions"})
 
 
+def read_json(path: Path, expected: str, argument: str = "path") -> Any:
+    """The JSON content of the file ``path``.
+
+    Args:
+        path: The file.
+        expected: What a valid file is, for the message (``"a readable split JSON file"``).
+        argument: Name of the argument for the message.
+
+    Raises:
+        InputError: The file cannot be opened, decoded or parsed as JSON, naming the file and
+            the cause.
+    """
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InputError(
+            f"{argument}: expected {expected}, got {str(path)!r} that cannot be read "
+            f"({type(error).__name__}: {error})"
+        ) from None
+
+
 def _read_group_attrs(group_dir: Path) -> dict[str, Any]:
     """Return the ``attributes`` of a zarr v3 group from its ``zarr.json`` without opening zarr.
 
@@ -80,14 +103,7 @@ def _read_group_attrs(group_dir: Path) -> dict[str, Any]:
             foreign store), naming the file.
     """
     path = group_dir / _ZARR_JSON
-    try:
-        with open(path, encoding="utf-8") as handle:
-            metadata = json.load(handle)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise InputError(
-            f"path: expected a zarr store whose {_ZARR_JSON} is JSON, got {str(path)!r} that "
-            f"cannot be read ({type(error).__name__}: {error})"
-        ) from None
+    metadata = read_json(path, f"a zarr store whose {_ZARR_JSON} is JSON")
     attributes = metadata.get("attributes", {}) if isinstance(metadata, dict) else None
     if not isinstance(attributes, dict):
         raise InputError(
