@@ -68,6 +68,7 @@ from partnd.objectives import build_objective, list_objectives
 from partnd.pretraining import ObjectiveTask, pretrain
 from partnd.recipes.bench_support import (
     CLOCKS,
+    add_compile_option,
     build_synthetic_store,
     device_description,
     synchronize,
@@ -339,11 +340,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--methods", nargs="+", default=list_objectives(data="items"))
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:K")
     parser.add_argument("--precision", default="auto", help="auto, fp32, bf16 or fp16")
-    parser.add_argument(
-        "--compile",
-        choices=COMPILE_MODES,
+    add_compile_option(
+        parser,
+        "TrainConfig.compile of every timed step and of the validation run",
         default="auto",
-        help="TrainConfig.compile of every timed step and of the validation run",
+        modes=COMPILE_MODES,
     )
     parser.add_argument(
         "--batch-size", type=int, default=None, help="timed batch (default: the preset's)"

@@ -76,9 +76,15 @@ FIXED_COMPILE_MODES: tuple[str, ...] = tuple(mode for mode in COMPILE_MODES if m
 names the mode it measures)."""
 
 
-def add_compile_option(parser: argparse.ArgumentParser, help: str, default: str = "off") -> None:
-    """Add ``--compile``, one of :data:`FIXED_COMPILE_MODES`, to a benchmark's ``parser``."""
-    parser.add_argument("--compile", choices=FIXED_COMPILE_MODES, default=default, help=help)
+def add_compile_option(
+    parser: argparse.ArgumentParser,
+    help: str,
+    default: str = "off",
+    modes: Sequence[str] = FIXED_COMPILE_MODES,
+) -> None:
+    """Add ``--compile``, one of ``modes`` (default :data:`FIXED_COMPILE_MODES`; a benchmark
+    that times what a run would pick passes every mode, ``auto`` included), to ``parser``."""
+    parser.add_argument("--compile", choices=list(modes), default=default, help=help)
 
 
 def device_description(device: torch.device) -> str:
