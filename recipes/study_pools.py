@@ -37,6 +37,7 @@ from partnd.engine.config import PretrainConfig
 from partnd.engine.run_dir import RunDir
 from partnd.evaluation.probes import PretextMonitor
 from partnd.objectives.diagnostics import pretext_error
+from partnd.objectives.registry import registered
 from partnd.preprocessing.physionet2018 import preprocess_physionet2018
 from partnd.preprocessing.pipeline import without_overwrite_remedy
 from partnd.pretraining import pretrain
@@ -159,16 +160,19 @@ class PoolStage:
 
     def check_fits(self, config: PretrainConfig) -> None:
         """Refuse a segment length (``--pool-segment-windows``) longer than every contiguous run
-        of the held-out nights or of the smallest pool's (the pools are nested), before
-        ``pools.json`` or a run directory is written; a study whose pools were never saved
-        still takes a corrected value.
+        of the held-out nights (PART across windows evaluates segments) or of the smallest
+        pool's (the pools are nested; every objective on segments), before ``pools.json`` or a
+        run directory is written; a study whose pools were never saved still takes a corrected
+        value.
 
         Raises:
             InputError: Naming ``segment_windows`` and the longest run of the nights concerned.
         """
-        if config.method != "part_windows":
+        entry = registered(config.method)
+        if entry is None or entry.data != "segments":
             return
-        self.held_out(config)
+        if config.method == "part_windows":
+            self.held_out(config)
         smallest = self.plan.records(self.plan.names[0])
         SleepSegmentDataset(
             self.store, records=list(smallest), segment_windows=config.segment_windows

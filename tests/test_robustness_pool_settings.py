@@ -74,6 +74,10 @@ def test_a_segment_longer_than_the_nights_is_refused_before_the_pools_are_drawn(
     assert "se: error: --pool-segment-windows: expected at most the longest contiguous run" in err
     assert "(60 windows in " in err and err.rstrip().endswith("got 100000")
     assert not (out / "pools.json").exists() and not (out / "pretrain_pools").exists()
+    relative = [*argv, "--rows", "rp:probe", "--pool-segment-windows", "100000"]
+    assert _run(relative) == 2  # relative positioning reads the pools' segments too
+    assert "se: error: --pool-segment-windows: expected at most" in capsys.readouterr().err
+    assert not (out / "pools.json").exists() and not (out / "pretrain_pools").exists()
 
     def started(*args: object, **kwargs: object) -> None:
         raise _Pretrained
