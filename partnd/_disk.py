@@ -31,6 +31,10 @@ class DiskFullError(OSError):
     def __str__(self) -> str:
         return f"no space left on device while writing {self.path}; nothing half-written was kept"
 
+    def __reduce__(self) -> tuple[type[DiskFullError], tuple[Path]]:
+        """Pickled by its path, so that it reaches the parent of a worker process (joblib)."""
+        return (DiskFullError, (self.path,))
+
 
 def is_disk_full(error: BaseException) -> bool:
     """Whether ``error`` is a full disk: an ``OSError`` with ``errno.ENOSPC`` (or ``EDQUOT``, an

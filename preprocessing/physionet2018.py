@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from partnd._disk import is_disk_full
 from partnd._validation import check
 from partnd.cli.errors import OptionNames, run_command
 from partnd.cli.options import add_switch
@@ -277,6 +278,8 @@ def _process_record(task: RecordTask) -> tuple[str, str, dict[str, Any]]:
     except RecordError as error:
         reason, detail, trace = error.reason, error.detail, None
     except Exception as error:
+        if is_disk_full(error):  # ends the run: every other record would fail the same way
+            raise
         reason, detail = UNEXPECTED_ERROR, f"{type(error).__name__}: {error}"
         trace = traceback.format_exc(limit=5)
     entry = {

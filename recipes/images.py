@@ -237,6 +237,7 @@ class ImageStudyConfig:
         for name in ("image_size", "subset", "test_subset"):
             value = getattr(self, name)
             check(value is None or value >= 1, f"--{name.replace('_', '-')}", "a size >= 1", value)
+        check(self.seed >= 0, "--seed", "an int >= 0", self.seed)
         PretrainConfig.check_field_names(self.pretrain_overrides, "pretrain_overrides")
         FinetuneConfig.check_field_names(self.finetune_overrides, "finetune_overrides")
 
@@ -244,6 +245,28 @@ class ImageStudyConfig:
     def size(self) -> int:
         """The input side S."""
         return int(self.image_size or DATASETS[self.dataset]["image_size"])
+
+    def check_settings(self) -> None:
+        """Build every variant's pretraining and fine-tuning configuration, so that a bad
+        ``--set``/``--epochs``/``--seed`` or an ``--image-size`` the patches do not tile is
+        refused before the study directory is written, not when the variant trains.
+
+        Raises:
+            InputError: Naming the configuration field or ``--image-size``.
+        """
+        for variant in self.variants().values():
+            configs: list[PretrainConfig | FinetuneConfig] = [self.finetune_config(variant)]
+            if variant.pretrained:
+                configs.append(self.pretrain_config(variant))
+            for config in configs:
+                patch = config.patch_size
+                sides = (patch, patch) if isinstance(patch, int) else tuple(patch)
+                check(
+                    all(self.size % side == 0 for side in sides),
+                    "--image-size",
+                    f"a multiple of the patch size {patch} (the images are tiled into patches)",
+                    self.size,
+                )
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -343,13 +366,20 @@ class ImageStudy:
     """Runs the stages of an image study in ``config.out`` (see the module docstring).
 
     Args:
-        config: The study's settings.
+        config: The study's settings (checked, with :meth:`ImageStudyConfig.check_settings`,
+            before the directory is claimed).
         overwrite: Start the directory over (only a study directory is ever cleared).
+        read_data: Read both splits before the directory is claimed (the stages that train).
     """
 
-    def __init__(self, config: ImageStudyConfig, overwrite: bool = False) -> None:
+    def __init__(
+        self, config: ImageStudyConfig, overwrite: bool = False, read_data: bool = False
+    ) -> None:
         self.config = config
         self.out = config.out
+        config.check_settings()
+        if read_data:  # a bad --root, --subset or --test-subset is refused before the claim
+            _ = self.class_names
         self._claim(overwrite)
 
     def _claim(self, overwrite: bool) -> None:
@@ -374,6 +404,13 @@ class ImageStudy:
             train=train,
             transform=transform,
             verify_checksums=self.config.verify_checksums,
+        )
+        total = len(data)
+        check(  # more would silently be all of them, recorded as the larger number
+            size is None or size <= total,
+            "--subset" if train else "--test-subset",
+            f"at most the {total} images of the {'training' if train else 'test'} split",
+            size,
         )
         return subset(data, size, self.config.seed)
 
@@ -533,8 +570,9 @@ class ImageStudy:
 
 def report(study: ImageStudy, requested: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
     """Write every table whose variants are among ``requested`` (names and groups, as
-    ``--variants``) and finished: ``results`` from the ``main`` group's finished variants, each
-    ablation when all of its variants are requested; the pairs plot with the pairs table.
+    ``--variants``) and finished: ``results`` from every finished variant of the ``main`` group
+    (requested or finished before), each ablation when all of its variants are requested; the
+    pairs plot with the pairs table.
 
     Returns:
         The rows of every table written, by table name.
@@ -551,7 +589,13 @@ def report(study: ImageStudy, requested: Sequence[str]) -> dict[str, list[dict[s
     groups = study.config.groups()
     dataset = study.config.dataset
     tables: dict[str, list[dict[str, Any]]] = {}
-    main_rows = [results[name] for name in groups["main"] if name in results]
+    # every finished variant of the main group: a table of only those requested would replace
+    # the study's results by fewer rows
+    main_rows = [
+        results[name] if name in results else study.load(name)
+        for name in groups["main"]
+        if name in results or study.finished(name)
+    ]
     if main_rows:
         tables["results"] = results_table(main_rows, dataset)
     builders = {
@@ -620,13 +664,15 @@ def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]
         | _assignments(args.finetune_set, "--finetune-set"),
     )
     parsed: list[dict[str, Any]] = []
-    for config_cls, values, epochs in (
-        (PretrainConfig, texts[0], args.pretrain_epochs),
-        (FinetuneConfig, texts[1], args.finetune_epochs),
+    for config_cls, values, epochs, stage in (
+        (PretrainConfig, texts[0], args.pretrain_epochs, "pretrain"),
+        (FinetuneConfig, texts[1], args.finetune_epochs, "finetune"),
     ):
         config_cls.check_field_names(values, "--set")
         overrides = {k: config_cls.parse_value(k, v) for k, v in values.items()}
         chosen = epochs if epochs is not None else args.epochs
+        for option, value in (("--epochs", args.epochs), (f"--{stage}-epochs", epochs)):
+            check(value is None or value >= 1, option, "a number of epochs >= 1", value)
         if chosen is not None:
             overrides["epochs"] = chosen
         parsed.append(overrides)
@@ -698,7 +744,7 @@ def study_from_args(args: argparse.Namespace) -> ImageStudy:
         pretrain_overrides=pretrain_overrides,
         finetune_overrides=finetune_overrides,
     )
-    return ImageStudy(config, overwrite=args.overwrite)
+    return ImageStudy(config, overwrite=args.overwrite, read_data=args.stage != "report")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -102,12 +102,14 @@ COMMANDS = ("pretrain", "cells", "run-cell", "run", "aggregate")
 
 
 #: The options of this recipe for the arguments its messages name: the sleep recipes', and the
-#: pools' segment length (a pool pretraining's ``segment_windows``).
+#: pools' options (a pool pretraining's ``segment_windows``, ``patience``, ``eval_every_steps``).
 OPTIONS = OptionNames(
     {
         **SLEEP_OPTIONS.options,
         "segment_windows": "--pool-segment-windows",
         "PretrainConfig.segment_windows": "--pool-segment-windows",
+        "PretrainConfig.patience": "--pool-patience",
+        "PretrainConfig.eval_every_steps": "--pool-eval-steps",
         "pool_overrides": "--pool-patience/--pool-eval-steps/--pool-segment-windows",
     }
 )

@@ -314,9 +314,9 @@ class StudyConfig:
 
     def check_settings(self, methods: Sequence[str] = ()) -> None:
         """Build the configurations the study trains with (every arm's fine-tuning, for every
-        seed and budget; the pretraining of ``methods``), so that a bad setting (``context=0``,
-        ``night_crop=0``, a step budget of 0...) is refused before anything is written, not when
-        its row trains.
+        seed and budget; the pretraining of ``methods``, on the pools too), so that a bad setting
+        (``context=0``, ``night_crop=0``, a step budget of 0, a pool's ``patience=0``...) is
+        refused before anything is written, not when its row trains.
 
         Raises:
             InputError: Naming the configuration field (``FinetuneConfig.context``...).
@@ -324,6 +324,8 @@ class StudyConfig:
         for method in dict.fromkeys(["part", *methods]):
             if method in list_objectives():
                 self.pretrain_config(method)
+                if self.pools is not None:  # its pools' pretraining (the pool options)
+                    self.pretrain_config(method, pool=True)
         budgets = self.budgets or SCALES[self.scale].budgets
         for seed in sorted({self.seed, *(self.seeds or SCALES[self.scale].seeds)}):
             for method in ("part", *SCRATCH_METHODS):

@@ -37,6 +37,7 @@ from partnd.engine.config import PretrainConfig
 from partnd.engine.run_dir import RunDir
 from partnd.evaluation.probes import PretextMonitor
 from partnd.objectives.diagnostics import pretext_error
+from partnd.objectives.registry import registered
 from partnd.preprocessing.physionet2018 import preprocess_physionet2018
 from partnd.preprocessing.pipeline import without_overwrite_remedy
 from partnd.pretraining import pretrain
@@ -132,12 +133,18 @@ class PoolStage:
             self.config.pool_src, self.config.pool_store_path, self.config, "pool_store"
         )
 
+    @property
+    def plan_path(self) -> Path:
+        """``pools.json``: the drawn pools, saved by the first pretraining once its settings were
+        checked against them (until then ``--pools`` and the pool options may still change)."""
+        return self.study.out / "pools.json"
+
     @cached_property
     def plan(self) -> PretrainingPools:
-        """The nested pools and held-out nights (``pools.json``, made once)."""
-        path = self.study.out / "pools.json"
-        if path.is_file():
-            return PretrainingPools.load(path)
+        """The nested pools and held-out nights (``pools.json`` once saved, else drawn anew: the
+        draw is seeded)."""
+        if self.plan_path.is_file():
+            return PretrainingPools.load(self.plan_path)
         split = self.study.split
         assert self.config.pools is not None
         with renamed_arguments({"sizes_hours": "pools"}):
@@ -149,8 +156,27 @@ class PoolStage:
                 held_out_subjects=self.study.scale.held_out_subjects,
                 seed=self.config.seed,
             )
-        plan.save(path)
         return plan
+
+    def check_fits(self, config: PretrainConfig) -> None:
+        """Refuse a segment length (``--pool-segment-windows``) longer than every contiguous run
+        of the held-out nights (PART across windows evaluates segments) or of the smallest
+        pool's (the pools are nested; every objective on segments), before ``pools.json`` or a
+        run directory is written; a study whose pools were never saved still takes a corrected
+        value.
+
+        Raises:
+            InputError: Naming ``segment_windows`` and the longest run of the nights concerned.
+        """
+        entry = registered(config.method)
+        if entry is None or entry.data != "segments":
+            return
+        if config.method == "part_windows":
+            self.held_out(config)
+        smallest = self.plan.records(self.plan.names[0])
+        SleepSegmentDataset(
+            self.store, records=list(smallest), segment_windows=config.segment_windows
+        )
 
     def run_dir(self, method: str, pool: str) -> Path:
         """Run directory of ``method``'s pretraining on ``pool``."""
@@ -194,6 +220,9 @@ class PoolStage:
         resume = run.resumable
         if resume:
             config = PretrainConfig.from_json(run_dir / "config.json")
+        self.check_fits(config)
+        if not self.plan_path.is_file():
+            self.plan.save(self.plan_path)
         data = SleepWindowDataset(
             self.store, records=list(self.plan.records(pool)), normalize=self.config.normalization
         )

@@ -171,9 +171,17 @@ def test_imagefolder_tree_is_read_and_a_missing_split_refused(
     mismatched = tmp_path / "mismatched"
     shutil.copytree(folder_root, mismatched)
     shutil.rmtree(mismatched / "val" / PHOTOS[0])
-    study = _study(mismatched, tmp_path / "study", dataset="imagenet")
-    with pytest.raises(InputError, match="same classes"):
-        study.run_finetuning("supervised")
+    with pytest.raises(InputError, match="same classes"):  # refused before study.json
+        _study(
+            mismatched,
+            tmp_path / "study",
+            "--subset",
+            "32",
+            "--test-subset",
+            "9",
+            dataset="imagenet",
+        )
+    assert not (tmp_path / "study").exists()
     with pytest.raises(InputError, match="no val/ folder"):
         load_image_dataset("imagenet", tmp_path, train=False, transform=None)
     with pytest.raises(InputError, match="--dataset"):
@@ -372,6 +380,11 @@ def _args(root: Path, out: Path, *extra: str, dataset: str = "cifar100") -> list
     ]
 
 
+#: The ImageFolder tree's 32 training and 12 validation images, all of them (a larger subset is
+#: refused).
+WHOLE_FOLDER = ["--subset", "32", "--test-subset", "12"]
+
+
 def _study(root: Path, out: Path, *extra: str, dataset: str = "cifar100") -> ImageStudy:
     return images.study_from_args(
         build_parser().parse_args(_args(root, out, *extra, dataset=dataset))
@@ -524,6 +537,7 @@ def test_interrupted_pretraining_resumes_and_finished_stages_are_skipped(
 def test_imagefolder_recipe_with_scale_boxes(folder_root: Path, tmp_path: Path) -> None:
     out = tmp_path / "in1k"
     extra = ["--image-size", "64", "--scale-boxes", "--variants", "scale", "supervised"]
+    extra += WHOLE_FOLDER
     argv = ["all", *_args(folder_root, out, *extra, dataset="imagenet")]
     assert images.main(argv) == 0
     part = json.loads((out / "pretrain" / "part" / "result.json").read_text())

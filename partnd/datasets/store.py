@@ -37,6 +37,7 @@ import xarray as xr
 import zarr
 from zarr.codecs import BloscCodec
 
+from partnd._disk import DiskFullError, is_disk_full
 from partnd._validation import InputError, check
 from partnd.datasets.stages import STAGE_NAMES
 
@@ -470,6 +471,7 @@ def create_store(
         InputError: A configuration argument is invalid, or an existing store has another
             configuration and ``overwrite`` is False.
         FileExistsError: ``path`` exists, is not a partnd-sleep store and ``overwrite`` is False.
+        DiskFullError: The disk filled up; nothing was left at or beside ``path``.
     """
     path = Path(path)
     config = _store_config(sfreq, channels, window_seconds, stage_names, metadata)
@@ -498,6 +500,10 @@ def create_store(
         root = zarr.open_group(staging, mode="w", zarr_format=3, attributes=config)
         root.create_group(RECORDS_GROUP)
         _replace_directory(staging, path)
+    except OSError as error:
+        if is_disk_full(error) and not isinstance(error, DiskFullError):
+            raise DiskFullError(path) from error
+        raise
     finally:  # a full disk or an interrupt leaves no half-built store beside path
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
@@ -563,6 +569,7 @@ def write_record(
     Raises:
         InputError: An argument does not match the store or the contract above.
         FileExistsError: The record exists and ``overwrite`` is False.
+        DiskFullError: The disk filled up; the record's temporary directory was removed.
     """
     store = SleepStore(store_path)
     check_record_id(record_id)
@@ -648,7 +655,11 @@ def write_record(
     try:
         dataset.to_zarr(staging, mode="w-", consolidated=False, zarr_format=3, encoding=encoding)
         _replace_directory(staging, record_dir)
-    finally:
+    except OSError as error:  # the record, not a chunk of its deleted staging directory
+        if is_disk_full(error) and not isinstance(error, DiskFullError):
+            raise DiskFullError(record_dir) from error
+        raise
+    finally:  # a full disk or an interrupt leaves no half-written record
         if staging.exists():
             shutil.rmtree(staging)
 

@@ -23,6 +23,7 @@ from partnd._validation import InputError
 
 __all__ = [
     "CheckpointManager",
+    "append_text",
     "atomic_save",
     "atomic_write_json",
     "atomic_write_text",
@@ -82,6 +83,30 @@ def atomic_write_text(text: str, path: str | Path) -> None:
     """Write ``text`` to ``path`` atomically."""
     with _atomic_file(Path(path), "w") as handle:
         handle.write(text)
+
+
+def append_text(text: str, path: str | Path) -> None:
+    """Append ``text`` to ``path`` (created if missing) whole or not at all.
+
+    For files that grow a line at a time (``metrics.jsonl``): a failed write, a full disk above
+    all, cuts the file back to its previous length, so no line is left half-written.
+
+    Raises:
+        DiskFullError: When the disk is full; ``path`` keeps its previous content.
+    """
+    path = Path(path)
+    data = text.encode()
+    with open(path, "ab", buffering=0) as handle:
+        size = handle.seek(0, os.SEEK_END)
+        try:
+            written = 0
+            while written < len(data):  # a raw write may take only part of it
+                written += handle.write(data[written:]) or 0
+        except BaseException as error:
+            os.ftruncate(handle.fileno(), size)
+            if is_disk_full(error):
+                raise DiskFullError(path) from error
+            raise
 
 
 def atomic_write_json(data: Any, path: str | Path) -> None:

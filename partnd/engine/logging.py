@@ -7,6 +7,12 @@ A record is a flat dict such as ``{"phase": "train", "epoch": 0, "step": 20, "lo
 same rows under the union of all columns seen, and TensorBoard a scalar ``"{phase}/{key}"`` at
 ``step`` for every numeric value. On resume, records logged after the resumed step by the
 interrupted run are dropped, so the files describe one consistent trajectory.
+
+A full disk ends :meth:`MetricLogger.log` with :class:`~partnd._disk.DiskFullError` naming the
+file, which keeps only whole records: a line of ``metrics.jsonl`` or ``metrics.csv`` is appended
+whole or not at all, and TensorBoard's event file is cut back to its last whole event (instead of
+its writer thread dying with a traceback and the error surfacing, without a path, at a later
+call).
 """
 
 from __future__ import annotations
@@ -15,9 +21,12 @@ import csv
 import io
 import json
 import math
+import os
+from pathlib import Path
 from typing import Any
 
-from partnd.engine.checkpoint import atomic_write_text
+from partnd._disk import DiskFullError, is_disk_full
+from partnd.engine.checkpoint import append_text, atomic_write_text
 from partnd.engine.run_dir import RunDir
 
 __all__ = ["MetricLogger"]
@@ -30,6 +39,46 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value
+
+
+class _WholeEvents:
+    """TensorBoard's event file as its ``RecordWriter`` writes it (one whole event per
+    :meth:`write`, from TensorBoard's writer thread): a full disk cuts the file back to its last
+    whole event and is kept in :attr:`error` for the training thread to raise, where the writer
+    thread would die with a traceback.
+
+    Args:
+        file: The file object the ``RecordWriter`` wrote to.
+        path: The event file.
+    """
+
+    def __init__(self, file: Any, path: Path) -> None:
+        self._file = file
+        self.path = path
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> None:
+        if self.error is not None:  # nothing more after a failed event: the file stays whole
+            return
+        size = self.path.stat().st_size if self.path.exists() else 0
+        try:
+            self._file.write(data)
+        except OSError as error:
+            if not is_disk_full(error):
+                raise
+            os.truncate(self.path, size)
+            self.error = error
+
+    def flush(self) -> None:
+        if self.error is None:
+            self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._file.closed)
 
 
 class MetricLogger:
@@ -48,10 +97,10 @@ class MetricLogger:
         self.history: list[Record] = []
         self._columns: list[str] = []
         self._writer: Any = None
+        self._events: _WholeEvents | None = None
         if run_dir is not None and resume_step is not None and run_dir.metrics_jsonl.is_file():
-            lines = run_dir.metrics_jsonl.read_text().splitlines()
-            self.history = [json.loads(line) for line in lines if line.strip()]
-            self.history = [rec for rec in self.history if rec.get("step", 0) <= resume_step]
+            # a last line cut short by a crash while it was written is left out
+            self.history = [rec for rec in run_dir.history() if rec.get("step", 0) <= resume_step]
         for record in self.history:
             self._add_columns(record)
         if self.write and run_dir is not None:
@@ -61,6 +110,10 @@ class MetricLogger:
             # JSON lines above (records with step <= resume_step survive).
             purge = None if resume_step is None else resume_step + 1
             self._writer = SummaryWriter(str(run_dir.tb_dir), purge_step=purge)
+            events = self._writer.file_writer.event_writer
+            records = events._async_writer._writer  # its RecordWriter, shared with its thread
+            self._events = _WholeEvents(records._writer, Path(events._file_name))
+            records._writer = self._events
             if resume_step is not None:
                 atomic_write_text(
                     "".join(json.dumps(rec) + "\n" for rec in self.history), run_dir.metrics_jsonl
@@ -86,18 +139,21 @@ class MetricLogger:
         new_columns = self._add_columns(record)
         if not self.write or self.run_dir is None:
             return
-        with self.run_dir.metrics_jsonl.open("a") as handle:
-            handle.write(json.dumps(record) + "\n")
+        append_text(json.dumps(record) + "\n", self.run_dir.metrics_jsonl)
         if new_columns or not self.run_dir.metrics_csv.is_file():
             self._rewrite_csv(self.run_dir)
         else:
-            with self.run_dir.metrics_csv.open("a", newline="") as handle:
-                csv.DictWriter(handle, fieldnames=self._columns).writerow(record)
+            row = io.StringIO()
+            csv.DictWriter(row, fieldnames=self._columns).writerow(record)
+            append_text(row.getvalue(), self.run_dir.metrics_csv)
         phase = record.get("phase", "train")
         step = int(record.get("step", 0))
         for key, value in record.items():
             if key not in _NOT_SCALARS and isinstance(value, int | float):
                 self._writer.add_scalar(f"{phase}/{key}", value, step)
+        self._writer.flush()  # written now: a full disk is raised here, naming the file
+        if self._events is not None and self._events.error is not None:
+            raise DiskFullError(self._events.path) from self._events.error
 
     def close(self) -> None:
         """Flush and close TensorBoard (safe to call twice)."""
