@@ -22,9 +22,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from matplotlib.axes import Axes
-from matplotlib.patches import Rectangle
 from sklearn.datasets import load_sample_image
 
+from partnd.evaluation.capabilities import draw_box
 from partnd.patches.sampling import GridSampler, OffGridSampler, PatchBatch
 from partnd.patches.targets import relative_targets
 
@@ -47,20 +47,6 @@ def _eeg_like_signal(num_samples: int, sfreq: float, seed: int) -> np.ndarray:
     alpha = np.exp(-(((time - 8.0) / 2.0) ** 2)) * np.sin(2 * np.pi * 10 * time)
     spindle = np.exp(-(((time - 21.0) / 0.6) ** 2)) * np.sin(2 * np.pi * 13 * time)
     return signal + 25 * alpha + 35 * spindle
-
-
-def _box(ax: Axes, start: torch.Tensor, size: torch.Tensor, colour: str, width: float) -> None:
-    """Draw a 2D box given in (row, column) input coordinates on an image axis."""
-    ax.add_patch(
-        Rectangle(
-            (float(start[1]), float(start[0])),
-            float(size[1]),
-            float(size[0]),
-            fill=False,
-            edgecolor=colour,
-            linewidth=width,
-        )
-    )
 
 
 def _draw_eeg(ax: Axes, seed: int) -> None:
@@ -120,7 +106,7 @@ def _draw_image_panels(axes: list[Axes], seed: int) -> None:
         ax.set_ylabel("row (1st coordinate)")
     grid_ax.set_xlabel("column (2nd coordinate)")
     for n in range(grid.num_patches):
-        _box(grid_ax, grid.starts[0, n], grid.sizes[0, n], "white", 0.8)
+        draw_box(grid_ax, grid.starts[0, n], grid.sizes[0, n], "white", 0.8)
     grid_ax.set_title(f"GridSampler(2, {patch}): {grid.num_patches} tiles", fontsize=9)
     ref, tgt = _draw_pair(off_ax, off_grid)
     off_ax.set_title("OffGridSampler(2, 32, scale_range=(0.5, 2))", fontsize=9)
@@ -140,9 +126,9 @@ def _draw_pair(ax: Axes, batch: PatchBatch) -> tuple[int, int]:
     tgt = int((centers - centers[ref]).norm(dim=1).argmax())
     others = [n for n in range(batch.num_patches) if n not in (ref, tgt)]
     for n in others:
-        _box(ax, batch.starts[0, n], batch.sizes[0, n], OTHER_COLOUR, 1.0)
-    _box(ax, batch.starts[0, ref], batch.sizes[0, ref], REF_COLOUR, 2.0)
-    _box(ax, batch.starts[0, tgt], batch.sizes[0, tgt], TGT_COLOUR, 2.0)
+        draw_box(ax, batch.starts[0, n], batch.sizes[0, n], OTHER_COLOUR, 1.0)
+    draw_box(ax, batch.starts[0, ref], batch.sizes[0, ref], REF_COLOUR, 2.0)
+    draw_box(ax, batch.starts[0, tgt], batch.sizes[0, tgt], TGT_COLOUR, 2.0)
     targets = relative_targets(
         batch.centers, batch.sizes, torch.tensor([ref]), torch.tensor([tgt]), scale=True
     )[0, 0]

@@ -58,6 +58,7 @@ __all__ = [
     "Reconstruction",
     "ScalePrediction",
     "antisymmetry_score",
+    "draw_box",
     "negative_symmetry",
     "offgrid_reconstruction",
     "patch_uncertainty",
@@ -491,7 +492,22 @@ def _show(ax: Axes, canvas: np.ndarray, low: float, high: float, title: str) -> 
     ax.set_yticks([])
 
 
-def _rectangle(ax: Axes, start: np.ndarray, size: np.ndarray, colour: str, width: float) -> None:
+def draw_box(
+    ax: Axes,
+    start: np.ndarray | torch.Tensor | Sequence[float],
+    size: np.ndarray | torch.Tensor | Sequence[float],
+    colour: str,
+    width: float,
+) -> None:
+    """Outline a 2-D box given in (row, column) input coordinates on an image axis.
+
+    Args:
+        ax: The axis the image is shown on (extent in input pixels).
+        start: The box's (row, column) corner.
+        size: Its (height, width).
+        colour: Edge colour.
+        width: Edge line width.
+    """
     from matplotlib.patches import Rectangle
 
     ax.add_patch(
@@ -678,7 +694,7 @@ def _reconstruction_figure(draw: _Draw, result: Reconstruction, path: Path) -> N
             "the same patches at their predicted boxes",
         )
         for ax in axes[1:]:
-            _rectangle(ax, starts[reference], sizes[reference], _REF_COLOUR, 2.0)
+            draw_box(ax, starts[reference], sizes[reference], _REF_COLOUR, 2.0)
     else:
         signal = image
         spacing = _channel_spacing(signal)
@@ -822,7 +838,7 @@ def _uncertainty_figure(draw: _Draw, result: PatchUncertainty, path: Path) -> No
         low, high = _display_range(image)
         figure, axes = plt.subplots(1, 2, figsize=(10, 4.8))
         _show(axes[0], image, low, high, f"input, target patch {result.target}")
-        _rectangle(axes[0], start, size, _TGT_COLOUR, 2.0)
+        draw_box(axes[0], start, size, _TGT_COLOUR, 2.0)
         _show(axes[1], image, low, high, "placements of the target by every reference")
         axes[1].images[0].set_alpha(0.45)
         axes[1].imshow(
@@ -838,7 +854,7 @@ def _uncertainty_figure(draw: _Draw, result: PatchUncertainty, path: Path) -> No
             interpolation="bilinear",
         )
         axes[1].scatter(placements[:, 1], placements[:, 0], s=9, color="cyan", linewidths=0)
-        _rectangle(axes[1], start, size, _TGT_COLOUR, 2.0)
+        draw_box(axes[1], start, size, _TGT_COLOUR, 2.0)
         axes[1].plot([centre[1]], [centre[0]], marker="x", color=_TGT_COLOUR, markersize=9)
         axes[1].set_xlim(low_x, high_x)
         axes[1].set_ylim(high_y, low_y)
