@@ -45,7 +45,8 @@ PC18_DATASET = "PhysioNet/CinC Challenge 2018"
 """The ``source.dataset`` of stores :func:`preprocess_physionet2018` writes."""
 
 if TYPE_CHECKING:
-    from partnd.recipes.sleep_study import SleepStudy, StudyConfig
+    from partnd.recipes.sleep_study import SleepStudy
+    from partnd.recipes.study_config import StudyConfig
 
 __all__ = [
     "PC18_DATASET",
