@@ -46,7 +46,8 @@ PC18_DATASET = "PhysioNet/CinC Challenge 2018"
 """The ``source.dataset`` of stores :func:`preprocess_physionet2018` writes."""
 
 if TYPE_CHECKING:
-    from partnd.recipes.sleep_study import SleepStudy, StudyConfig
+    from partnd.recipes.study_config import StudyConfig
+    from partnd.recipes.study_data import StudyData
 
 __all__ = [
     "PC18_DATASET",
@@ -117,10 +118,10 @@ class PoolStage:
     """The pools of a study and their pretraining (see the module docstring).
 
     Args:
-        study: The study (its config has ``pools``).
+        study: The study's data (its config has ``pools``).
     """
 
-    def __init__(self, study: SleepStudy) -> None:
+    def __init__(self, study: StudyData) -> None:
         self.study = study
         self.config = study.config
 

@@ -83,13 +83,13 @@ def test_sleep_staging_table_figures_and_a_resume_that_recomputes_nothing(
 
     real_pretrain = pretraining.pretrain
     monkeypatch.setattr(
-        "partnd.recipes.sleep_study.pretrain",
+        "partnd.recipes.study_pretraining.pretrain",
         lambda *args, **kwargs: real_pretrain(*args, **{**kwargs, "max_steps": 3}),
     )
     study.run_pretraining("part")
     assert not study.pretrained("part")  # stopped after 3 of its 2 epochs' steps
     assert (out / "pretrain" / "part" / "checkpoints" / "last.pt").is_file()
-    monkeypatch.setattr("partnd.recipes.sleep_study.pretrain", real_pretrain)
+    monkeypatch.setattr("partnd.recipes.study_pretraining.pretrain", real_pretrain)
     methods = ["part", "supervised", "classical", "yasa_pretrained"]
     rows = sleep_staging.rows_of(methods, ["window", "sequence", "night", "probe"])
     sleep_staging.run(study, "all", rows)
@@ -144,9 +144,9 @@ def test_sleep_staging_table_figures_and_a_resume_that_recomputes_nothing(
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a finished stage was recomputed")
 
-    monkeypatch.setattr("partnd.recipes.sleep_study.pretrain", refuse)
-    monkeypatch.setattr("partnd.recipes.sleep_study.finetune", refuse)
-    monkeypatch.setattr("partnd.recipes.sleep_study.linear_probe", refuse)
+    monkeypatch.setattr("partnd.recipes.study_pretraining.pretrain", refuse)
+    monkeypatch.setattr("partnd.recipes.study_cells.finetune", refuse)
+    monkeypatch.setattr("partnd.recipes.study_cells.linear_probe", refuse)
     again = tiny_study(out, cohort_root)
     sleep_staging.run(again, "all", rows)
     # and the settings of a study cannot silently change

@@ -72,10 +72,10 @@ def test_an_atomic_write_on_a_full_disk_keeps_the_previous_file(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(np, "save", numpy_full)  # a study cell's predictions.npy
-    from partnd.recipes.sleep_study import _save_npy
+    from partnd.recipes.study_cell_store import save_npy
 
     with pytest.raises(DiskFullError):
-        atomic_save(np.zeros(3), tmp_path / "predictions.npy", save=_save_npy)
+        atomic_save(np.zeros(3), tmp_path / "predictions.npy", save=save_npy)
     assert not (tmp_path / "predictions.npy").exists() and not _leftovers(tmp_path)
 
 

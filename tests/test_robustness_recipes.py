@@ -101,7 +101,7 @@ def test_a_cell_that_cannot_fill_a_batch_trains_with_a_smaller_one_and_says_whic
     """A w20 draw with scarce stages, a short record...: 'dataset: expected at least
     batch_size x world_size = 64 items ... got 60', naming no cell, mid-study."""
     from partnd.datasets.label_budget import LabelBudget, LabelDraw
-    from partnd.recipes import sleep_study
+    from partnd.recipes import study_cells
     from partnd.recipes.sleep_study import SleepStudy, StudyConfig
 
     study = SleepStudy(StudyConfig(out=tmp_path / "study", progress=False))
@@ -115,13 +115,13 @@ def test_a_cell_that_cannot_fill_a_batch_trains_with_a_smaller_one_and_says_whic
         used.append(kwargs["config"].batch_size)
         raise Stop
 
-    monkeypatch.setattr(sleep_study, "finetune", finetune)
+    monkeypatch.setattr(study_cells, "finetune", finetune)
     draw = LabelDraw(LabelBudget.parse("w20"), 0, ("s1",), ())
     with (
         pytest.warns(UserWarning, match=r"the cell supervised:window:w20:0: 5 training items"),
         pytest.raises(Stop),
     ):
-        study._finetune("supervised", "window", draw, 0, tmp_path / "run", None)
+        study.cells._finetune("supervised", "window", draw, 0, tmp_path / "run", None)
     assert used == [5]
 
 
@@ -129,14 +129,15 @@ def test_a_failing_cell_is_named_and_leaves_no_empty_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from partnd.recipes.sleep_study import SleepStudy, StudyConfig
+    from partnd.recipes.study_cells import StudyCells
 
     study = SleepStudy(StudyConfig(out=tmp_path / "study", progress=False))
 
     def fails(self, method, arm, budget, seed, pool=None):
-        (self.cell_dir(method, arm, budget, seed, pool) / "run").mkdir(parents=True)
+        (self.cell_store.cell_dir(method, arm, budget, seed, pool) / "run").mkdir(parents=True)
         raise InputError("dataset: expected at least 64 items, got 60")
 
-    monkeypatch.setattr(SleepStudy, "_run_cell", fails)
+    monkeypatch.setattr(StudyCells, "_run_cell", fails)
     with pytest.raises(InputError) as error:
         study.run_cell("supervised", "window", 1, 0)
     assert str(error.value) == (

@@ -17,6 +17,7 @@ from partnd.datasets.store import SleepStore
 from partnd.recipes import sample_efficiency
 from partnd.recipes.sleep_study import SleepStudy, StudyConfig
 from partnd.recipes.study_directory import run_recipe
+from partnd.recipes.study_pretraining import StudyPretraining
 
 TINY = {
     "encoder": "vit_test",
@@ -209,9 +210,10 @@ def test_label_budgets_draws_and_pools_end_to_end(
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a finished stage was recomputed")
 
-    for name in ("pretrain", "finetune", "linear_probe"):
-        monkeypatch.setattr(f"partnd.recipes.sleep_study.{name}", refuse)
-    monkeypatch.setattr("partnd.recipes.study_pools.pretrain", refuse)
+    for module in ("study_pretraining", "study_pools"):
+        monkeypatch.setattr(f"partnd.recipes.{module}.pretrain", refuse)
+    for name in ("finetune", "linear_probe"):
+        monkeypatch.setattr(f"partnd.recipes.study_cells.{name}", refuse)
     again = axes_study(out, cohorts)
     sample_efficiency.run_cells(again, cells, jobs=1)
     assert sample_efficiency.format_cell(pooled[0]) == "part_windows:sequence:w3:0:0.4h"
@@ -268,7 +270,7 @@ def test_the_command_line_of_the_axes(
     assert workers.pretrain_config("mae").num_workers == 3
     pretrained: list[tuple[str, str | None]] = []
     monkeypatch.setattr(
-        SleepStudy,
+        StudyPretraining,
         "run_pretraining",
         lambda self, method, pool=None: pretrained.append((method, pool)),
     )

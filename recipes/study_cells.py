@@ -1,0 +1,323 @@
+"""Computing the cells of a sleep study: probing, fine-tuning, and the classical rows.
+
+A cell is a method's arm trained on the draw of a label budget for a seed (on a pool's encoder
+for a pretrained method with pools) and tested on the study's test subjects. :class:`StudyCells`
+computes it unless it has finished, one process at a time per cell (a lock beside its
+directory), and writes it through the :class:`~partnd.recipes.study_cell_store.CellStore`:
+
+- ``window``, ``sequence``, ``night``: fine-tuning (:func:`partnd.finetune`) of the pretrained
+  encoder, a scratch encoder or a braindecode stager, its checkpoint chosen on the draw's
+  validation subjects; an interrupted run resumes;
+- ``probe``: logistic regression on the frozen encoder's features;
+- the classical rows: YASA's features + LightGBM, or YASA's shipped classifier.
+
+Every row predicts the test windows in one order, checked before its cell is written.
+"""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from partnd._validation import InputError, check
+from partnd.datasets.adapters import as_labelled_dataset
+from partnd.datasets.label_budget import LabelDraw
+from partnd.engine.checkpoint import atomic_save
+from partnd.engine.run_dir import RunDir
+from partnd.evaluation.metrics import classification_metrics
+from partnd.evaluation.probes import linear_probe
+from partnd.finetuning.sequence import EVALUATION_CROP, predict_nights
+from partnd.finetuning.training import FinetuneResult, finetune
+from partnd.inference import predict_logits
+from partnd.models import NightClassifier, SequenceClassifier
+from partnd.models.braindecode_stagers import STAGERS, NightStager
+from partnd.objectives import list_objectives
+from partnd.recipes.study_cell_store import BudgetLike, CellResult, CellStore, save_npy
+from partnd.recipes.study_config import (
+    CLASSICAL_METHODS,
+    SCRATCH_METHODS,
+    available_methods,
+    method_arms,
+)
+from partnd.recipes.study_data import StudyData
+from partnd.recipes.study_directory import exclusive
+from partnd.recipes.study_pretraining import StudyPretraining
+from partnd.recipes.study_scales import budget_settings
+
+__all__ = ["StudyCells"]
+
+
+class StudyCells:
+    """Computes the cells of a study (see the module docstring).
+
+    Args:
+        data: The study's data (store, split, test set, draws).
+        pretraining: The study's pretraining runs (the encoders of pretrained methods).
+        cell_store: Where the cells are written.
+    """
+
+    def __init__(
+        self, data: StudyData, pretraining: StudyPretraining, cell_store: CellStore
+    ) -> None:
+        self.data = data
+        self.config = data.config
+        self.pretraining = pretraining
+        self.cell_store = cell_store
+
+    def _check_cell(self, method: str, arm: str, pool: str | None) -> None:
+        """Refuse a cell the study cannot run: an unknown method, an arm it lacks, a pool it
+        cannot have, or a pretrained method whose pretraining has not finished."""
+        check(method in available_methods(), "method", f"one of {available_methods()}", method)
+        check(
+            arm in method_arms(method),
+            "arm",
+            f"one of {method}'s arms {method_arms(method)}",
+            repr(arm),
+        )
+        pretraining = self.pretraining
+        if pool is not None:
+            check(
+                method in list_objectives(),
+                "pool",
+                f"no pool for {method!r} (only pretrained methods have one)",
+                repr(pool),
+            )
+            check(
+                pool in pretraining.pool_names,
+                "pool",
+                f"one of the study's pools {list(pretraining.pool_names)}",
+                repr(pool),
+            )
+        if method in list_objectives():
+            check(
+                pretraining.pretrained(method, pool),
+                "method",
+                f"a finished pretraining of {method!r} (run the pretrain stage first)",
+                f"no finished run in {pretraining.pretrain_dir(method, pool)}",
+            )
+
+    def run_cell(
+        self, method: str, arm: str, budget: BudgetLike, seed: int, pool: str | None = None
+    ) -> CellResult:
+        """Train ``method``'s ``arm`` on the draw of ``budget`` for ``seed`` (on ``pool``'s
+        encoder) and test it, unless done. A pretrained method's pretraining must have
+        finished (:meth:`StudyPretraining.run_pretraining`). One process at a time writes a
+        cell: another one writing it (a worker of a killed command finishing its cell) is
+        refused."""
+        self._check_cell(method, arm, pool)
+        if self.cell_store.cell_done(method, arm, budget, seed, pool):
+            return self.cell_store.load_cell(method, arm, budget, seed, pool)
+        cell = self.cell_store.cell_dir(method, arm, budget, seed, pool)
+        name = ":".join(str(part) for part in (method, arm, budget, seed, pool) if part is not None)
+        with exclusive(cell.with_name(f".{cell.name}.lock"), f"the cell {cell}"):
+            try:
+                return self._run_cell(method, arm, budget, seed, pool)  # done meanwhile: loaded
+            except InputError as error:  # which cell, also from a worker of --jobs N
+                if cell.is_dir() and not any(p.is_file() for p in cell.rglob("*")):
+                    shutil.rmtree(cell)  # no empty cell folder is left
+                raise InputError(f"{error} (in the cell {name})") from error
+
+    def _run_cell(
+        self, method: str, arm: str, budget: BudgetLike, seed: int, pool: str | None = None
+    ) -> CellResult:
+        """Compute and write a checked cell while holding its lock (or read it, when another
+        process finished it meanwhile)."""
+        cells = self.cell_store
+        if cells.cell_done(method, arm, budget, seed, pool):
+            return cells.load_cell(method, arm, budget, seed, pool)
+        draw = self.data.draw(budget, seed)
+        cell = cells.cell_dir(method, arm, budget, seed, pool)
+        cell.mkdir(parents=True, exist_ok=True)
+        if method in CLASSICAL_METHODS:
+            predictions, settings = self._classical(method, arm, draw, seed)
+            used = () if method == "yasa_pretrained" else draw.subjects
+        elif arm == "probe":
+            predictions, settings = self._probe(method, draw, seed, pool)
+            used = draw.subjects
+        else:
+            run_dir = cell / "run"
+            predictions, settings = self._finetune(method, arm, draw, seed, run_dir, pool)
+            used = draw.subjects
+        labels = self.data.test_set.labels.astype(np.int64)
+        report = classification_metrics(
+            labels, predictions, len(self.data.class_names), self.data.class_names
+        )
+        result = {
+            "method": method,
+            "arm": arm,
+            "budget": draw.budget.to_json(),
+            "seed": seed,
+            "pool": pool,
+            "subjects": list(used),
+            "draw": draw.to_dict() if used else {},
+            "report": report.to_dict(),
+            "settings": settings,
+        }
+        cells.write_cell(cell, predictions, result)
+        return cells.load_cell(method, arm, budget, seed, pool)
+
+    def _classical(
+        self, method: str, arm: str, draw: LabelDraw, seed: int
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """A classical row: YASA's features + LightGBM, or YASA's pretrained classifier."""
+        from partnd.evaluation.classical import (
+            fit_classical_stager,
+            predict_stages,
+            pretrained_channel,
+            yasa_pretrained_stages,
+        )
+
+        test_records = list(self.data.split.test_records)
+        if method == "yasa_pretrained":  # no labels: one prediction shared by every cell
+            path = self.data.out / "yasa_pretrained.npy"
+            channel = pretrained_channel(self.data.store)
+            if not path.is_file():
+                staged = yasa_pretrained_stages(self.data.store, test_records, eeg_channel=channel)
+                self._check_test_order(staged.labels)
+                atomic_save(staged.predictions, path, save=save_npy)
+            return np.load(path), {
+                "features": f"YASA's own ({channel}, rolling context, per-night z-scores)",
+                "classifier": "YASA's shipped clf_eeg LightGBM, no labels from this data",
+                "note": "out of domain on the generated sample cohort"
+                if self.config.src is None
+                else "",
+            }
+        table = self.data.classical_features
+        if arm == "window":
+            table = table.single_window()
+        train = table.select(self.data.split.records_of(draw.subjects))
+        if draw.labelled_windows is not None:  # the drawn windows; context columns keep the night
+            train = train.keep_windows(draw.labelled_windows)
+        test = table.select(test_records)
+        self._check_test_order(test.labels)
+        model = fit_classical_stager(train.features, train.labels, seed=seed)
+        return predict_stages(model, test.features), {
+            "features": f"YASA {'with' if arm == 'sequence' else 'without'} context, "
+            f"{len(table.columns)} columns",
+            "classifier": "LightGBM, YASA's hyper-parameters and class weights",
+            "labelled_windows": len(train),
+        }
+
+    def _check_test_order(self, labels: np.ndarray) -> None:
+        """Predictions of every row must follow the test set's windows."""
+        check(
+            np.array_equal(np.asarray(labels), self.data.test_set.labels.astype(np.int64)),
+            "predictions",
+            "one prediction per labelled test window, in the test set's order",
+            "another order",
+        )
+
+    def _probe(
+        self, method: str, draw: LabelDraw, seed: int, pool: str | None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Logistic regression on the frozen encoder's [CLS] + mean patch token features."""
+        train = self.data.windows(draw.subjects, draw.labelled_windows)
+        result = linear_probe(
+            self.pretraining.window_encoder(method, seed, pool),
+            train,
+            self.data.test_set,
+            num_classes=len(self.data.class_names),
+            device=self.config.device if self.config.device != "auto" else None,
+            seed=seed,
+        )
+        init = "random (seeded)" if method in SCRATCH_METHODS else f"{method} pretraining"
+        return result.predictions, {
+            "encoder": init if pool is None else f"{init} on pool {pool}",
+            "features": "[CLS] + mean patch token, standardised",
+            "frontend": self.config.frontend_name,
+            "C": result.inverse_regularisation,
+            "labelled_windows": len(train),
+        }
+
+    def _finetune(
+        self,
+        method: str,
+        arm: str,
+        draw: LabelDraw,
+        seed: int,
+        run_dir: Path,
+        pool: str | None,
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Fine-tune the window, sequence or night classifier of ``method`` and predict the test
+        set."""
+        config = self.config.finetune_config(method, seed, arm, draw.budget)
+        resume = RunDir(run_dir).resumable
+        from_scratch = method in SCRATCH_METHODS or method in STAGERS
+        encoder: Any = None if from_scratch else self.pretraining.pretrain_dir(method, pool)
+        night = config.context == "night"
+        train = self.data.arm_data(arm, draw.subjects, config, draw.labelled_windows)
+        if not resume and 0 < len(train) < config.batch_size:  # a scarce draw, a short record
+            warnings.warn(
+                f"the cell {method}:{arm}:{draw.budget}:{seed}"
+                f"{'' if pool is None else ':' + pool}: {len(train)} training items cannot fill "
+                f"a batch of {config.batch_size}; it trains with batches of {len(train)}",
+                UserWarning,
+                stacklevel=2,
+            )
+            config = config.replace(batch_size=len(train))  # recorded in the cell's settings
+        val = None
+        if draw.validation:
+            val = self.data.arm_data(arm, draw.validation, config, evaluation=True)
+        result = finetune(
+            encoder,
+            train,
+            num_classes=len(self.data.class_names),
+            val_dataset=val,
+            out_dir=run_dir,
+            config=None if resume else config,
+            class_names=self.data.class_names,
+            resume=resume,
+            overwrite=not resume and run_dir.exists(),
+            **({"max_steps": None} if resume else {}),
+        )
+        model = result.model
+        if isinstance(model, SequenceClassifier | NightClassifier | NightStager):
+            length = EVALUATION_CROP if night else int(config.context or 1)
+            nights = predict_nights(
+                model,
+                self.data.sequences(self.data.split.test, length, night=night),
+                device=self.config.device,
+            )
+            labels = np.concatenate([night.labels for night in nights])
+            probabilities = np.concatenate([night.probabilities for night in nights])
+            scored = labels >= 0
+            self._check_test_order(labels[scored])
+            predictions = probabilities[scored].argmax(axis=1)
+        else:
+            test, _ = as_labelled_dataset(self.data.test_set)
+            logits = predict_logits(model, test.signals, device=self.config.device)
+            predictions = logits.argmax(dim=1).numpy()
+        meta = RunDir(run_dir).resolved()
+        init = "scratch" if from_scratch else f"{method} pretraining"
+        settings = {
+            "init": init if pool is None else f"{init} on pool {pool}",
+            "steps": meta["total_steps"],
+            **_selected(result),
+            "batch_size": config.batch_size,
+            "lr": meta["peak_lr"],
+            "layer_decay": config.layer_decay,
+            "label_smoothing": config.label_smoothing,
+            "augmentations": list(config.augmentations or ()),
+            "context": config.context,
+            "frontend": self.config.frontend_name,
+            "ema_decay": config.ema_decay,
+            "budget_settings": budget_settings(self.data.scale, arm, draw.budget),
+            "validation_subjects": list(draw.validation),
+        }
+        if night:
+            settings["night_crop"] = config.night_crop
+        return predictions, settings
+
+
+def _selected(result: FinetuneResult) -> dict[str, Any]:
+    """The selected checkpoint of a fine-tuning run: epoch, step and validation kappa."""
+    epoch = result.best_metrics.get("epoch")
+    val = [r for r in result.history if r.get("phase") == "val" and r.get("epoch") == epoch]
+    return {
+        "selected_step": val[-1]["step"] if val else None,
+        "val_kappa": round(float(val[-1]["cohen_kappa"]), 4) if val else None,
+    }

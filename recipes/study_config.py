@@ -1,0 +1,365 @@
+"""The settings of a sleep study (``study.json``) and the methods and arms it knows.
+
+:class:`StudyConfig` holds what a study is run with: its data (``src``, ``store``, channels), its
+scale (:mod:`partnd.recipes.study_scales`) and the overrides of every pretraining and fine-tuning,
+its label budgets and seeds, and its pretraining pools. It builds the configuration each
+pretraining and each arm's fine-tuning trains with (:meth:`StudyConfig.pretrain_config`,
+:meth:`StudyConfig.finetune_config`), and :attr:`StudyConfig.settings`, what must agree between
+commands run on one study directory. The methods and their arms are described in
+:mod:`partnd.recipes.sleep_study`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from partnd._validation import check
+from partnd.datasets.label_budget import LabelBudget
+from partnd.datasets.store import SIGNAL_DTYPES
+from partnd.engine.config import FinetuneConfig, PretrainConfig
+from partnd.engine.normalization import resolve_normalization
+from partnd.models.braindecode_stagers import NIGHT_STAGERS, STAGERS
+from partnd.objectives import list_objectives
+from partnd.objectives.registry import registered
+from partnd.recipes.study_scales import SCALES, STUDY_FRONTENDS, budget_settings
+
+__all__ = [
+    "ARMS",
+    "CLASSICAL_METHODS",
+    "SCRATCH_METHODS",
+    "StudyConfig",
+    "available_methods",
+    "method_arms",
+]
+
+#: How a method's labelled subjects are used (see :mod:`partnd.recipes.sleep_study`).
+ARMS = ("window", "sequence", "night", "probe")
+
+#: Methods trained from scratch (no pretraining): name -> whether they get a position embedding.
+SCRATCH_METHODS: dict[str, bool] = {"supervised": True, "supervised_no_pos": False}
+
+#: Classical reference rows (no neural network): name -> its arms.
+CLASSICAL_METHODS: dict[str, tuple[str, ...]] = {
+    "classical": ("window", "sequence"),
+    "yasa_pretrained": ("sequence",),
+}
+
+
+def available_methods() -> list[str]:
+    """Every method name a study accepts: the registered objectives, the scratch baselines,
+    braindecode's stagers and the classical rows."""
+    return [*list_objectives(), *SCRATCH_METHODS, *STAGERS, *CLASSICAL_METHODS]
+
+
+def method_arms(method: str) -> tuple[str, ...]:
+    """The arms a method has (see :mod:`partnd.recipes.sleep_study`)."""
+    if method in CLASSICAL_METHODS:
+        return CLASSICAL_METHODS[method]
+    if method in STAGERS:  # U-Sleep reads whole nights, the others one window
+        return ("night",) if method in NIGHT_STAGERS else ("window",)
+    if method == "supervised_no_pos":
+        return ("window", "probe")
+    return ARMS
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """Settings of a sleep study (saved as ``study.json``).
+
+    Attributes:
+        out: Study directory.
+        src: Local PhysioNet 2018 root (``training/``, ``test/``); ``None`` uses the built-in
+            PC18-format sample cohort, generated on first use into ``cohort_dir``.
+        store: Preprocessed store to use or create; default ``<out>/store.zarr``.
+        cohort_dir: Where the sample cohort is cached (default ``$PARTND_CACHE`` or
+            ``~/.cache/partnd``).
+        scale: ``"demo"`` or ``"paper"`` (see :data:`SCALES`).
+        n_jobs: Preprocessing and feature-extraction workers (MNE semantics).
+        loader_workers: DataLoader worker processes of every pretraining (``num_workers``;
+            0 loads in the training process). A run setting like ``device``, not one of the
+            study's settings: every epoch reads the same items, but each worker reads its own
+            storage chunks, so the batch order, and a run's numbers, follow the worker count
+            as they follow the device; each pretraining's ``config.json`` records it.
+        seed: Seed of the subject split (and of the single cell of the sleep-staging table).
+        device: ``"auto"``, ``"cpu"`` or ``"cuda"``.
+        progress: Show progress bars.
+        pretrain_overrides: :class:`PretrainConfig` fields replacing the scale's, every method.
+        finetune_overrides: :class:`FinetuneConfig` fields replacing the scale's, every method
+            and arm.
+        sequence_overrides: :class:`FinetuneConfig` fields of the sequence arm (e.g.
+            ``{"context": 41}``), applied last.
+        night_overrides: :class:`FinetuneConfig` fields of the night arm (e.g.
+            ``{"night_crop": 240}``), applied last.
+        normalize: How windows are normalised for every method (``"window"``, ``"record"``,
+            see :class:`~partnd.datasets.SleepWindowDataset`); ``None``: the scale's.
+        frontend: The window encoder's patch tokenizer for every learned method, pretrained or
+            not (one of :data:`STUDY_FRONTENDS`); ``None``: the scale's.
+        budgets: Label budgets replacing the scale's, as written on the command line: subject
+            counts (``2``: every labelled window of 2 subjects) and windows per stage
+            (``"w20"``), see :class:`~partnd.datasets.label_budget.LabelBudget`; kept scarcest
+            first.
+        seeds: Seeds of the sample-efficiency cells replacing the scale's; each seed is a draw of
+            labelled and validation subjects.
+        pools: Pretraining pool sizes in hours (the unlabelled axis, increasing); ``None``: one
+            pretraining per method on the split's pretraining records, a fixed step budget.
+        pool_src: PC18-format root of the unlabelled nights the pools are drawn from (e.g. a
+            cohort generated with ``partnd cohort``), preprocessed into ``pool_store``;
+            ``None``: the study's own store, its nights of unlabelled subjects.
+        pool_store: The store of ``pool_src``; default ``<out>/pool_store.zarr``.
+        held_out_subjects: Subjects whose nights are held out of every pool to choose each
+            pool's pretraining budget on; ``None``: the scale's.
+        pool_overrides: :class:`PretrainConfig` fields of a pool's pretraining (e.g.
+            ``{"patience": 6, "eval_every_steps": 200}``), applied last.
+        signal_dtype: On-disk signal dtype of the stores the study creates (``"float32"`` or
+            ``"float16"``, half the disk; reads return float32).
+        channels: The store channels the study reads, in this order (e.g. ``("Fpz-Cz",
+            "Pz-Oz")``); ``None``: every channel of the store. A subset is copied once into
+            ``<out>/store-<channels>.zarr`` (:mod:`partnd.datasets.channel_subset`).
+    """
+
+    out: Path
+    src: Path | None = None
+    store: Path | None = None
+    cohort_dir: Path | None = None
+    scale: str = "demo"
+    n_jobs: int = 1
+    loader_workers: int = 0
+    seed: int = 0
+    device: str = "auto"
+    progress: bool = True
+    pretrain_overrides: dict[str, Any] = field(default_factory=dict)
+    finetune_overrides: dict[str, Any] = field(default_factory=dict)
+    sequence_overrides: dict[str, Any] = field(default_factory=dict)
+    night_overrides: dict[str, Any] = field(default_factory=dict)
+    normalize: str | None = None
+    frontend: str | None = None
+    budgets: tuple[int | str, ...] | None = None
+    seeds: tuple[int, ...] | None = None
+    pools: tuple[float, ...] | None = None
+    pool_src: Path | None = None
+    pool_store: Path | None = None
+    held_out_subjects: int | None = None
+    pool_overrides: dict[str, Any] = field(default_factory=dict)
+    signal_dtype: str = "float32"
+    channels: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        check(self.scale in SCALES, "scale", f"one of {sorted(SCALES)}", repr(self.scale))
+        if self.budgets is not None:
+            parsed = [LabelBudget.parse(budget, "budgets") for budget in self.budgets]
+            check(
+                len(parsed) > 0 and len(set(parsed)) == len(parsed),
+                "budgets",
+                "distinct label budgets",
+                repr(self.budgets),
+            )
+            ordered = tuple(b.to_json() for b in sorted(parsed, key=lambda b: b.sort_key))
+            object.__setattr__(self, "budgets", ordered)
+        if self.pools is not None:
+            check(
+                len(self.pools) > 0
+                and all(size > 0 for size in self.pools)
+                and list(self.pools) == sorted(set(self.pools)),
+                "pools",
+                "increasing positive pool sizes in hours",
+                repr(self.pools),
+            )
+        check(
+            self.pools is not None or (self.pool_src is None and self.pool_store is None),
+            "pool_src",
+            "no pool source or store without pools (give the pool sizes)",
+            str(self.pool_src or self.pool_store),
+        )
+        for name, unset in (("held_out_subjects", None), ("pool_overrides", {})):
+            check(  # they only set the pools' pretraining: ignored without pools
+                self.pools is not None or getattr(self, name) == unset,
+                name,
+                f"{unset!r} without pools (it sets the pools' pretraining; give the pool sizes)",
+                repr(getattr(self, name)),
+            )
+        check(
+            self.held_out_subjects is None or self.held_out_subjects >= 1,
+            "held_out_subjects",
+            "an int >= 1",
+            repr(self.held_out_subjects),
+        )
+        check(
+            self.signal_dtype in SIGNAL_DTYPES,
+            "signal_dtype",
+            f"one of {SIGNAL_DTYPES}",
+            repr(self.signal_dtype),
+        )
+        if self.normalize is not None:
+            resolve_normalization(self.normalize, "normalize")
+        check(
+            self.frontend is None or self.frontend in STUDY_FRONTENDS,
+            "frontend",
+            f"one of {sorted(STUDY_FRONTENDS)}",
+            repr(self.frontend),
+        )
+        check(self.seed >= 0, "seed", "an int >= 0", repr(self.seed))
+        check(
+            self.loader_workers >= 0,
+            "loader_workers",
+            "an int >= 0 (0: load in the training process)",
+            repr(self.loader_workers),
+        )
+        if self.seeds is not None:
+            check(
+                len(self.seeds) > 0
+                and all(seed >= 0 for seed in self.seeds)
+                and len(set(self.seeds)) == len(self.seeds),
+                "seeds",
+                "distinct ints >= 0",
+                repr(self.seeds),
+            )
+        PretrainConfig.check_field_names(self.pretrain_overrides, "pretrain_overrides")
+        PretrainConfig.check_field_names(self.pool_overrides, "pool_overrides")
+        FinetuneConfig.check_field_names(self.finetune_overrides, "finetune_overrides")
+        FinetuneConfig.check_field_names(self.sequence_overrides, "sequence_overrides")
+        FinetuneConfig.check_field_names(self.night_overrides, "night_overrides")
+
+    def check_settings(self, methods: Sequence[str] = ()) -> None:
+        """Build the configurations the study trains with (every arm's fine-tuning, for every
+        seed and budget; the pretraining of ``methods``, on the pools too), so that a bad setting
+        (``context=0``, ``night_crop=0``, a step budget of 0, a pool's ``patience=0``...) is
+        refused before anything is written, not when its row trains.
+
+        Raises:
+            InputError: Naming the configuration field (``FinetuneConfig.context``...).
+        """
+        for method in dict.fromkeys(["part", *methods]):
+            if method in list_objectives():
+                self.pretrain_config(method)
+                if self.pools is not None:  # its pools' pretraining (the pool options)
+                    self.pretrain_config(method, pool=True)
+        budgets = self.budgets or SCALES[self.scale].budgets
+        for seed in sorted({self.seed, *(self.seeds or SCALES[self.scale].seeds)}):
+            for method in ("part", *SCRATCH_METHODS):
+                for arm in ("window", "sequence", "night"):
+                    if arm in method_arms(method):
+                        for budget in budgets:
+                            self.finetune_config(method, seed, arm, budget)
+
+    @property
+    def normalization(self) -> str:
+        """How every method's windows are normalised: the config's, else the scale's."""
+        return str(self.normalize or SCALES[self.scale].normalize)
+
+    @property
+    def frontend_name(self) -> str:
+        """The window encoder's front-end for every learned method: the config's, else the
+        scale's."""
+        return str(self.frontend or SCALES[self.scale].frontend)
+
+    def _with_frontend(self, values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` with the study's front-end added to its encoder overrides."""
+        encoder = {**values.get("encoder_overrides", {}), **STUDY_FRONTENDS[self.frontend_name]}
+        return {**values, "encoder_overrides": encoder}
+
+    @property
+    def store_path(self) -> Path:
+        """The preprocessed store of this study."""
+        return self.store if self.store is not None else self.out / "store.zarr"
+
+    @property
+    def pool_store_path(self) -> Path:
+        """The store the pools are drawn from: the pool source's, else the study's own."""
+        if self.pool_src is None:
+            return self.store_path
+        return self.pool_store if self.pool_store is not None else self.out / "pool_store.zarr"
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """What must agree between commands run on the same study directory (settings added
+        after studies were made, ``night_overrides`` and those of the unlabelled axis, only when
+        set, and the front-end only when not ``linear``: those studies stay valid)."""
+        keep = (
+            "src",
+            "store",
+            "scale",
+            "seed",
+            "pretrain_overrides",
+            "finetune_overrides",
+            "sequence_overrides",
+            "normalize",
+            "budgets",
+        )
+        values = asdict(self)
+        chosen = {k: str(values[k]) if isinstance(values[k], Path) else values[k] for k in keep}
+        defaults: dict[str, Any] = {"pools": None, "pool_src": None, "pool_store": None}
+        defaults.update(held_out_subjects=None, pool_overrides={}, signal_dtype="float32")
+        defaults["night_overrides"] = {}
+        defaults["channels"] = None
+        for key, default in defaults.items():
+            if values[key] != default:
+                chosen[key] = str(values[key]) if isinstance(values[key], Path) else values[key]
+        if self.frontend_name != "linear":  # every study before the setting used ``linear``
+            chosen["frontend"] = self.frontend_name
+        return dict(json.loads(json.dumps(chosen)))  # the form study.json holds
+
+    def pretrain_config(self, method: str, pool: bool = False) -> PretrainConfig:
+        """The pretraining configuration of ``method`` (the scale's budget for every method;
+        PART across windows starts from its own preset, ``eeg_sleep_windows``); for a pool's
+        pretraining the scale's ``pool_pretrain`` comes before the study's overrides (its step
+        budget is a cap, ``--pretrain-steps`` sets it) and ``pool_overrides`` after them."""
+        scale = SCALES[self.scale]
+        entry = registered(method)
+        segments = entry is not None and entry.data == "segments"
+        # the objectives on segments (rp, ts) share PART across windows' segments and budget
+        budget = scale.pretrain_methods.get("part_windows", {}) if segments else {}
+        values = {
+            **scale.pretrain,
+            **scale.pretrain_methods.get(method, budget),
+            **(scale.pool_pretrain if pool else {}),
+            **self.pretrain_overrides,
+            **(self.pool_overrides if pool else {}),
+        }
+        values = self._with_frontend(values)
+        preset = "eeg_sleep_windows" if segments else "eeg_sleep"
+        if segments:  # drawn windows normalised as the fine-tuning windows
+            values = {"normalize": self.normalization, **values}
+        return PretrainConfig.preset(
+            preset,
+            method=method,
+            seed=self.seed,
+            device=self.device,
+            progress=self.progress,
+            **{"num_workers": self.loader_workers, **values},
+        )
+
+    def finetune_config(
+        self,
+        method: str,
+        seed: int,
+        arm: str = "window",
+        budget: LabelBudget | int | str | None = None,
+    ) -> FinetuneConfig:
+        """The fine-tuning configuration of ``method``'s ``arm`` on the label ``budget``:
+        the ``eeg_sleep`` preset and the scale's protocol for everyone (the sequence or night
+        arm's changes on top, then what the arm changes at this budget, :func:`budget_settings`),
+        then the study's overrides (every arm's, then the sequence or night arm's); from-scratch
+        baselines get no layer-wise decay and their own position-embedding choice."""
+        scale = SCALES[self.scale]
+        arm_overrides = {"sequence": self.sequence_overrides, "night": self.night_overrides}
+        values = {
+            **scale.finetune,
+            **scale.arm(arm),
+            **budget_settings(scale, arm, budget),
+            **self.finetune_overrides,
+            **arm_overrides.get(arm, {}),
+        }
+        values = self._with_frontend(values)
+        if method in SCRATCH_METHODS:
+            values["layer_decay"] = None
+            values["pos_embed"] = SCRATCH_METHODS[method]
+        if method in STAGERS:  # the same protocol; the architecture is braindecode's
+            values["layer_decay"] = None
+            values["stager"] = method
+        return FinetuneConfig.preset(
+            "eeg_sleep", seed=seed, device=self.device, progress=self.progress, **values
+        )
