@@ -65,6 +65,7 @@ from partnd.engine.run_dir import RunDir
 from partnd.models.serialization import load_encoder
 from partnd.objectives import list_objectives
 from partnd.pretraining import pretrain
+from partnd.recipes.baselines import SCRATCH_METHODS
 from partnd.recipes.image_data import (
     class_names,
     deit_train_transform,
@@ -111,8 +112,6 @@ __all__ = [
 
 STAGES = ("pretrain", "finetune", "report", "all")
 
-#: Methods trained from scratch (no pretraining): name -> whether they get a position embedding.
-SCRATCH_METHODS: dict[str, bool] = {"supervised": True, "supervised_no_pos": False}
 
 #: The order of the paper's results tables (after the from-scratch baselines); other registered
 #: objectives follow.

@@ -25,6 +25,7 @@ from partnd.engine.normalization import resolve_normalization
 from partnd.models.braindecode_stagers import NIGHT_STAGERS, STAGERS
 from partnd.objectives import list_objectives
 from partnd.objectives.registry import registered
+from partnd.recipes.baselines import SCRATCH_METHODS
 from partnd.recipes.study_scales import SCALES, STUDY_FRONTENDS, budget_settings
 
 __all__ = [
@@ -39,8 +40,6 @@ __all__ = [
 #: How a method's labelled subjects are used (see :mod:`partnd.recipes.sleep_study`).
 ARMS = ("window", "sequence", "night", "probe")
 
-#: Methods trained from scratch (no pretraining): name -> whether they get a position embedding.
-SCRATCH_METHODS: dict[str, bool] = {"supervised": True, "supervised_no_pos": False}
 
 #: Classical reference rows (no neural network): name -> its arms.
 CLASSICAL_METHODS: dict[str, tuple[str, ...]] = {
