@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from partnd._validation import check
+from partnd.engine.checkpoint import append_text
 from partnd.objectives import list_objectives
 from partnd.preprocessing.parallel import BACKENDS, parallel_map_unordered
 from partnd.recipes.sleep_study import CLASSICAL_METHODS, SleepStudy, StudyConfig
@@ -301,10 +302,10 @@ def check_worker_options(args: argparse.Namespace) -> None:
 
 
 def _log_task(out: Path, finished: TaskTime, jobs: int) -> None:
-    """Append ``finished`` to the study's :data:`TASK_LOG` (one complete line per write)."""
+    """Append ``finished`` to the study's :data:`TASK_LOG`, one whole line or none (a full disk
+    cuts the file back: :func:`~partnd.engine.checkpoint.append_text`)."""
     record = {**dataclasses.asdict(finished), "jobs": jobs, "finished_at": time.time()}
-    with open(out / TASK_LOG, "a") as handle:
-        handle.write(json.dumps(record) + "\n")
+    append_text(json.dumps(record) + "\n", out / TASK_LOG)
 
 
 def run_tasks(

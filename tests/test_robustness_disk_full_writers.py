@@ -230,3 +230,17 @@ def test_a_full_disk_reaches_the_parent_of_a_worker_process() -> None:
     error = pickle.loads(pickle.dumps(DiskFullError("/data/store.zarr/records/a")))
     assert isinstance(error, DiskFullError) and error.errno == errno.ENOSPC
     assert str(error) == f"no space left on device while writing /data/store.zarr/records/a{FULL}"
+
+
+def test_a_full_disk_while_logging_a_study_task_keeps_whole_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The study's ``tasks.jsonl`` (one line per finished task) goes through ``append_text``."""
+    from partnd.recipes.study_tasks import TASK_LOG, TaskTime, _log_task
+
+    _log_task(tmp_path, TaskTime("pretrain part", 2.0, 3.0), jobs=2)
+    _fill_after(monkeypatch, TASK_LOG, room=9)
+    with pytest.raises(DiskFullError, match=FULL):
+        _log_task(tmp_path, TaskTime("supervised:window:1:0", 1.0, 1.0), jobs=2)
+    (line,) = (tmp_path / TASK_LOG).read_text().splitlines()
+    assert json.loads(line)["name"] == "pretrain part"
