@@ -27,10 +27,13 @@ run include the compilation (tens of seconds on a GPU host, minutes on a small C
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from partnd._validation import check
+
+if TYPE_CHECKING:  # torch loads when a run resolves or compiles: the configs import this module
+    import torch
+    from torch import nn
 
 __all__ = [
     "AUTO_ON_CUDA",
@@ -86,6 +89,8 @@ def resolve_compile(
         InputError: For an unknown setting.
     """
     check(setting in COMPILE_MODES, "compile", f"one of {COMPILE_MODES}", repr(setting))
+    import torch
+
     device = torch.device(device)
     if setting == "auto":
         return auto_on_cuda if device.type == "cuda" else "off"
@@ -113,4 +118,6 @@ def mark_step(mode: str) -> None:
     """Tell CUDA-graph replay that a new training step begins (``"reduce-overhead"`` only): the
     previous step's graph outputs may then be overwritten."""
     if mode == "reduce-overhead":
+        import torch
+
         torch.compiler.cudagraph_mark_step_begin()
