@@ -59,6 +59,7 @@ import torch
 from torch.utils.data import Dataset
 
 from partnd._validation import check
+from partnd.cli.errors import OptionNames
 from partnd.cli.options import add_switch
 from partnd.engine.config import FinetuneConfig, PretrainConfig
 from partnd.engine.run_dir import RunDir
@@ -86,6 +87,7 @@ from partnd.recipes.image_report import (
 )
 from partnd.recipes.report_files import write_table
 from partnd.recipes.study_directory import (
+    RECIPE_OPTIONS,
     add_run_arguments,
     claim_study_directory,
     released_on_failure,
@@ -95,6 +97,7 @@ from partnd.recipes.study_directory import (
 __all__ = [
     "DATASETS",
     "GROUPS",
+    "IMAGE_OPTIONS",
     "PAPER_ORDER",
     "SCALES",
     "SCALE_BOXES",
@@ -111,6 +114,16 @@ __all__ = [
 ]
 
 STAGES = ("pretrain", "finetune", "report", "all")
+
+#: The recipe's options for the configuration fields its messages name: ``--set FIELD=VALUE``
+#: assigns both configurations' fields, ``--pretrain-set``/``--finetune-set`` one's.
+IMAGE_OPTIONS = OptionNames(
+    RECIPE_OPTIONS.options,
+    config_assignments={
+        "PretrainConfig": "--set/--pretrain-set",
+        "FinetuneConfig": "--set/--finetune-set",
+    },
+)
 
 
 #: The order of the paper's results tables (after the from-scratch baselines); other registered
@@ -755,4 +768,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # one line and an exit status instead of a traceback
-    sys.exit(run_recipe("python -m partnd.recipes.images", main))
+    sys.exit(run_recipe("python -m partnd.recipes.images", main, IMAGE_OPTIONS))

@@ -24,8 +24,12 @@ from tests.test_recipe_images import _args, cifar_root  # noqa: F401
         (["--image-size", "30"], "--image-size: expected a multiple of the patch size 4"),
         (["--subset", "100000"], "--subset: expected at most the 120 images of the training"),
         (["--test-subset", "41"], "--test-subset: expected at most the 40 images of the test"),
-        (["--set", "lr=abc"], "Config.lr: expected float, got 'abc'"),
-        (["--finetune-set", "batch_size=0"], "FinetuneConfig.batch_size: expected a number > 0"),
+        (["--set", "lr=abc"], "-set lr: expected float, got 'abc'"),
+        (
+            ["--finetune-set", "batch_size=0"],
+            "--set/--finetune-set batch_size: expected a number > 0",
+        ),
+        (["--pretrain-set", "num_pairs=0"], "--set/--pretrain-set num_pairs: expected"),
     ],
 )
 def test_a_bad_option_is_refused_before_study_json(
@@ -38,9 +42,9 @@ def test_a_bad_option_is_refused_before_study_json(
     out = tmp_path / "study"
     out.mkdir()  # an existing --out is kept: whatever was written would stay
     argv = ["pretrain", *_args(cifar_root, out, *extra), "--variants", "part"]
-    assert run_recipe("img", lambda: images.main(argv)) == 2
+    assert run_recipe("img", lambda: images.main(argv), images.IMAGE_OPTIONS) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and message in err
+    assert err.count("\n") == 1 and message in err and "Config." not in err
     assert list(out.iterdir()) == []
 
 

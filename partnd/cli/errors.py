@@ -30,7 +30,7 @@ from partnd._validation import InputError, rename_arguments
 
 __all__ = ["OptionNames", "run_command"]
 
-_CONFIG_FIELD = re.compile(r"\b[A-Z]\w*Config\.([a-z_]\w*)")
+_CONFIG_FIELD = re.compile(r"\b([A-Z]\w*Config)\.([a-z_]\w*)")
 
 
 @dataclass(frozen=True)
@@ -41,16 +41,26 @@ class OptionNames:
         options: API argument name -> option (``{"out_dir": "--out", "path": "RECORDING"}``).
         config_fields: Also name ``PretrainConfig.<field>`` / ``FinetuneConfig.<field>`` by their
             generated options (``--<field-name>``), as ``partnd pretrain``/``finetune`` do.
+        config_assignments: Configuration class -> the options that assign its fields as
+            ``FIELD=VALUE`` (``{"PretrainConfig": "--set/--pretrain-set"}`` names
+            ``PretrainConfig.lr`` as ``--set/--pretrain-set lr``), as the image recipe does.
     """
 
     options: Mapping[str, str] = field(default_factory=dict)
     config_fields: bool = False
+    config_assignments: Mapping[str, str] = field(default_factory=dict)
+
+    def _config_field(self, match: re.Match[str]) -> str:
+        config, name = match.group(1), match.group(2)
+        if config in self.config_assignments:
+            return f"{self.config_assignments[config]} {name}"
+        return "--" + name.replace("_", "-") if self.config_fields else match.group(0)
 
     def translate(self, message: str) -> str:
         """``message`` with every API argument it names replaced by its option (see
         :func:`~partnd._validation.rename_arguments`)."""
-        if self.config_fields:
-            message = _CONFIG_FIELD.sub(lambda m: "--" + m.group(1).replace("_", "-"), message)
+        if self.config_fields or self.config_assignments:
+            message = _CONFIG_FIELD.sub(self._config_field, message)
         return rename_arguments(message, self.options)
 
 
