@@ -72,3 +72,16 @@ def test_a_report_of_fewer_variants_keeps_every_finished_row(
     rows = json.loads((out / "results.json").read_text())
     assert [row["method"] for row in rows] == ["supervised", "supervised_no_pos"]
     assert (out / "results.md").read_text() == table
+
+
+def test_option_names_name_assigned_config_fields_by_their_assignment_options() -> None:
+    from partnd.cli.errors import OptionNames
+
+    message = "PretrainConfig.num_pairs: expected > 0; FinetuneConfig.batch_size: expected > 0"
+    assigned = OptionNames(config_assignments={"PretrainConfig": "--set/--pretrain-set"})
+    assert assigned.translate(message) == (
+        "--set/--pretrain-set num_pairs: expected > 0; FinetuneConfig.batch_size: expected > 0"
+    )
+    both = OptionNames(config_fields=True, config_assignments={"PretrainConfig": "--pset"})
+    assert both.translate(message) == "--pset num_pairs: expected > 0; --batch-size: expected > 0"
+    assert OptionNames().translate(message) == message
