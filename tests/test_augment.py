@@ -70,6 +70,39 @@ def test_braindecode_signal_transforms_keep_shape() -> None:
     assert bool((out.abs().amax(dim=-1) == 0).any())  # some channels dropped
 
 
+def test_channel_dropout_marks_dropped_channels_absent_for_a_channel_set_model() -> None:
+    """Set mode: a dropped channel becomes NaN (absent) and the others stay as they were; an
+    already absent channel stays absent; an item never loses every channel it has."""
+    x = torch.arange(1.0, 1.0 + 400 * 2 * 50).view(400, 2, 50)
+    x[:, 1] = torch.nan  # the second channel is absent from every item: one channel left
+    x = torch.cat([x, torch.arange(1.0, 1.0 + 400 * 2 * 50).view(400, 2, 50)])
+    np.random.seed(0)
+    zeroed = build_augmentation(["channel_dropout"], ndim=1)
+    np.random.seed(0)
+    absent = build_augmentation(["channel_dropout"], ndim=1, absent_channels=True)
+    assert zeroed is not None and absent is not None
+    np.random.seed(1)
+    reference = zeroed(x, generator())
+    np.random.seed(1)
+    out = absent(x, generator())
+    dropped = (reference == 0).all(dim=-1)  # [B, C]: what braindecode zeroed
+    single, double = slice(0, 400), slice(400, 800)
+    # items with both channels: each dropped channel is NaN unless it was the item's last
+    both_dropped = dropped[double].all(dim=1)
+    marked = out[double].isnan().all(dim=-1)
+    assert bool(dropped[double].any()) and bool(both_dropped.any())
+    assert torch.equal(marked, dropped[double] & ~both_dropped[:, None])
+    kept = ~marked
+    assert torch.equal(out[double][kept], x[double][kept])
+    # items with one channel left: never dropped, the absent one stays absent
+    assert torch.equal(out[single][:, 0], x[single][:, 0])
+    assert bool(out[single][:, 1].isnan().all())
+    # a fixed-channel model's dropout still zeroes
+    assert torch.equal(
+        reference[double][dropped[double]], torch.zeros_like(x[double][dropped[double]])
+    )
+
+
 def test_build_augmentation_checks_names_and_data_kind() -> None:
     assert build_augmentation([], ndim=2) is None
     assert set(AUGMENTATIONS) == {

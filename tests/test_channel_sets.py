@@ -274,3 +274,32 @@ def test_frozen_features_of_a_set_encoder_follow_the_data_channels(tmp_path: Pat
     features, labels = extract_features(encoder, windows, device="cpu")
     assert features.shape == (48, 64) and labels.shape == (48,)
     assert encoder.architecture["frontend_options"]["channels"] == ["O2-M1", "Fpz-Cz"]
+
+
+@pytest.mark.parametrize("channel_mode", ["set", "fixed"])
+def test_channel_dropout_marks_channels_absent_only_for_a_set_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, channel_mode: str
+) -> None:
+    """A set model's channel dropout makes channels absent (NaN), and it trains on them with a
+    finite loss; a fixed model's still zeroes them."""
+    from partnd.engine import augment
+    from partnd.finetuning import training
+
+    flags: list[bool] = []
+
+    def spy(names: list[str], ndim: int, absent_channels: bool = False) -> object:
+        flags.append(absent_channels)
+        return augment.build_augmentation(names, ndim, absent_channels)
+
+    monkeypatch.setattr(training, "build_augmentation", spy)
+    train = write_staged_store(tmp_path / "train.zarr", ["F3-M2", "C4-M1", "O2-M1"])
+    result = training.finetune(
+        None,
+        str(train),
+        num_classes=5,
+        out_dir=tmp_path / "run",
+        config=config(channel_mode=channel_mode, augmentations=("channel_dropout",), max_steps=3),
+    )
+    assert flags == [channel_mode == "set"]
+    losses = [record["loss"] for record in result.history if record["phase"] == "train"]
+    assert losses and all(np.isfinite(losses))

@@ -13,7 +13,10 @@ except the two EEG transforms taken from braindecode, which draw from numpy's gl
 * ``amplitude_scale`` (signals): scale each channel by a factor in ``[0.5, 2]``, with probability
   0.5 (braindecode ``AmplitudeScale``);
 * ``channel_dropout`` (signals): zero each channel with probability 0.2, with probability 0.5
-  (braindecode ``ChannelsDropout``).
+  (braindecode ``ChannelsDropout``). For a channel-set model (``absent_channels=True``) a
+  dropped channel is marked absent (NaN) instead, as a channel the recording lacks, so the model
+  averages over the channels left rather than reading a flat one; an item keeps all its channels
+  when every one of them would be dropped.
 
 The crops use :func:`partnd.patches.sampling.crop_and_resize`'s vectorised core, so a whole batch is
 cropped in one call on its device.
@@ -99,6 +102,24 @@ def time_shift(x: Tensor, generator: torch.Generator) -> Tensor:
     return x.gather(-1, index)
 
 
+def _absent_when_dropped(dropout: Augmentation) -> Augmentation:
+    """``dropout`` (which zeroes channels) marking the channels it drops absent (NaN) instead.
+
+    A dropped channel is one that had a non-zero value and came out all zeros; an item none of
+    whose present channels would survive is left whole.
+    """
+
+    def apply(x: Tensor, generator: torch.Generator) -> Tensor:
+        out = dropout(x, generator)
+        flat_in, flat_out = x.flatten(2), out.flatten(2)  # [B, C, S]
+        present = ~flat_in.isnan().all(dim=-1)
+        dropped = present & (flat_out == 0).all(dim=-1) & (flat_in != 0).any(dim=-1)
+        dropped &= (present & ~dropped).any(dim=1, keepdim=True)  # some channel survives
+        return x.masked_fill(dropped.view(*dropped.shape, *[1] * (x.dim() - 2)), math.nan)
+
+    return apply
+
+
 def _braindecode(name: str) -> Augmentation:
     try:
         from braindecode.augmentation import AmplitudeScale, ChannelsDropout
@@ -127,13 +148,17 @@ AUGMENTATIONS: dict[str, tuple[str, Callable[[], Augmentation]]] = {
 }
 
 
-def build_augmentation(names: Sequence[str], ndim: int) -> Augmentation | None:
+def build_augmentation(
+    names: Sequence[str], ndim: int, absent_channels: bool = False
+) -> Augmentation | None:
     """Compose the named augmentations in order.
 
     Args:
         names: Names from :data:`AUGMENTATIONS` (empty: no augmentation).
         ndim: Spatial dimensions of the data (``hflip`` needs ``ndim >= 2``; the signal
             transforms need ``ndim == 1``).
+        absent_channels: The model reads a channel set, where NaN marks a channel an item lacks:
+            ``channel_dropout`` then marks the channels it drops absent instead of zeroing them.
 
     Returns:
         ``augment(x: [B, C, *spatial], generator) -> [B, C, *spatial]``, or ``None`` for none.
@@ -148,7 +173,10 @@ def build_augmentation(names: Sequence[str], ndim: int) -> Augmentation | None:
             f"{'image (ndim >= 2)' if kind == 'image' else '1D signal'} data for {name!r}",
             f"data with {ndim} spatial dimension(s)",
         )
-        steps.append(make())
+        step = make()
+        steps.append(
+            _absent_when_dropped(step) if absent_channels and name == "channel_dropout" else step
+        )
     if not steps:
         return None
 

@@ -467,6 +467,7 @@ def _window_setup(
         )
     model: PatchClassifier | WindowStager
     signal = train_set.info
+    channel_set = False
     if config.stager is not None:
         stager = _build_stager(config, num_classes, train_set.info)
         assert isinstance(stager, WindowStager)  # FinetuneConfig pairs stagers and contexts
@@ -485,7 +486,8 @@ def _window_setup(
             copy_encoder=False,
         )
         architecture = encoder_spec(model.encoder)
-        if backbone.channel_mode == "set":
+        channel_set = backbone.channel_mode == "set"
+        if channel_set:
             signal = seen_signal(signal, expected)
     model.signal_info = signal
     if task is not None:
@@ -494,7 +496,7 @@ def _window_setup(
         weights = None
         if config.class_weights == "balanced":
             weights = balanced_class_weights(train_label_array, num_classes)
-        augment = build_augmentation(config.augmentations or (), spec.ndim)
+        augment = build_augmentation(config.augmentations or (), spec.ndim, channel_set)
         loss = ClassificationTask(num_classes, weights, config.label_smoothing, augment)
 
     def report(final: nn.Module) -> ClassificationReport:
@@ -568,6 +570,7 @@ def _sequence_setup(
     if val_set is not None:
         check_stage_codes(val_set.window_labels(), num_classes, "val_dataset")
     model: ContextClassifier | NightStager
+    channel_set = False
     if config.stager is not None:
         model = cast(NightStager, _build_stager(config, num_classes, signal))
         architecture = {"stager": model.spec()}
@@ -581,13 +584,14 @@ def _sequence_setup(
             ch_names=train_set.ch_names,
         )
         architecture = encoder_spec(model.encoder.window)
-        if model.encoder.window.channel_mode == "set":
+        channel_set = model.encoder.window.channel_mode == "set"
+        if channel_set:
             signal = seen_signal(signal, expected)
     model.signal_info = signal
     weights = None
     if config.class_weights == "balanced":
         weights = balanced_class_weights(labels[labels >= 0], num_classes)
-    augment = build_augmentation(config.augmentations or (), 1)
+    augment = build_augmentation(config.augmentations or (), 1, channel_set)
 
     def report(final: nn.Module) -> ClassificationReport:
         assert val_set is not None
