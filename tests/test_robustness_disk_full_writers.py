@@ -232,6 +232,26 @@ def test_a_full_disk_reaches_the_parent_of_a_worker_process() -> None:
     assert str(error) == f"no space left on device while writing /data/store.zarr/records/a{FULL}"
 
 
+def test_a_full_disk_at_tensorboard_s_first_event_is_one_error_and_leaves_no_event_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The writer's thread wrote the file's first event when the disk was full: it printed its
+    traceback, and the run failed later with an OSError naming no file."""
+    from tensorboard.compat.tensorflow_stub.io.gfile import GFile
+
+    run_dir = RunDir(tmp_path / "run")
+    run_dir.create(clear=False)
+
+    def full(self: GFile, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(GFile, "write", full)
+    with pytest.raises(DiskFullError, match=f"writing {run_dir.tb_dir}"):  # or its event file
+        MetricLogger(run_dir, write=True)
+    assert capsys.readouterr().err == ""  # no thread's traceback
+    assert list(run_dir.tb_dir.iterdir()) == []
+
+
 def test_a_full_disk_while_logging_a_study_task_keeps_whole_lines(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

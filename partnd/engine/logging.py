@@ -17,11 +17,14 @@ call).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import math
 import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +84,42 @@ class _WholeEvents:
         return bool(self._file.closed)
 
 
+@contextlib.contextmanager
+def _writer_thread_errors_kept() -> Iterator[None]:
+    """While TensorBoard's writer starts: its thread's full disk is left to the training thread,
+    which :class:`MetricLogger` raises as one :class:`DiskFullError`, instead of also being printed
+    as the thread's traceback (every other error of any thread is reported as before)."""
+    report = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if not (isinstance(args.exc_value, OSError) and is_disk_full(args.exc_value)):
+            report(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = report
+
+
+def _open_summary_writer(tb_dir: Path, purge_step: int | None) -> Any:
+    """TensorBoard's ``SummaryWriter`` on ``tb_dir``; a full disk while it writes its first event
+    removes the event file it started and raises :class:`DiskFullError` naming it."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    before = set(tb_dir.glob("events.out.tfevents.*"))
+    try:
+        with _writer_thread_errors_kept():
+            return SummaryWriter(str(tb_dir), purge_step=purge_step)
+    except OSError as error:
+        if not is_disk_full(error):
+            raise
+        started = sorted(set(tb_dir.glob("events.out.tfevents.*")) - before)
+        for path in started:
+            path.unlink(missing_ok=True)
+        raise DiskFullError(started[0] if started else tb_dir) from error
+
+
 class MetricLogger:
     """Writes records to ``metrics.jsonl``, ``metrics.csv`` and ``tb/`` of a run directory.
 
@@ -104,12 +143,10 @@ class MetricLogger:
         for record in self.history:
             self._add_columns(record)
         if self.write and run_dir is not None:
-            from torch.utils.tensorboard import SummaryWriter
-
             # purge_step drops events at steps >= it: keep the checkpoint's own step, like the
             # JSON lines above (records with step <= resume_step survive).
             purge = None if resume_step is None else resume_step + 1
-            self._writer = SummaryWriter(str(run_dir.tb_dir), purge_step=purge)
+            self._writer = _open_summary_writer(run_dir.tb_dir, purge)
             events = self._writer.file_writer.event_writer
             records = events._async_writer._writer  # its RecordWriter, shared with its thread
             self._events = _WholeEvents(records._writer, Path(events._file_name))
