@@ -51,7 +51,9 @@ def test_peak_is_the_given_one_else_the_data_sheet_else_measured(benchmarks) -> 
 @pytest.mark.slow
 def test_the_smoke_run_prints_every_goal(benchmarks, capsys: pytest.CaptureFixture) -> None:
     _, goals = benchmarks
-    summary = goals.main(["--smoke", "--device", "cpu"])
+    # a given peak (a GPU data sheet's): the MFU is then a fraction whatever the load; a
+    # matrix product measured at the start of a loaded run can be slower than the steps after it
+    summary = goals.main(["--smoke", "--device", "cpu", "--peak-tflops", "989"])
     assert set(goals.GOALS) <= set(summary)
     for name in ("eeg_part_mfu", "eeg_bare_mfu", "eeg_mae_mfu", "part_windows_mfu"):
         assert 0 < summary[name] < 1, name
