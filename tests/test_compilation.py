@@ -41,6 +41,16 @@ def test_auto_on_cuda_depends_on_the_kind_of_run(config: FinetuneConfig, mode: s
     assert resolve_compile("default", "cuda", config.auto_compile_on_cuda) == "default"
 
 
+def test_auto_under_ddp_keeps_fused_kernels_without_cuda_graphs() -> None:
+    """CUDA graphs were measured in one process: several DDP processes keep ``"default"``."""
+    pretraining = PretrainConfig.preset("test").auto_compile_on_cuda
+    assert resolve_compile("auto", "cuda", pretraining, distributed=True) == "default"
+    assert resolve_compile("auto", "cpu", pretraining, distributed=True) == "off"
+    assert resolve_compile("reduce-overhead", "cuda", pretraining, distributed=True) == (
+        "reduce-overhead"  # asked for by name: given
+    )
+
+
 def test_an_unknown_setting_is_refused() -> None:
     with pytest.raises(InputError, match="compile"):
         resolve_compile("max-autotune", "cpu")

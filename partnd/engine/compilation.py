@@ -68,7 +68,11 @@ AUTO_ON_CUDA_FINETUNING = "default"
 
 
 def resolve_compile(
-    setting: str, device: torch.device | str, auto_on_cuda: str = AUTO_ON_CUDA
+    setting: str,
+    device: torch.device | str,
+    auto_on_cuda: str = AUTO_ON_CUDA,
+    *,
+    distributed: bool = False,
 ) -> str:
     """The compile mode a run on ``device`` uses for the setting ``setting``.
 
@@ -77,6 +81,9 @@ def resolve_compile(
         device: The training device.
         auto_on_cuda: What ``"auto"`` gives on CUDA (:data:`AUTO_ON_CUDA` for pretraining,
             :data:`AUTO_ON_CUDA_FINETUNING` for fine-tuning).
+        distributed: The run is one of several DDP processes: ``"auto"`` then gives
+            :data:`AUTO_ON_CUDA_FINETUNING` on CUDA whatever ``auto_on_cuda`` says, because CUDA
+            graphs were measured to win and to resume in one process only.
 
     Returns:
         ``"off"``, ``"default"`` or ``"reduce-overhead"``: ``"auto"`` gives
@@ -93,7 +100,9 @@ def resolve_compile(
 
     device = torch.device(device)
     if setting == "auto":
-        return auto_on_cuda if device.type == "cuda" else "off"
+        if device.type != "cuda":
+            return "off"
+        return AUTO_ON_CUDA_FINETUNING if distributed else auto_on_cuda
     if setting == "reduce-overhead" and device.type != "cuda":
         return "default"
     return setting

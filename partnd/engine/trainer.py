@@ -344,7 +344,10 @@ class Trainer:
             repr(config.precision),
         )
         self.compile_mode = resolve_compile(
-            config.compile, self.device, config.auto_compile_on_cuda
+            config.compile,
+            self.device,
+            config.auto_compile_on_cuda,
+            distributed=context.is_distributed,
         )
 
         order = epoch_order(
