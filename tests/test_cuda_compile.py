@@ -13,25 +13,10 @@ import torch
 from partnd.engine.config import FinetuneConfig, PretrainConfig
 from partnd.finetuning.training import evaluate, finetune
 from partnd.pretraining import pretrain
+from tests.test_finetune import tones
+from tests.test_pretext_selection import ramp_1d
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-
-
-def ramps(n: int) -> np.ndarray:
-    """[n, 2, 400]: a rising and a falling ramp plus noise, so content reveals the time."""
-    ramp = np.linspace(-1.0, 1.0, 400)
-    noise = 0.05 * np.random.default_rng(0).standard_normal((n, 2, 400))
-    return (np.stack([ramp, -ramp]) + noise).astype(np.float32)
-
-
-def tones(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """[n, 1, 200] noisy sines whose frequency (2, 6 or 12 cycles) is the label."""
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, 3, n)
-    time = np.arange(200) / 200
-    phases = rng.uniform(0, 2 * np.pi, n)
-    clean = np.sin(2 * np.pi * np.array([2, 6, 12])[labels, None] * time + phases[:, None])
-    return (clean[:, None] + 0.3 * rng.standard_normal((n, 1, 200))).astype(np.float32), labels
 
 
 def resolved_compile(run: Path) -> str:
@@ -39,7 +24,7 @@ def resolved_compile(run: Path) -> str:
 
 
 def test_pretraining_replays_cuda_graphs_and_resumes(tmp_path: Path) -> None:
-    data = ramps(64)
+    data = ramp_1d(64)
     config = PretrainConfig.preset(
         "test", device="cuda", epochs=2, batch_size=16, patch_size=20, num_patches=6
     )
