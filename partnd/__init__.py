@@ -18,7 +18,8 @@ preprocessing workers) do not pay for torch.
   :func:`extract_features`; :class:`PretextMonitor` (held-out pretext error, to choose a
   pretraining budget).
 - Metrics: :func:`classification_metrics`, :class:`ClassificationReport`.
-- Data: :mod:`partnd.datasets` (sample cohort, sleep store, window datasets, splits).
+- Data: :mod:`partnd.datasets` (sample cohort, sleep store, window datasets, splits);
+  :class:`MontageUnion` (stores of different montages on the union of their channels).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from partnd._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from partnd._validation import InputError
+    from partnd.datasets.montage_union import MontageUnion
     from partnd.engine.config import FinetuneConfig, PretrainConfig
     from partnd.engine.trainer import NonFiniteLossError
     from partnd.evaluation.capabilities import (
@@ -92,6 +94,7 @@ _EXPORTS: dict[str, str] = {
     "PretrainResult": "partnd.pretraining",
     "load_encoder": "partnd.models.serialization",
     "load_classifier": "partnd.models.serialization",
+    "MontageUnion": "partnd.datasets.montage_union",
     "predict": "partnd.inference",
     "predict_records": "partnd.inference",
     "predict_recording": "partnd.inference",
@@ -116,6 +119,7 @@ __all__ = [
     "GridSampler",
     "InputError",
     "KNNMonitor",
+    "MontageUnion",
     "NonFiniteLossError",
     "OffGridSampler",
     "PARTModel",

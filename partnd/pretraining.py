@@ -189,7 +189,10 @@ def pretrain(
                 dataset, config.segment_windows, config.window_samples, config.normalize
             )
         train_set, spec = as_signal_dataset(
-            dataset, expected=None if initial is None else initial[1], same_shape=False
+            dataset,
+            expected=None if initial is None else initial[1],
+            same_shape=False,
+            absent_channels=config.channel_mode == "set",
         )
         torch.manual_seed(config.seed)
         built = config

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         draw_labels,
         sample_windows_per_stage,
     )
+    from partnd.datasets.montage_union import MontageUnion
     from partnd.datasets.nights import SleepNightDataset, time_of_night
     from partnd.datasets.pools import PretrainingPools, make_pretraining_pools
     from partnd.datasets.sequences import Night, SleepSequenceDataset
@@ -51,6 +52,7 @@ _EXPORTS: dict[str, str] = {
     "NORMALIZE_EPS": "partnd.engine.normalization",
     "ChunkShuffleSampler": "partnd.engine.sampler",
     "InMemoryWindows": ".sleep_windows",
+    "MontageUnion": ".montage_union",
     "SleepWindowDataset": ".sleep_windows",
     "instance_normalize": "partnd.engine.normalization",
     "RecordInfo": ".splits",
@@ -72,6 +74,7 @@ __all__ = [
     "InMemoryWindows",
     "LabelBudget",
     "LabelDraw",
+    "MontageUnion",
     "Night",
     "PretrainingPools",
     "RecordInfo",

@@ -6,6 +6,9 @@ element is one (and whose second is the label), or a whole array/tensor ``[N, C,
 (numpy arrays may be memory-mapped: items are copied one at a time). Every item is checked against
 the first one (shape, and finite values), so a ragged or corrupt dataset fails naming the
 offending index when the item is read; training loops need no further checks on the hot path.
+For a channel-set model (``absent_channels=True``) a channel that is NaN throughout is a channel
+the item lacks (as :class:`~partnd.datasets.MontageUnion` lays items out) and is accepted; any
+other NaN or Inf value is still refused.
 
 The adapted dataset's ``info`` (:class:`~partnd.signal_info.SignalInfo`) holds the item shape and,
 when the source exposes them (a sleep store's window datasets do), the channel names and the
@@ -267,6 +270,49 @@ def _fetch(dataset: Dataset[Any], indices: Sequence[int]) -> list[Any]:
     return [dataset[index] for index in indices]
 
 
+def _check_channel_values(signals: torch.Tensor, names: Sequence[str]) -> None:
+    """Refuse items other than finite values with absent channels (NaN over a whole channel).
+
+    A channel-set model reads items whose absent channels are NaN (:class:`~partnd.datasets.
+    MontageUnion`). One reduction per item and channel checks a batch; only the channels it
+    finds non-finite are looked at again.
+
+    Args:
+        signals: ``[B, C, *spatial]`` items.
+        names: Name of every item in error messages (``dataset[7]``).
+
+    Raises:
+        InputError: An item with a NaN or Inf value in a channel that is not NaN throughout, or
+            with no channel present.
+    """
+    flat = signals.flatten(2)
+    bad = ~torch.isfinite(flat.sum(dim=-1))  # [B, C]; NaN or Inf (or an overflow) in a channel
+    if not bool(bad.any()):
+        return
+    rows = flat[bad]  # [K, L]: only the non-finite channels
+    whole = rows.isnan().all(dim=-1)
+    absent = torch.zeros_like(bad)
+    absent[bad] = whole
+    corrupt = torch.zeros_like(bad)
+    corrupt[bad] = ~whole & ~torch.isfinite(rows).all(dim=-1)  # not an overflowed sum
+    for item, name in enumerate(names):
+        channels = corrupt[item].nonzero().flatten().tolist()
+        if channels:
+            values = flat[item, channels]
+            raise InputError(
+                f"{name}: expected finite values, or NaN throughout a channel the item lacks "
+                f"(an absent channel), got {int((~torch.isfinite(values)).sum())} NaN/Inf "
+                f"value(s) in channel(s) {channels} of an item of shape "
+                f"{tuple(signals.shape[1:])}"
+            )
+        check(
+            not bool(absent[item].all()),
+            name,
+            "at least one present channel (one not NaN throughout)",
+            f"all {signals.shape[1]} channels absent",
+        )
+
+
 class SignalDataset(Dataset[torch.Tensor]):
     """Signals only (labels dropped), as float32 tensors of the checked shape.
 
@@ -274,12 +320,21 @@ class SignalDataset(Dataset[torch.Tensor]):
         dataset: Source dataset (items: signal, or tuple whose first element is the signal).
         spec: Expected item shape.
         argument: Name used in error messages.
+        absent_channels: Accept channels that are NaN throughout (channels an item lacks, which a
+            channel-set model reads); other NaN or Inf values are refused either way.
     """
 
-    def __init__(self, dataset: Dataset[Any], spec: SignalSpec, argument: str = "dataset"):
+    def __init__(
+        self,
+        dataset: Dataset[Any],
+        spec: SignalSpec,
+        argument: str = "dataset",
+        absent_channels: bool = False,
+    ):
         self.dataset = dataset
         self.spec = spec
         self.argument = argument
+        self.absent_channels = bool(absent_channels)
         #: The items' shape, and channel names and rate when the source exposes them.
         self.info = _signal_info(dataset, spec)
 
@@ -306,7 +361,10 @@ class SignalDataset(Dataset[torch.Tensor]):
     def convert(self, item: Any, index: int) -> torch.Tensor:
         """Check and convert a source item (read at ``index``) to its float32 signal."""
         signal = self._shaped(item, index)
-        check_finite(signal, f"{self.argument}[{index}]")
+        if self.absent_channels:
+            _check_channel_values(signal[None], [f"{self.argument}[{index}]"])
+        else:
+            check_finite(signal, f"{self.argument}[{index}]")
         return signal
 
     def __getitem__(self, index: int) -> torch.Tensor:
@@ -338,7 +396,9 @@ class SignalDataset(Dataset[torch.Tensor]):
         signals = [self._shaped(item, index) for item, index in zip(items, indices, strict=True)]
         out = _batch_buffer((len(signals), *self.spec.item_shape), dtype)
         torch.stack(signals, out=out)
-        if not bool(torch.isfinite(out.sum())):  # one reduction; NaN or Inf make it non-finite
+        if self.absent_channels:
+            _check_channel_values(out, [f"{self.argument}[{index}]" for index in indices])
+        elif not bool(torch.isfinite(out.sum())):  # one reduction; NaN or Inf make it non-finite
             for signal, index in zip(signals, indices, strict=True):
                 check_finite(signal, f"{self.argument}[{index}]")
         return out
@@ -377,6 +437,7 @@ class LabelledDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         argument: Name used in error messages.
         labels_argument: Name of the caller's label argument when the labels came separately
             (``train_labels``...); default ``<argument>.labels``.
+        absent_channels: As :class:`SignalDataset`'s.
     """
 
     def __init__(
@@ -385,8 +446,9 @@ class LabelledDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         spec: SignalSpec,
         argument: str = "dataset",
         labels_argument: str | None = None,
+        absent_channels: bool = False,
     ):
-        self.signals = SignalDataset(dataset, spec, argument)
+        self.signals = SignalDataset(dataset, spec, argument, absent_channels)
         self.dataset = dataset
         self.argument = argument
         self.labels_argument = labels_argument or f"{argument}.labels"
@@ -615,6 +677,7 @@ def as_signal_dataset(
     expected: SignalInfo | None = None,
     same_shape: bool = True,
     reference: str = "the model was trained on",
+    absent_channels: bool = False,
 ) -> tuple[SignalDataset, SignalSpec]:
     """Adapt ``data`` for pretraining or inference (labels, if any, are ignored).
 
@@ -628,6 +691,9 @@ def as_signal_dataset(
             :func:`~partnd.signal_info.match_signal`).
         same_shape: With ``expected``, also require its item shape.
         reference: Where ``expected`` comes from, for error messages.
+        absent_channels: Accept absent channels (NaN throughout a channel), for a channel-set
+            model (``channel_mode="set"``); implied by a channel-set ``expected``. Otherwise any
+            NaN or Inf value is refused.
 
     Returns:
         The adapted dataset and the item shape inferred from item 0.
@@ -639,7 +705,8 @@ def as_signal_dataset(
     dataset = _wrap(data, None, argument)
     spec = _inspect(dataset, argument)
     dataset, spec = _fit(dataset, spec, expected, argument, same_shape, reference)
-    return SignalDataset(dataset, spec, argument), spec
+    absent = absent_channels or _reads_channel_sets(expected)
+    return SignalDataset(dataset, spec, argument, absent), spec
 
 
 def as_labelled_dataset(
@@ -651,6 +718,7 @@ def as_labelled_dataset(
     expected: SignalInfo | None = None,
     same_shape: bool = True,
     reference: str = "the model was trained on",
+    absent_channels: bool = False,
 ) -> tuple[LabelledDataset, SignalSpec]:
     """Adapt ``data`` for supervised training or evaluation.
 
@@ -664,6 +732,7 @@ def as_labelled_dataset(
         expected: As :func:`as_signal_dataset`'s.
         same_shape: As :func:`as_signal_dataset`'s.
         reference: As :func:`as_signal_dataset`'s.
+        absent_channels: As :func:`as_signal_dataset`'s.
 
     Returns:
         The adapted dataset and the item shape inferred from item 0.
@@ -679,7 +748,13 @@ def as_labelled_dataset(
     spec = _inspect(dataset, argument)
     dataset, spec = _fit(dataset, spec, expected, argument, same_shape, reference)
     named = labels_argument if labels is not None else None
-    return LabelledDataset(dataset, spec, argument, named), spec
+    absent = absent_channels or _reads_channel_sets(expected)
+    return LabelledDataset(dataset, spec, argument, named, absent), spec
+
+
+def _reads_channel_sets(expected: SignalInfo | None) -> bool:
+    """Whether the model of ``expected`` reads channel sets (and so absent channels)."""
+    return expected is not None and expected.channel_mode == "set"
 
 
 def data_fingerprint(dataset: SignalDataset | LabelledDataset) -> dict[str, Any]:

@@ -446,6 +446,7 @@ def _window_setup(
         "train_labels",
         expected=expected,
         same_shape=False,
+        absent_channels=config.channel_mode == "set",
     )
     val_set = None
     if val_dataset is not None:
@@ -456,6 +457,7 @@ def _window_setup(
             "val_labels",
             expected=train_set.info,
             reference="like train_dataset:",
+            absent_channels=train_set.signals.absent_channels,
         )
         check_disjoint(train_set, val_set)
     train_label_array = check_labels(

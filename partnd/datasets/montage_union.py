@@ -1,0 +1,395 @@
+"""Datasets of different montages read as one, laid out on the union of their derivations.
+
+A channel-set encoder (``channel_mode="set"``, :mod:`partnd.models.channel_set`) reads items laid
+out on a named channel layout in which a channel an item lacks is NaN. :class:`MontageUnion`
+gives several datasets that layout: stores of different montages (Sleep-EDF's Fpz-Cz and Pz-Oz,
+SHHS's C4-A1, PC18's six derivations...) become one dataset over the union of their channel names,
+each part's channels placed by name and the channels it lacks NaN. It is a view: items are read
+from the parts when asked for (a batch with one ``__getitems__`` call per part), nothing is copied
+up front, and it pickles for ``DataLoader`` workers as its parts do.
+
+Example:
+    >>> from partnd.datasets import MontageUnion, SleepWindowDataset
+    >>> union = MontageUnion([SleepWindowDataset("pc18.zarr"), SleepWindowDataset("edf.zarr")])
+    >>> union.ch_names  # ['F3-M2', ..., 'O2-M1', 'Fpz-Cz', 'Pz-Oz']
+    >>> x, stage = union[0]  # x: [8, 3000], NaN in Fpz-Cz and Pz-Oz (a PC18 window)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset, Subset
+
+from partnd._validation import check, describe
+from partnd.datasets.adapters import exposed_labels, find_source, source_attribute
+from partnd.datasets.segments import SleepSegmentDataset
+from partnd.datasets.sleep_windows import item_position
+
+__all__ = ["MontageUnion"]
+
+
+def _shared(values: Sequence[Any]) -> Any:
+    """The value every part gives (``None`` when they differ or one gives none)."""
+    first = values[0]
+    return first if all(value == first for value in values[1:]) else None
+
+
+def _exposed_chunk_ids(dataset: Any) -> np.ndarray | None:
+    """The storage chunk of every item of ``dataset`` (its ``chunk_ids``, seen through
+    ``Subset`` s), or ``None`` when it exposes none."""
+    if isinstance(dataset, Subset):
+        ids = _exposed_chunk_ids(dataset.dataset)
+        if ids is None:
+            return None
+        return np.asarray(ids)[np.asarray(dataset.indices, dtype=np.int64).reshape(-1)]
+    ids = getattr(dataset, "chunk_ids", None)
+    return None if ids is None else np.asarray(ids)
+
+
+class MontageUnion(Dataset[Any]):
+    """Items of several datasets laid out on one named channel layout, absent channels NaN.
+
+    Item ``i`` of part ``k`` (items ``offsets[k] .. offsets[k + 1] - 1``) is that part's item with
+    its signal ``[C_k, *spatial]`` laid out on :attr:`ch_names`: each channel of the part at the
+    position of its name, every other channel NaN (channels of the part outside ``channels`` are
+    left out). The rest of an item (a window's stage) is the part's. Window parts
+    (:class:`~partnd.datasets.SleepWindowDataset`, ``InMemoryWindows``, ``Subset`` s of them, any
+    dataset exposing ``ch_names`` and ``sfreq``) give ``(x, stage)``; segment parts
+    (:class:`~partnd.datasets.segments.SleepSegmentDataset`) give ``x``.
+
+    Args:
+        datasets: The parts (at least one): all window datasets or all segment datasets, of one
+            sampling rate and one item length, each with named channels (``ch_names``).
+        channels: The layout, in order; default the union of the parts' channel names in
+            first-seen order. Every part must hold at least one of them.
+
+    Attributes:
+        datasets: The parts.
+        offsets: ``[K + 1]`` int64, the first item of every part and the total count.
+        chunk_ids: ``[N]`` int64 storage chunk of every item (the parts' ``chunk_ids``, offset so
+            that two parts never share one; an item of a part without them is its own chunk),
+            for chunk-aware shuffling (:class:`~partnd.engine.sampler.ChunkShuffleSampler`).
+
+    Raises:
+        InputError: An empty list, unnamed or repeated channels, parts of different sampling
+            rates or item lengths, window and segment parts mixed, parts normalised differently,
+            a part returning its own indices, or a part with no channel of ``channels``.
+    """
+
+    def __init__(
+        self, datasets: Sequence[Dataset[Any]], channels: Sequence[str] | None = None
+    ) -> None:
+        check(
+            isinstance(datasets, Sequence) and not isinstance(datasets, str) and len(datasets) > 0,
+            "datasets",
+            "a non-empty list of datasets",
+            datasets if not isinstance(datasets, Sequence) else f"{len(datasets)} datasets",
+        )
+        self.datasets = list(datasets)
+        names = [self._part_channels(part, k) for k, part in enumerate(self.datasets)]
+        self._check_kinds()
+        self.sfreq = self._common_float("sfreq", "sampling rate (Hz)")
+        self.n_times = self._common_length()
+        self._layout = self._resolve_layout(names, channels)
+        self._placements = [self._placement(part_names, k) for k, part_names in enumerate(names)]
+        sizes = [len(part) for part in self.datasets]  # type: ignore[arg-type]
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.normalize = self._common_normalization()
+        self.chunk_ids = self._chunk_ids()
+        self.offsets.flags.writeable = False
+        self.chunk_ids.flags.writeable = False
+
+    @staticmethod
+    def _part_channels(part: Any, position: int) -> list[str]:
+        names = source_attribute(part, "ch_names")
+        check(
+            names is not None
+            and not isinstance(names, str)
+            and len(names) > 0
+            and all(isinstance(name, str) and name for name in names),
+            f"datasets[{position}]",
+            "a dataset with named channels (a non-empty ch_names of strings, as the sleep "
+            "store's datasets have)",
+            f"{type(part).__name__} with ch_names={names!r}",
+        )
+        names = list(names)
+        check(
+            len(set(names)) == len(names),
+            f"datasets[{position}]",
+            "distinct channel names",
+            names,
+        )
+        return names
+
+    def _check_kinds(self) -> None:
+        segments = [find_source(part, SleepSegmentDataset) is not None for part in self.datasets]
+        check(
+            all(segments) or not any(segments),
+            "datasets",
+            "all window datasets or all segment datasets (SleepSegmentDataset)",
+            f"segment datasets at {[k for k, s in enumerate(segments) if s]} and window "
+            f"datasets at {[k for k, s in enumerate(segments) if not s]}",
+        )
+        self.on_segments = bool(segments[0])
+        for position, part in enumerate(self.datasets):
+            check(
+                not getattr(part, "return_index", False),
+                f"datasets[{position}]",
+                "a dataset with return_index=False (an item's index is the union's, not the "
+                "part's)",
+                "return_index=True",
+            )
+        if self.on_segments:
+            self.segment_windows = self._common_length_of("segment_windows", "segment windows")
+            self.window_samples = self._common_length_of("window_samples", "window samples")
+
+    def _common_float(self, name: str, what: str) -> float:
+        values = [source_attribute(part, name) for part in self.datasets]
+        for position, value in enumerate(values):
+            check(
+                isinstance(value, int | float) and value > 0,
+                f"datasets[{position}]",
+                f"a dataset exposing its {what} as {name}",
+                f"{type(self.datasets[position]).__name__} with {name}={value!r}",
+            )
+        check(
+            all(float(value) == float(values[0]) for value in values),
+            "datasets",
+            f"datasets of one {what} (resample the stores to one rate first)",
+            f"{name}={[float(value) for value in values]}",
+        )
+        return float(values[0])
+
+    def _common_length_of(self, name: str, what: str) -> int:
+        values = [int(source_attribute(part, name)) for part in self.datasets]
+        check(
+            all(value == values[0] for value in values),
+            "datasets",
+            f"datasets of one number of {what}",
+            f"{name}={values}",
+        )
+        return values[0]
+
+    def _common_length(self) -> int:
+        lengths = []
+        for position, part in enumerate(self.datasets):
+            value = source_attribute(part, "n_times")
+            if not isinstance(value, int | np.integer):
+                value = self._first_signal(part, position).shape[-1]
+            lengths.append(int(value))
+        check(
+            all(length == lengths[0] for length in lengths),
+            "datasets",
+            "datasets of one item length in samples (windows or segments of one duration)",
+            f"n_times={lengths}",
+        )
+        return lengths[0]
+
+    @staticmethod
+    def _first_signal(part: Any, position: int) -> Tensor:
+        check(len(part) > 0, f"datasets[{position}]", "a non-empty dataset", "0 items")
+        item = part[0]
+        signal = item[0] if isinstance(item, tuple | list) else item
+        check(
+            hasattr(signal, "shape") and len(signal.shape) == 2,
+            f"datasets[{position}][0]",
+            "a signal [C, T]",
+            describe(signal),
+        )
+        return torch.as_tensor(signal)
+
+    def _resolve_layout(self, names: list[list[str]], channels: Sequence[str] | None) -> list[str]:
+        if channels is None:
+            return list(dict.fromkeys(name for part_names in names for name in part_names))
+        check(
+            not isinstance(channels, str)
+            and len(channels) > 0
+            and all(isinstance(name, str) and name for name in channels),
+            "channels",
+            "None or a non-empty sequence of channel names",
+            channels,
+        )
+        check(len(set(channels)) == len(channels), "channels", "distinct names", list(channels))
+        return list(channels)
+
+    def _placement(self, part_names: list[str], position: int) -> tuple[Tensor, Tensor] | None:
+        """``(source channels, layout positions)`` of a part, ``None`` when it is the layout."""
+        if part_names == self._layout:
+            return None
+        source = [k for k, name in enumerate(part_names) if name in self._layout]
+        check(
+            len(source) > 0,
+            "channels",
+            f"a layout holding at least one channel of datasets[{position}] ({part_names})",
+            self._layout,
+        )
+        target = [self._layout.index(part_names[k]) for k in source]
+        return torch.tensor(source, dtype=torch.long), torch.tensor(target, dtype=torch.long)
+
+    def _common_normalization(self) -> str | None:
+        values = [source_attribute(part, "normalize") for part in self.datasets]
+        named = [value for value in values if isinstance(value, str)]
+        check(
+            len(set(named)) <= 1,
+            "datasets",
+            "datasets normalised alike (one normalize setting)",
+            f"normalize={values}",
+        )
+        return named[0] if named and len(named) == len(values) else None
+
+    def _chunk_ids(self) -> np.ndarray:
+        parts, offset = [], 0
+        for part in self.datasets:
+            ids = _exposed_chunk_ids(part)
+            if ids is None:
+                ids = np.arange(len(part), dtype=np.int64)  # type: ignore[arg-type]
+            ids = np.asarray(ids, dtype=np.int64)
+            if len(ids):
+                ids = ids - ids.min() + offset
+                offset = int(ids.max()) + 1
+            parts.append(ids)
+        return np.concatenate(parts)
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    @property
+    def ch_names(self) -> list[str]:
+        """Names of the layout's channels, in order."""
+        return list(self._layout)
+
+    @property
+    def n_chans(self) -> int:
+        """Number of channels ``C`` of the layout."""
+        return len(self._layout)
+
+    @property
+    def dtype(self) -> torch.dtype | None:
+        """The parts' floating dtype when they share one."""
+        return _shared([source_attribute(part, "dtype") for part in self.datasets])
+
+    @property
+    def stage_names(self) -> tuple[str, ...] | None:
+        """The parts' stage names when they share them."""
+        values = [source_attribute(part, "stage_names") for part in self.datasets]
+        shared = _shared([None if value is None else tuple(value) for value in values])
+        return None if shared is None else tuple(shared)
+
+    @property
+    def labels(self) -> np.ndarray | None:
+        """``[N]`` int64 label of every item (the parts' exposed ``labels``, concatenated), or
+        ``None`` unless every part exposes them."""
+        parts = [exposed_labels(part) for part in self.datasets]
+        if any(labels is None for labels in parts):
+            return None
+        return np.concatenate([np.asarray(labels, dtype=np.int64) for labels in parts])
+
+    @property
+    def records(self) -> tuple[str, ...] | None:
+        """The parts' record ids, part after part (``None`` unless every part has them)."""
+        parts = [source_attribute(part, "records") for part in self.datasets]
+        if any(records is None for records in parts):
+            return None
+        return tuple(str(record) for records in parts for record in records)
+
+    @property
+    def record_subjects(self) -> tuple[str, ...] | None:
+        """Subject of every record of :attr:`records` (``None`` unless every part has them)."""
+        parts = [source_attribute(part, "record_subjects") for part in self.datasets]
+        if any(subjects is None for subjects in parts):
+            return None
+        return tuple(str(subject) for subjects in parts for subject in subjects)
+
+    @property
+    def subjects(self) -> list[str] | None:
+        """Sorted subject ids of every part (``None`` unless every part has them)."""
+        parts = [source_attribute(part, "subjects") for part in self.datasets]
+        if any(subjects is None for subjects in parts):
+            return None
+        return sorted({str(subject) for subjects in parts for subject in subjects})
+
+    def part_of(self, index: int) -> tuple[int, int]:
+        """``(part, index inside that part)`` of item ``index``."""
+        position = item_position(index, len(self))
+        part = int(np.searchsorted(self.offsets, position, side="right")) - 1
+        return part, position - int(self.offsets[part])
+
+    def locate(self, index: int) -> tuple[str, int]:
+        """``(record id, window index)`` of item ``index`` as its part locates it (record ids are
+        the part's store's: use :meth:`part_of` to tell stores apart)."""
+        part, inner = self.part_of(index)
+        locate: Any = getattr(self.datasets[part], "locate", None)
+        check(
+            callable(locate),
+            "index",
+            "an item of a part that locates its items (a sleep store dataset)",
+            f"an item of datasets[{part}] ({type(self.datasets[part]).__name__})",
+        )
+        record, window = locate(inner)
+        return str(record), int(window)
+
+    def record_of(self, index: int) -> str:
+        """The record id holding item ``index`` (see :meth:`locate`)."""
+        return self.locate(index)[0]
+
+    def _place(self, signals: Tensor, part: int) -> Tensor:
+        """``[n, C_k, *spatial]`` signals of part ``part`` laid out ``[n, C, *spatial]``."""
+        placement = self._placements[part]
+        if placement is None:
+            return signals
+        source, target = placement
+        out = signals.new_full((len(signals), len(self._layout), *signals.shape[2:]), np.nan)
+        out[:, target] = signals[:, source]
+        return out
+
+    def _laid_out(self, items: list[Any], part: int) -> list[Any]:
+        if not items or self._placements[part] is None:
+            return items
+        paired = isinstance(items[0], tuple | list)
+        signals = [torch.as_tensor(item[0] if paired else item) for item in items]
+        placed = self._place(torch.stack(signals), part)
+        if not paired:
+            return list(placed)
+        return [(x, *item[1:]) for x, item in zip(placed, items, strict=True)]
+
+    def __getitem__(self, index: int) -> Any:
+        part, inner = self.part_of(index)
+        return self._laid_out([self.datasets[part][inner]], part)[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """A batch: each part's items are read with one call of its ``__getitems__`` (when it
+        has one; each storage chunk decoded once) and laid out together.
+
+        Args:
+            indices: Item indices, any order, repeats allowed.
+
+        Returns:
+            One item per index, as :meth:`__getitem__` returns them.
+        """
+        located = [self.part_of(index) for index in indices]
+        out: list[Any] = [None] * len(located)
+        for part in sorted({k for k, _ in located}):
+            rows = [row for row, (k, _) in enumerate(located) if k == part]
+            inner = [located[row][1] for row in rows]
+            dataset = self.datasets[part]
+            fetch_many = getattr(dataset, "__getitems__", None)
+            items = (
+                list(fetch_many(inner))
+                if callable(fetch_many)
+                else [dataset[position] for position in inner]
+            )
+            for row, item in zip(rows, self._laid_out(items, part), strict=True):
+                out[row] = item
+        return out
+
+    def __repr__(self) -> str:
+        kind = "segment" if self.on_segments else "window"
+        return (
+            f"{type(self).__name__}({len(self)} items of {len(self.datasets)} {kind} datasets "
+            f"on {self.n_chans} channels {self._layout} at {self.sfreq:g} Hz)"
+        )
