@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -124,7 +125,12 @@ def _load_initial_weights(encoder: ViTEncoder, state: dict[str, torch.Tensor], s
 
 
 def pretrain(
-    dataset: Dataset[Any] | np.ndarray | torch.Tensor,
+    dataset: Dataset[Any]
+    | np.ndarray
+    | torch.Tensor
+    | str
+    | Path
+    | Sequence[str | Path | Dataset[Any]],
     *,
     out_dir: str | Path,
     config: PretrainConfig | None = None,
@@ -150,6 +156,11 @@ def pretrain(
             :class:`~partnd.datasets.segments.SleepSegmentDataset` or an array
             ``[N, C, S * T]``); a store path, a ``SleepWindowDataset`` or an ``InMemoryWindows``
             is read as segments of ``config.segment_windows`` windows of the same records.
+            A list of store paths and datasets (stores of different montages) is read as one
+            :class:`~partnd.datasets.MontageUnion` on the union of their channels (each store's
+            windows or segments normalised as a single store's are); its absent channels are NaN,
+            which only a channel-set encoder (``channel_mode="set"``) reads: a fixed-channel
+            configuration refuses stores that lack channels of the union, naming them.
         out_dir: Run directory; must be new or empty unless ``overwrite`` or ``resume``.
         config: Configuration (default :class:`PretrainConfig`; on resume, the stored one).
         resume: Continue the interrupted run in ``out_dir`` from ``checkpoints/last.pt``; the
@@ -182,14 +193,22 @@ def pretrain(
         config = session.config
         entry = registered(config.method)
         on_segments = entry is not None and entry.data == "segments"
+        from partnd.datasets.montage_union import as_union  # the store reader pulls zarr
+
         if on_segments:
-            from partnd.datasets.segments import as_segment_dataset  # the store reader pulls zarr
+            from partnd.datasets.segments import as_segment_dataset
 
             dataset = as_segment_dataset(
                 dataset, config.segment_windows, config.window_samples, config.normalize
             )
-        train_set, spec = as_signal_dataset(
+        united = as_union(
             dataset,
+            "dataset",
+            expected=None if initial is None else initial[1],
+            absent_channels=config.channel_mode == "set",
+        )
+        train_set, spec = as_signal_dataset(
+            united,
             expected=None if initial is None else initial[1],
             same_shape=False,
             absent_channels=config.channel_mode == "set",

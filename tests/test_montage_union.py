@@ -14,6 +14,7 @@ from torch.utils.data import Dataset, Subset
 from partnd._validation import InputError
 from partnd.datasets import MontageUnion, SleepWindowDataset
 from partnd.datasets.adapters import as_labelled_dataset, as_signal_dataset
+from partnd.datasets.montage_union import as_union
 from partnd.datasets.segments import SleepSegmentDataset
 from tests.staged_stores import write_staged_store
 
@@ -201,6 +202,9 @@ def test_the_adapters_accept_absent_channels_only_for_a_channel_set_model(stores
     fixed, _ = as_signal_dataset(union)
     with pytest.raises(InputError, match=r"dataset\[0\]: expected only finite values"):
         fixed.batch([0, 100])
+    with pytest.raises(InputError, match=r"data: expected datasets holding every channel"):
+        as_union(union, "data")  # what the training functions do first: refused before a batch
+    assert as_union(union, "data", absent_channels=True) is union
     signals, spec = as_signal_dataset(union, absent_channels=True)
     assert spec.in_chans == 4 and signals.info.ch_names == tuple(UNION)
     batch = signals.batch([0, 100, 101])
@@ -236,48 +240,176 @@ def test_other_non_finite_values_are_still_refused(corrupt, message) -> None:
     assert as_signal_dataset(huge, absent_channels=True)[0].batch([0, 1]).shape == (2, 2, 50)
 
 
-def test_a_set_model_pretrains_on_the_union_of_two_montages(stores, tmp_path: Path) -> None:
+SPECTRAL = {"frontend": "spectral", "frontend_options": {"standardize": True}}
+SEGMENTS = {"window_samples": 300, "segment_windows": 4, "patch_size": 30}
+METHODS = {
+    "part": {"patch_size": 30, "num_patches": 10},
+    "part_windows": {**SEGMENTS, "num_windows": 3, "temporal_encoder": "temporal_test"},
+    "rp": {**SEGMENTS, "num_windows": 6, "tau_pos_windows": 1, "tau_neg_windows": 2},
+}
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_a_set_model_pretrains_on_a_list_of_stores_of_two_montages(
+    stores, tmp_path: Path, method: str
+) -> None:
+    """Windows (PART) or segments (PART across windows, relative positioning) of two stores of
+    different montages, read as one union: finite losses, and the encoder records the union."""
     from partnd.engine.config import PretrainConfig
     from partnd.pretraining import pretrain
 
     three, two = stores
-    union = MontageUnion([SleepWindowDataset(three), SleepWindowDataset(two)])
     config = PretrainConfig.preset(
         "test",
-        patch_size=30,
-        num_patches=10,
-        max_steps=3,
-        batch_size=8,
+        method=method,
+        max_steps=2,
+        batch_size=4,
         channel_mode="set",
-        encoder_overrides={"frontend": "spectral", "frontend_options": {"standardize": True}},
+        encoder_overrides=SPECTRAL,
+        **METHODS[method],
     )
-    result = pretrain(union, out_dir=tmp_path / "run", config=config)
+    result = pretrain([str(three), two], out_dir=tmp_path / "run", config=config)
     losses = [record["loss"] for record in result.history if record["phase"] == "train"]
     assert losses and np.isfinite(losses).all()
-    assert result.encoder.signal_info is not None
-    assert result.encoder.signal_info.ch_names == tuple(UNION)
+    info = result.encoder.signal_info
+    assert info is not None and info.channel_mode == "set" and info.ch_names == tuple(UNION)
+    if method == "part":  # a union given as a dataset is read alike
+        union = MontageUnion([SleepWindowDataset(three), SleepWindowDataset(two)])
+        again = pretrain(union, out_dir=tmp_path / "again", config=config)
+        assert [r["loss"] for r in again.history if r["phase"] == "train"] == losses
 
 
-def test_a_set_classifier_is_fine_tuned_and_evaluated_on_the_union(stores, tmp_path: Path) -> None:
+def test_a_fixed_channel_run_refuses_stores_of_different_montages(stores, tmp_path: Path) -> None:
+    from partnd.engine.config import PretrainConfig
+    from partnd.pretraining import pretrain
+
+    three, two = stores
+    config = PretrainConfig.preset("test", patch_size=30, num_patches=10, max_steps=1)
+    lacking = (
+        r"dataset: expected datasets holding every channel of \['F3-M2', 'C4-M1', 'O2-M1', "
+        r"'Fpz-Cz'\] for a model of fixed channels, got dataset\[0\] \(three.zarr\) lacking "
+        r"\['Fpz-Cz'\]; dataset\[1\] \(two.zarr\) lacking \['F3-M2', 'C4-M1'\] "
+        r"\(channel_mode='set' reads"
+    )
+    with pytest.raises(InputError, match=lacking):
+        pretrain([three, two], out_dir=tmp_path / "fixed", config=config)
+    with pytest.raises(InputError, match=lacking):  # a union given as a dataset too
+        union = MontageUnion([SleepWindowDataset(three), SleepWindowDataset(two)])
+        pretrain(union, out_dir=tmp_path / "fixed", config=config)
+    # stores of one montage (in any channel order) are one fixed-channel dataset
+    reordered = write_staged_store(tmp_path / "reordered.zarr", THREE[::-1], seed=2, records=1)
+    result = pretrain([three, reordered], out_dir=tmp_path / "one", config=config)
+    assert result.encoder.signal_info.ch_names == tuple(THREE)
+
+
+def finetune_config(**overrides: object):
     from partnd.engine.config import FinetuneConfig
+
+    values = {"patch_size": 30, "batch_size": 16, "max_steps": 3, "encoder_overrides": SPECTRAL}
+    return FinetuneConfig.preset("test", **{**values, **overrides})
+
+
+def test_a_set_classifier_is_fine_tuned_and_evaluated_on_lists_of_stores(
+    stores, tmp_path: Path
+) -> None:
     from partnd.finetuning.training import evaluate, finetune
 
     three, two = stores
-    train = MontageUnion(
-        [SleepWindowDataset(three, labelled_only=True), SleepWindowDataset(two, records=["r0"])]
-    )
-    val = MontageUnion([SleepWindowDataset(two, records=["r1"])], channels=UNION)
-    config = FinetuneConfig.preset(
-        "test",
-        patch_size=30,
-        batch_size=16,
-        max_steps=3,
-        channel_mode="set",
-        encoder_overrides={"frontend": "spectral", "frontend_options": {"standardize": True}},
-    )
+    train = [three, SleepWindowDataset(two, records=["r0"], labelled_only=True)]
+    val = SleepWindowDataset(two, records=["r1"])  # another layout: read on the training one
     result = finetune(
-        None, train, val_dataset=val, num_classes=5, out_dir=tmp_path / "run", config=config
+        None,
+        train,
+        val_dataset=val,
+        num_classes=5,
+        out_dir=tmp_path / "run",
+        config=finetune_config(channel_mode="set"),
     )
     assert result.model.signal_info.ch_names == tuple(UNION)
-    report = evaluate(result.model, val, device="cpu")
-    assert report.n == 48 and np.isfinite(report.loss)
+    assert result.best_metrics is not None
+    report = evaluate(result.model, [two, three], device="cpu")
+    assert report.n == 2 * 48 + 2 * 48 and np.isfinite(report.loss)
+    with pytest.raises(InputError, match=r"val_dataset: expected windows other than those"):
+        finetune(
+            None,
+            train,
+            val_dataset=[SleepWindowDataset(two, records=["r0"])],
+            num_classes=5,
+            out_dir=tmp_path / "leak",
+            config=finetune_config(channel_mode="set"),
+        )
+
+
+def test_a_fixed_classifier_evaluates_stores_holding_its_channels(stores, tmp_path: Path) -> None:
+    from partnd.finetuning.training import evaluate, finetune
+
+    three, two = stores
+    narrow = write_staged_store(tmp_path / "narrow.zarr", ["O2-M1", "C4-M1"], seed=3, records=1)
+    model = finetune(
+        None, narrow, num_classes=5, out_dir=tmp_path / "run", config=finetune_config()
+    ).model
+    assert model.signal_info.channel_mode == "fixed"
+    report = evaluate(model, [three, narrow], device="cpu")  # its two channels, picked by name
+    assert report.n == 3 * 48
+    with pytest.raises(
+        InputError,
+        match=r"dataset: expected datasets holding every channel of \['O2-M1', 'C4-M1'\] for a "
+        r"model of fixed channels, got dataset\[1\] \(two.zarr\) lacking \['C4-M1'\]",
+    ):
+        evaluate(model, [three, two], device="cpu")
+
+
+def test_the_command_line_pretrains_and_fine_tunes_on_several_stores(
+    stores, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    import json
+
+    from partnd import cli
+    from partnd.models.serialization import load_classifier, load_encoder
+
+    three, two = stores
+    common = ["--preset", "test", "--patch-size", "30", "--max-steps", "2", "--batch-size", "8"]
+    common += ["--encoder-overrides", json.dumps(SPECTRAL)]
+    pre = ["pretrain", "--data", str(three), str(two), "--out", str(tmp_path / "pre"), *common]
+    assert cli.main(pre) == 2  # a fixed-channel encoder cannot read two montages
+    error = capsys.readouterr().err
+    assert "--data: expected datasets holding every channel of" in error
+    assert "dataset[1] (two.zarr) lacking ['F3-M2', 'C4-M1']" in error
+    assert "--channel-mode" in error and len(error.strip().splitlines()) == 1
+    assert cli.main([*pre, "--channel-mode", "set"]) == 0
+    assert load_encoder(tmp_path / "pre").signal_info.ch_names == tuple(UNION)
+    selected = [*pre, "--channel-mode", "set", "--records", "r0", "--overwrite"]
+    assert cli.main(selected) == 2
+    assert "--records: expected one sleep store as --data" in capsys.readouterr().err
+    val = write_staged_store(tmp_path / "val.zarr", ["Pz-Oz", "C4-M1"], seed=4, records=1)
+    ft = ["finetune", "--data", str(three), str(two), "--init-weights", str(tmp_path / "pre")]
+    ft += ["--val-data", str(val), "--out", str(tmp_path / "ft"), *common[:-2]]
+    assert cli.main(ft) == 0
+    model = load_classifier(tmp_path / "ft")
+    assert model.signal_info.ch_names == tuple(UNION)
+    assert model.class_names == ["W", "N1", "N2", "N3", "REM"]  # the stores' stage names
+    metrics = json.loads((tmp_path / "ft" / "metrics.json").read_text())
+    assert metrics["n"] == 48  # the validation store's windows
+
+
+@pytest.mark.slow
+def test_the_sample_profiles_pretrain_together_from_the_command_line(tmp_path: Path) -> None:
+    """Sleep-EDF-, SHHS- and headband-like nights, generated and ingested as a user would, are
+    pretrained on together: one encoder of the union of their five derivations."""
+    from partnd import cli
+    from partnd.models.serialization import load_encoder
+
+    stores = []
+    for profile in ("sleep_edf", "nsrr", "headband"):
+        root = tmp_path / profile
+        argv = ["cohort", "--profile", profile, "--out", str(root), "--records", "1"]
+        assert cli.main([*argv, "--hours", "0.25"]) == 0
+        assert cli.main(["ingest", str(root), "--out", str(tmp_path / f"{profile}.zarr")]) == 0
+        stores.append(str(tmp_path / f"{profile}.zarr"))
+    argv = ["pretrain", "--data", *stores, "--out", str(tmp_path / "run"), "--preset", "test"]
+    argv += ["--patch-size", "100", "--max-steps", "2", "--batch-size", "8"]
+    assert cli.main(argv) == 2  # five derivations, none in every store: a fixed encoder refuses
+    assert cli.main([*argv, "--channel-mode", "set"]) == 0
+    info = load_encoder(tmp_path / "run").signal_info
+    assert info.ch_names == ("Fpz-Cz", "Pz-Oz", "C4-A1", "C3-A2", "AF7-Fpz")
+    assert info.sfreq == 100.0 and info.spatial_shape == (3000,)

@@ -204,14 +204,20 @@ def _names(text: str | None) -> list[str] | None:
 
 
 def _add_data_arguments(
-    parser: argparse.ArgumentParser, prefix: str = "", what: str = "", labels: bool = True
+    parser: argparse.ArgumentParser,
+    prefix: str = "",
+    what: str = "",
+    labels: bool = True,
+    several: bool = False,
 ) -> None:
     flag = f"--{prefix}data"
     parser.add_argument(
         flag,
         type=Path,
         required=not prefix,
-        help=f"{what}PATH.npy [N, C, *spatial] or a sleep store directory",
+        nargs="+" if several else None,
+        help=f"{what}PATH.npy [N, C, *spatial] or a sleep store directory"
+        + (_SEVERAL_STORES if several else ""),
     )
     if labels:
         parser.add_argument(
@@ -242,6 +248,12 @@ def _check_normalize(normalize: str | None, data: Path, option: str = "--normali
     )
 
 
+_SEVERAL_STORES = (
+    "; or several sleep stores, read as one dataset on the union of their channels (stores of "
+    "different montages need --channel-mode set)"
+)
+
+
 def _store_selection(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
     """The records or subjects of the store ``--{prefix}data`` that ``--{prefix}records``,
     ``--{prefix}subjects`` (or ``--split``) select; refused for ``.npy`` data."""
@@ -251,7 +263,15 @@ def _store_selection(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
     dash = "--" + prefix.replace("_", "-")
     given = [f"{dash}{name}" for name in ("records", "subjects") if getattr(args, prefix + name)]
     given += ["--split"] if getattr(args, "split", None) is not None else []
-    data: Path | None = getattr(args, f"{prefix}data")
+    data: Path | list[Path] | None = getattr(args, f"{prefix}data")
+    if isinstance(data, list):
+        check(
+            not given or len(data) == 1,
+            "/".join(given),
+            f"one sleep store as {dash}data (they select the records of one store)",
+            f"{len(data)} stores",
+        )
+        data = data[0]
     if given:
         check(
             data is not None and data.is_dir(),
@@ -296,6 +316,35 @@ def _open(
         return load_signals(path, flag, **options)
 
 
+def _open_all(
+    paths: list[Path],
+    flag: str,
+    labelled: bool,
+    selection: dict[str, Any],
+    normalize: str | None = None,
+) -> Any:
+    """The data of one path (:func:`_open`), or of several sleep stores as a list, which the
+    training functions read as one :class:`~partnd.datasets.MontageUnion`."""
+    if len(paths) == 1:
+        return _open(paths[0], flag, labelled, selection, normalize)
+    arrays = [str(path) for path in paths if not path.is_dir()]
+    check(
+        not arrays,
+        flag,
+        "sleep store directories when several are given (read as one dataset on the union of "
+        "their channels)",
+        ", ".join(arrays),
+    )
+    return [_open(path, flag, labelled, {}, normalize) for path in paths]
+
+
+def _stage_names(data: Any) -> list[str] | None:
+    """The stage names of a store's windows, or those every store of a list shares."""
+    parts = data if isinstance(data, list) else [data]
+    names = {tuple(getattr(part, "stage_names", None) or ()) for part in parts}
+    return list(names.pop()) if len(names) == 1 and () not in names else None
+
+
 def _labels(path: Path | None, flag: str, data: Path | None) -> list[int] | None:
     """Integer labels ``[N]`` from a ``.npy`` file, refused as the API refuses them, and
     refused for a store ``data`` (its stages are the labels)."""
@@ -321,7 +370,11 @@ def _pretrain_main(argv: list[str]) -> int:
         "writes a run directory with encoder.pt.",
     )
     parser.add_argument(
-        "--data", type=Path, required=True, help="PATH.npy [N, C, *spatial] or a sleep store"
+        "--data",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="PATH.npy [N, C, *spatial] or a sleep store" + _SEVERAL_STORES,
     )
     parser.add_argument("--subjects", help="comma-separated subjects to pretrain on (store data)")
     parser.add_argument("--records", help="comma-separated records to pretrain on (store data)")
@@ -346,9 +399,10 @@ def _pretrain_main(argv: list[str]) -> int:
 
     entry = registered(method)
     if entry is None or entry.data != "segments":  # segments come normalised as they say
-        _check_normalize(overrides.get("normalize"), args.data)
+        for path in args.data:
+            _check_normalize(overrides.get("normalize"), path)
     normalize = overrides.get("normalize", (config or PretrainConfig()).normalize)
-    data = _open(args.data, "--data", False, selection, normalize)
+    data = _open_all(args.data, "--data", False, selection, normalize)
     result = pretrain(
         data,
         out_dir=args.out,
@@ -374,8 +428,8 @@ def _finetune_main(argv: list[str]) -> int:
         description="Fine-tune a pretrained encoder (or train from scratch) as a classifier; "
         "writes a run directory with classifier.pt.",
     )
-    _add_data_arguments(parser, "", "training ")
-    _add_data_arguments(parser, "val-", "validation ")
+    _add_data_arguments(parser, "", "training ", several=True)
+    _add_data_arguments(parser, "val-", "validation ", several=True)
     _add_normalize_argument(parser)
     parser.add_argument(
         "--num-classes",
@@ -397,15 +451,15 @@ def _finetune_main(argv: list[str]) -> int:
     config, overrides = _config_from_args(args, FinetuneConfig)
     from partnd.finetuning.training import finetune
 
-    _check_normalize(args.normalize, args.data)
+    for path in args.data:
+        _check_normalize(args.normalize, path)
     normalize = args.normalize or "window"
-    train = _open(args.data, "--data", True, _store_selection(args, ""), normalize)
+    train = _open_all(args.data, "--data", True, _store_selection(args, ""), normalize)
     val = None
     val_selection = _store_selection(args, "val_")
     if args.val_data is not None:
-        val = _open(args.val_data, "--val-data", True, val_selection, normalize)
-    stage_names = getattr(train, "stage_names", None)
-    class_names = _names(args.class_names) or (None if stage_names is None else list(stage_names))
+        val = _open_all(args.val_data, "--val-data", True, val_selection, normalize)
+    class_names = _names(args.class_names) or _stage_names(train)
     num_classes = args.num_classes
     if num_classes is None:
         check(
@@ -434,8 +488,10 @@ def _finetune_main(argv: list[str]) -> int:
         class_names=class_names,
         resume=args.resume,
         overwrite=args.overwrite,
-        train_labels=_labels(args.labels, "--labels", args.data),
-        val_labels=_labels(args.val_labels, "--val-labels", args.val_data),
+        train_labels=_labels(args.labels, "--labels", args.data[0]),
+        val_labels=_labels(
+            args.val_labels, "--val-labels", None if args.val_data is None else args.val_data[0]
+        ),
         **overrides,
     )
     print(f"partnd finetune: done; best metrics {result.best_metrics} in {result.run_dir}")

@@ -17,7 +17,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,12 +26,12 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset, Subset
 
-from partnd._validation import check, describe
-from partnd.datasets.adapters import exposed_labels, find_source, source_attribute
-from partnd.datasets.segments import SleepSegmentDataset
+from partnd._validation import InputError, check, describe, renamed_arguments
+from partnd.datasets.adapters import exposed_labels, load_signals, source_attribute
 from partnd.datasets.sleep_windows import item_position
+from partnd.signal_info import SignalInfo
 
-__all__ = ["MontageUnion"]
+__all__ = ["MontageUnion", "as_union", "check_one_montage", "is_dataset_list", "union_of"]
 
 
 def _shared(values: Sequence[Any]) -> Any:
@@ -60,7 +61,8 @@ class MontageUnion(Dataset[Any]):
     left out). The rest of an item (a window's stage) is the part's. Window parts
     (:class:`~partnd.datasets.SleepWindowDataset`, ``InMemoryWindows``, ``Subset`` s of them, any
     dataset exposing ``ch_names`` and ``sfreq``) give ``(x, stage)``; segment parts
-    (:class:`~partnd.datasets.segments.SleepSegmentDataset`) give ``x``.
+    (:class:`~partnd.datasets.segments.SleepSegmentDataset`, any dataset exposing
+    ``segment_windows``) give ``x``.
 
     Args:
         datasets: The parts (at least one): all window datasets or all segment datasets, of one
@@ -92,6 +94,7 @@ class MontageUnion(Dataset[Any]):
         )
         self.datasets = list(datasets)
         names = [self._part_channels(part, k) for k, part in enumerate(self.datasets)]
+        self._part_names = names
         self._check_kinds()
         self.sfreq = self._common_float("sfreq", "sampling rate (Hz)")
         self.n_times = self._common_length()
@@ -127,7 +130,7 @@ class MontageUnion(Dataset[Any]):
         return names
 
     def _check_kinds(self) -> None:
-        segments = [find_source(part, SleepSegmentDataset) is not None for part in self.datasets]
+        segments = [source_attribute(part, "segment_windows") is not None for part in self.datasets]
         check(
             all(segments) or not any(segments),
             "datasets",
@@ -313,6 +316,16 @@ class MontageUnion(Dataset[Any]):
             return None
         return sorted({str(subject) for subjects in parts for subject in subjects})
 
+    def missing(self, channels: Sequence[str] | None = None) -> list[list[str]]:
+        """The channels of the layout (or of ``channels``) every part lacks, part by part."""
+        wanted = self._layout if channels is None else list(channels)
+        return [[name for name in wanted if name not in names] for names in self._part_names]
+
+    def part_name(self, part: int, argument: str = "datasets") -> str:
+        """``datasets[k]``, with the part's store when it has one (for messages)."""
+        store = source_attribute(self.datasets[part], "store_path")
+        return f"{argument}[{part}]" + ("" if store is None else f" ({Path(store).name})")
+
     def part_of(self, index: int) -> tuple[int, int]:
         """``(part, index inside that part)`` of item ``index``."""
         position = item_position(index, len(self))
@@ -393,3 +406,118 @@ class MontageUnion(Dataset[Any]):
             f"{type(self).__name__}({len(self)} items of {len(self.datasets)} {kind} datasets "
             f"on {self.n_chans} channels {self._layout} at {self.sfreq:g} Hz)"
         )
+
+
+def is_dataset_list(data: Any) -> bool:
+    """Whether ``data`` is a list (or tuple) of store paths or datasets, read as one
+    :class:`MontageUnion` (not a list of items, such as tensors ``[C, *spatial]``)."""
+    return (
+        isinstance(data, list | tuple)
+        and len(data) > 0
+        and all(isinstance(part, str | Path | Dataset) for part in data)
+    )
+
+
+def union_of(
+    data: Sequence[str | Path | Dataset[Any]],
+    argument: str,
+    open_path: Callable[[Path, str], Any],
+    *,
+    channels: Sequence[str] | None = None,
+    one_montage: str | None = None,
+) -> MontageUnion:
+    """The :class:`MontageUnion` of a list of store paths and datasets (as the training functions
+    accept them).
+
+    Args:
+        data: Store paths (each opened with ``open_path``) and datasets (used as they are).
+        argument: The caller's name of ``data`` in error messages (``dataset[1]: ...``).
+        open_path: Opens one path, given the path and its name in messages (``dataset[0]``).
+        channels: The layout (default the union of the parts' channels).
+        one_montage: What reads the data when it cannot read absent channels (``"a model of
+            fixed channels"``): every part must then hold every channel of the layout
+            (:func:`check_one_montage`).
+
+    Raises:
+        InputError: As :class:`MontageUnion`, naming ``argument``; with ``one_montage``, parts
+            lacking channels of the layout.
+    """
+    with renamed_arguments({"datasets": argument}):
+        parts = [
+            open_path(Path(part), f"{argument}[{k}]") if isinstance(part, str | Path) else part
+            for k, part in enumerate(data)
+        ]
+        union = MontageUnion(parts, channels)
+    if one_montage is not None:
+        check_one_montage(union, argument, one_montage)
+    return union
+
+
+def check_one_montage(
+    union: MontageUnion, argument: str, reader: str, channels: Sequence[str] | None = None
+) -> None:
+    """Refuse a union whose parts lack channels, for a reader of fixed channels.
+
+    Args:
+        union: The union.
+        argument: Its name in error messages.
+        reader: What reads it (``"a model of fixed channels"``).
+        channels: The channels every part must hold (default: the union's layout).
+
+    Raises:
+        InputError: A part lacks one of ``channels``; the message names every such part with
+            the channels it lacks, and suggests ``channel_mode='set'``.
+    """
+    wanted = union.ch_names if channels is None else list(channels)
+    lacking = [
+        f"{union.part_name(k, argument)} lacking {names}"
+        for k, names in enumerate(union.missing(wanted))
+        if names
+    ]
+    if lacking:
+        raise InputError(
+            f"{argument}: expected datasets holding every channel of {wanted} for {reader}, got "
+            f"{'; '.join(lacking)} (channel_mode='set' reads datasets of different montages, "
+            "their absent channels NaN)"
+        )
+
+
+def as_union(
+    data: Any,
+    argument: str,
+    *,
+    expected: SignalInfo | None = None,
+    absent_channels: bool = False,
+    labelled: bool = False,
+) -> Any:
+    """Data as the training functions read them: a list of store paths and datasets becomes one
+    :class:`MontageUnion`, and a union is checked against its reader. Other data are returned
+    unchanged (the adapters of :mod:`partnd.datasets.adapters` take them from there).
+
+    Args:
+        data: The data given (a list of store paths and datasets, a union, anything else).
+        argument: Its name in error messages.
+        expected: The signal of the model that reads the data: stores are read with its
+            normalisation, and a fixed-channel model's named channels are the layout.
+        absent_channels: The reader reads absent channels (a channel-set model); otherwise
+            every part must hold every channel of the layout (:func:`check_one_montage`).
+        labelled: Open stores' labelled windows only (fine-tuning, evaluation).
+
+    Returns:
+        The union, or ``data`` unchanged.
+    """
+    fixed = expected is not None and expected.channel_mode != "set"
+    channels = expected.ch_names if fixed and expected is not None else None
+    if is_dataset_list(data):
+        options: dict[str, Any] = {"labelled_only": True} if labelled else {}
+        if expected is not None and expected.normalization is not None:
+            options["normalize"] = expected.normalization  # stores read as the model read them
+        data = union_of(
+            data,
+            argument,
+            lambda path, name: load_signals(path, name, **options),
+            channels=channels,
+        )
+    if isinstance(data, MontageUnion) and not absent_channels:
+        check_one_montage(data, argument, "a model of fixed channels", channels)
+    return data

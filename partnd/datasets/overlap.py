@@ -3,7 +3,8 @@
 A checkpoint chosen by its kappa on windows it was trained on is chosen on what it memorised.
 :func:`check_disjoint` refuses such a pair when both datasets read the same sleep store: window
 datasets (:class:`~partnd.datasets.SleepWindowDataset`, ``InMemoryWindows``, and ``Subset`` s of
-them, traced to their windows) are compared window by window, sequence datasets record by record.
+them, traced to their windows) are compared window by window, sequence datasets record by record,
+a :class:`~partnd.datasets.MontageUnion` part by part.
 Other data (arrays, datasets of one's own) carry no identity to compare and pass.
 """
 
@@ -12,8 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from torch.utils.data import Subset
+
 from partnd._validation import InputError, check
-from partnd.datasets.adapters import source_positions
+from partnd.datasets.adapters import find_source, source_positions
+from partnd.datasets.montage_union import MontageUnion
 from partnd.datasets.sequences import SleepSequenceDataset
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
 
@@ -25,6 +29,12 @@ _Item = tuple[str, str, int]
 def _store_items(data: Any) -> set[_Item] | None:
     """``(store, record, window)`` of every item of a store-backed dataset (window ``-1``: every
     window of the record, for sequences), or ``None`` for other data."""
+    union = find_source(data, MontageUnion)
+    if union is not None:  # every part's items (a Subset of a union is not traced)
+        parts = [_store_items(part) for part in union.datasets]
+        if find_source(data, Subset) is not None or any(part is None for part in parts):
+            return None
+        return set().union(*(part for part in parts if part is not None))
     if isinstance(data, SleepSequenceDataset):
         store = str(Path(data.store_path).resolve())
         return {(store, record, -1) for record in data.records}

@@ -37,6 +37,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from partnd._validation import InputError, check
+from partnd.datasets.montage_union import MontageUnion, is_dataset_list, union_of
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset, item_position
 from partnd.datasets.store import SleepStore
 from partnd.engine.normalization import NORMALIZE_EPS
@@ -269,8 +270,9 @@ def as_segment_dataset(
     A store path, a :class:`SleepWindowDataset` or an :class:`InMemoryWindows` becomes a
     :class:`SleepSegmentDataset` over the same store, records and channels (all windows of those
     records, labelled or not, stored values). A :class:`SleepSegmentDataset` is checked against
-    the requested sizes. Anything else (an array ``[N, C, S*T]`` of segments, another dataset)
-    is returned unchanged.
+    the requested sizes. A list of those, or a :class:`~partnd.datasets.MontageUnion` of them,
+    becomes the ``MontageUnion`` of their segments (on the union's channels). Anything else (an
+    array ``[N, C, S*T]`` of segments, another dataset) is returned unchanged.
 
     Args:
         data: The pretraining data.
@@ -283,6 +285,15 @@ def as_segment_dataset(
     Raises:
         InputError: A segment dataset or store whose ``S`` or ``T`` differ from the requested.
     """
+
+    def segments_of(part: Any, name: str = "dataset") -> Any:
+        return as_segment_dataset(part, segment_windows, window_samples, normalize)
+
+    if is_dataset_list(data):
+        return union_of([segments_of(part) for part in data], "dataset", segments_of)
+    if isinstance(data, MontageUnion):
+        parts = [segments_of(part) for part in data.datasets]
+        return MontageUnion(parts, channels=data.ch_names)
     scaled = "record" if normalize == "record" else "none"
     if isinstance(data, str | Path) and (Path(data) / "zarr.json").is_file():
         data = SleepSegmentDataset(data, segment_windows=segment_windows, normalize=scaled)

@@ -29,7 +29,13 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from partnd._validation import check, check_batch_size
-from partnd.datasets.adapters import LabelledDataset, as_labelled_dataset, data_fingerprint
+from partnd.datasets.adapters import (
+    LabelledDataset,
+    as_labelled_dataset,
+    data_fingerprint,
+    source_attribute,
+)
+from partnd.datasets.montage_union import as_union
 from partnd.datasets.overlap import check_disjoint
 from partnd.engine.augment import build_augmentation
 from partnd.engine.checkpoint import atomic_save, atomic_write_json, load_checkpoint
@@ -252,6 +258,13 @@ def _prepare_encoder(
     return backbone
 
 
+def _named_store_data(data: Any) -> bool:
+    """Whether ``data`` is a store path or a dataset with named channels (not yet a list)."""
+    if isinstance(data, str | Path):
+        return Path(data).is_dir()
+    return isinstance(data, Dataset) and source_attribute(data, "ch_names") is not None
+
+
 def _check_fits(encoder: ViTEncoder, spec: SignalSpec, argument: str, patch: str) -> None:
     """Refuse items the encoder's grid of patches (named ``patch`` in messages) would not tile
     whole."""
@@ -266,7 +279,7 @@ def _check_fits(encoder: ViTEncoder, spec: SignalSpec, argument: str, patch: str
 
 def evaluate(
     model: nn.Module,
-    dataset: Dataset[Any] | np.ndarray | torch.Tensor | str | Path,
+    dataset: Dataset[Any] | np.ndarray | torch.Tensor | str | Path | Sequence[Any],
     *,
     batch_size: int = 256,
     class_names: Sequence[str] | None = None,
@@ -286,8 +299,10 @@ def evaluate(
             or a :class:`~partnd.models.SequenceClassifier` or
             :class:`~partnd.models.NightClassifier` (every window of every night of the data
             predicted with its context, scored on the labelled windows).
-        dataset: Items ``(x, label)``, an array ``[N, C, *spatial]`` together with ``labels``, or a
-            sleep store path (its labelled windows); store-backed data for a sequence classifier.
+        dataset: Items ``(x, label)``, an array ``[N, C, *spatial]`` together with ``labels``, a
+            sleep store path (its labelled windows), or a list of store paths and datasets (a
+            :class:`~partnd.datasets.MontageUnion`; a fixed-channel model's channels must be in
+            every one); store-backed data for a sequence classifier.
         batch_size: Evaluation batch size.
         class_names: K class names for the per-class F1 (default: the model's ``class_names``).
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:K"``.
@@ -313,7 +328,14 @@ def evaluate(
             model, sequences, class_names=class_names, batch_size=batch_size, device=device
         )
     expected = getattr(model, "signal_info", None)
-    data, _ = as_labelled_dataset(dataset, labels, expected=expected)
+    united = as_union(
+        dataset,
+        "dataset",
+        expected=expected,
+        absent_channels=expected is not None and expected.channel_mode == "set",
+        labelled=labels is None,
+    )
+    data, _ = as_labelled_dataset(united, labels, expected=expected)
     read_data_channels(model, data.info)
     logits = predict_logits(model, data.signals, batch_size=batch_size, device=device)
     num_classes = int(logits.shape[-1])
@@ -439,6 +461,16 @@ def _window_setup(
     """The single-window [CLS] classifier (the paper's fine-tuning), trained with ``task``'s loss
     (default :class:`ClassificationTask`)."""
     expected = None if backbone is None else backbone.signal_info
+    channel_sets = config.channel_mode == "set" or (
+        expected is not None and expected.channel_mode == "set"
+    )
+    train_dataset = as_union(
+        train_dataset,
+        "train_dataset",
+        expected=expected,
+        absent_channels=channel_sets,
+        labelled=train_labels is None,
+    )
     train_set, spec = as_labelled_dataset(
         train_dataset,
         train_labels,
@@ -446,10 +478,19 @@ def _window_setup(
         "train_labels",
         expected=expected,
         same_shape=False,
-        absent_channels=config.channel_mode == "set",
+        absent_channels=channel_sets,
     )
     val_set = None
     if val_dataset is not None:
+        if channel_sets and _named_store_data(val_dataset):
+            val_dataset = [val_dataset]  # read on the training layout, its absent channels NaN
+        val_dataset = as_union(
+            val_dataset,
+            "val_dataset",
+            expected=train_set.info,
+            absent_channels=channel_sets,
+            labelled=val_labels is None,
+        )
         val_set, _ = as_labelled_dataset(
             val_dataset,
             val_labels,
@@ -624,11 +665,17 @@ def _sequence_setup(
 
 def finetune(
     encoder: ViTEncoder | HierarchicalEncoder | str | Path | None,
-    train_dataset: Dataset[Any] | np.ndarray | torch.Tensor | str | Path,
+    train_dataset: Dataset[Any] | np.ndarray | torch.Tensor | str | Path | Sequence[Any],
     /,
     *,
     num_classes: int,
-    val_dataset: Dataset[Any] | np.ndarray | torch.Tensor | None = None,
+    val_dataset: Dataset[Any]
+    | np.ndarray
+    | torch.Tensor
+    | str
+    | Path
+    | Sequence[Any]
+    | None = None,
     out_dir: str | Path,
     config: FinetuneConfig | None = None,
     class_names: Sequence[str] | None = None,
@@ -656,10 +703,14 @@ def finetune(
         train_dataset: Items ``(x [C, *spatial], label)``, or an array with ``train_labels``.
             A sequence or night classifier needs consecutive windows: a sleep store path, a
             ``SleepWindowDataset`` or ``InMemoryWindows`` (their records), or a
-            ``SleepSequenceDataset`` (``SleepNightDataset``).
+            ``SleepSequenceDataset`` (``SleepNightDataset``). A single-window classifier also
+            takes a list of store paths (their labelled windows) and datasets, read as one
+            :class:`~partnd.datasets.MontageUnion` on the union of their channels: stores of
+            different montages need ``channel_mode="set"`` (or a channel-set encoder).
         num_classes: Number of classes K.
         val_dataset: Optional validation set (same forms, ``val_labels`` for an array); the epoch
-            with the best Cohen's kappa on it is selected.
+            with the best Cohen's kappa on it is selected. A channel-set classifier reads store
+            data on the training data's channel layout (its channels outside it left out).
         out_dir: Run directory (new or empty unless ``overwrite``/``resume``).
         config: Configuration (default :class:`FinetuneConfig`; on resume, the stored one).
         class_names: K names for reports and the confusion-matrix figure.
