@@ -223,6 +223,10 @@ def test_the_adapters_accept_absent_channels_only_for_a_channel_set_model(stores
         ),
         (lambda x: x[:, 0].fill_(float("inf")), r"got 50 NaN/Inf value\(s\) in channel\(s\) \[0\]"),
         (lambda x: x.fill_(float("nan")), r"expected at least one present channel"),
+        (  # an absent channel holding an Inf value is no absent channel
+            lambda x: x[:, 2, 7].fill_(-float("inf")),
+            r"got 50 NaN/Inf value\(s\) in channel\(s\) \[2\]",
+        ),
     ],
 )
 def test_other_non_finite_values_are_still_refused(corrupt, message) -> None:
