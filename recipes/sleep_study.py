@@ -122,12 +122,17 @@ class SleepStudy(StudyData):
         overwrite: Start the directory over (only a study directory is ever cleared).
     """
 
+    #: The parts a study hands its pretraining and its cells to (a study of another kind, such
+    #: as :mod:`partnd.recipes.transfer_study`'s, brings its own).
+    pretraining_type: type[StudyPretraining] = StudyPretraining
+    cells_type: type[StudyCells] = StudyCells
+
     def __init__(self, config: StudyConfig, overwrite: bool = False) -> None:
         super().__init__(config)
         self._claim(overwrite)
-        self.pretraining = StudyPretraining(self)
+        self.pretraining = self.pretraining_type(self)
         self.cell_store = CellStore(self.out)
-        self.cells = StudyCells(self, self.pretraining, self.cell_store)
+        self.cells = self.cells_type(self, self.pretraining, self.cell_store)
         self.pretrain_dir = self.pretraining.pretrain_dir
         self.pretrained = self.pretraining.pretrained
         self.run_pretraining = self.pretraining.run_pretraining
@@ -147,6 +152,14 @@ class SleepStudy(StudyData):
         drawn = (self.out / "pools.json").exists() or (self.out / "pretrain_pools").exists()
         revisable = () if drawn else ("pools", "pool_overrides", "held_out_subjects")
         claim_study_directory(self.out, self.config.settings, overwrite, revisable)
+
+    def build_shared_data(self, pool_pretraining: bool) -> None:
+        """Build what the processes of a parallel run share, here, once, so that no two
+        processes build it at the same time: the store and the split, and with
+        ``pool_pretraining`` (a task pretrains on a pool) the pool store and ``pools.json``."""
+        _ = self.store, self.split
+        if pool_pretraining:
+            _ = self.pools.store, self.pools.plan
 
     @property
     def pools(self) -> PoolStage:

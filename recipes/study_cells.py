@@ -27,6 +27,7 @@ from partnd._validation import InputError, check
 from partnd.datasets.adapters import as_labelled_dataset
 from partnd.datasets.label_budget import LabelDraw
 from partnd.engine.checkpoint import atomic_save
+from partnd.engine.config import FinetuneConfig
 from partnd.engine.run_dir import RunDir
 from partnd.evaluation.metrics import classification_metrics
 from partnd.evaluation.probes import linear_probe
@@ -132,16 +133,7 @@ class StudyCells:
         draw = self.data.draw(budget, seed)
         cell = cells.cell_dir(method, arm, budget, seed, pool)
         cell.mkdir(parents=True, exist_ok=True)
-        if method in CLASSICAL_METHODS:
-            predictions, settings = self._classical(method, arm, draw, seed)
-            used = () if method == "yasa_pretrained" else draw.subjects
-        elif arm == "probe":
-            predictions, settings = self._probe(method, draw, seed, pool)
-            used = draw.subjects
-        else:
-            run_dir = cell / "run"
-            predictions, settings = self._finetune(method, arm, draw, seed, run_dir, pool)
-            used = draw.subjects
+        predictions, settings, used = self._predict(method, arm, draw, seed, cell, pool)
         labels = self.data.test_set.labels.astype(np.int64)
         report = classification_metrics(
             labels, predictions, len(self.data.class_names), self.data.class_names
@@ -159,6 +151,23 @@ class StudyCells:
         }
         cells.write_cell(cell, predictions, result)
         return cells.load_cell(method, arm, budget, seed, pool)
+
+    def _predict(
+        self, method: str, arm: str, draw: LabelDraw, seed: int, cell: Path, pool: str | None
+    ) -> tuple[np.ndarray, dict[str, Any], tuple[str, ...]]:
+        """Train the cell's row on ``draw`` and predict the test windows.
+
+        Returns:
+            ``(predictions [n_test], settings, labelled subjects used)``.
+        """
+        if method in CLASSICAL_METHODS:
+            predictions, settings = self._classical(method, arm, draw, seed)
+            return predictions, settings, () if method == "yasa_pretrained" else draw.subjects
+        if arm == "probe":
+            predictions, settings = self._probe(method, draw, seed, pool)
+            return predictions, settings, draw.subjects
+        predictions, settings = self._finetune(method, arm, draw, seed, cell / "run", pool)
+        return predictions, settings, draw.subjects
 
     def _classical(
         self, method: str, arm: str, draw: LabelDraw, seed: int
@@ -274,23 +283,7 @@ class StudyCells:
             overwrite=not resume and run_dir.exists(),
             **({"max_steps": None} if resume else {}),
         )
-        model = result.model
-        if isinstance(model, SequenceClassifier | NightClassifier | NightStager):
-            length = EVALUATION_CROP if night else int(config.context or 1)
-            nights = predict_nights(
-                model,
-                self.data.sequences(self.data.split.test, length, night=night),
-                device=self.config.device,
-            )
-            labels = np.concatenate([night.labels for night in nights])
-            probabilities = np.concatenate([night.probabilities for night in nights])
-            scored = labels >= 0
-            self._check_test_order(labels[scored])
-            predictions = probabilities[scored].argmax(axis=1)
-        else:
-            test, _ = as_labelled_dataset(self.data.test_set)
-            logits = predict_logits(model, test.signals, device=self.config.device)
-            predictions = logits.argmax(dim=1).numpy()
+        predictions = self.predict_test(result.model, config)
         meta = RunDir(run_dir).resolved()
         init = "scratch" if from_scratch else f"{method} pretraining"
         settings = {
@@ -311,6 +304,26 @@ class StudyCells:
         if night:
             settings["night_crop"] = config.night_crop
         return predictions, settings
+
+    def predict_test(self, model: Any, config: FinetuneConfig) -> np.ndarray:
+        """[n_test] predicted stage of every test window, in the test set's order, by a trained
+        window, sequence or night classifier (``config``: the one it was trained with)."""
+        if isinstance(model, SequenceClassifier | NightClassifier | NightStager):
+            night = config.context == "night"
+            length = EVALUATION_CROP if night else int(config.context or 1)
+            nights = predict_nights(
+                model,
+                self.data.sequences(self.data.split.test, length, night=night),
+                device=self.config.device,
+            )
+            labels = np.concatenate([night.labels for night in nights])
+            probabilities = np.concatenate([night.probabilities for night in nights])
+            scored = labels >= 0
+            self._check_test_order(labels[scored])
+            return np.asarray(probabilities[scored].argmax(axis=1))
+        test, _ = as_labelled_dataset(self.data.test_set)
+        logits = predict_logits(model, test.signals, device=self.config.device)
+        return np.asarray(logits.argmax(dim=1).numpy())
 
 
 def _selected(result: FinetuneResult) -> dict[str, Any]:

@@ -131,10 +131,14 @@ class StudyData:
     def _reading(
         self, subjects: Sequence[str], labelled_windows: Mapping[str, Any] | None
     ) -> dict[str, Any]:
-        """How every labelled dataset of ``subjects`` reads the store: their records, the
+        """How every labelled dataset of ``subjects`` reads the store: their records (only those
+        holding ``labelled_windows`` when given: a subject's unlabelled night adds no label), the
         study's normalisation and progress, only ``labelled_windows`` labelled when given."""
+        records = self.split.records_of(subjects)
+        if labelled_windows is not None:
+            records = [record for record in records if record in labelled_windows]
         return {
-            "records": self.split.records_of(subjects),
+            "records": records,
             "normalize": self.config.normalization,
             "progress": self.config.progress,
             "labelled_windows": labelled_windows,

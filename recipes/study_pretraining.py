@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -71,7 +72,12 @@ class StudyPretraining:
         ``max_steps`` also writes ``encoder.pt``, but has not finished)."""
         if pool is not None:
             return self.pools.done(method, pool)
-        run_dir = self.pretrain_dir(method)
+        return self.trained(self.pretrain_dir(method))
+
+    @staticmethod
+    def trained(run_dir: Path) -> bool:
+        """Whether the pretraining run in ``run_dir`` has finished (``encoder.pt`` and every
+        step trained)."""
         return (run_dir / ENCODER_FILE).is_file() and RunDir(run_dir).trained()
 
     def run_pretraining(self, method: str, pool: str | None = None) -> Path:
@@ -93,13 +99,21 @@ class StudyPretraining:
         run_dir = self.pretrain_dir(method)
         if self.pretrained(method):
             return run_dir
-        resume = RunDir(run_dir).resumable
         data = SleepWindowDataset(
             self.data.store,
             records=list(self.data.split.pretrain),
             normalize=self.config.normalization,
         )
-        if resume:  # continue the interrupted run to its end
+        return self.pretrain_run(run_dir, data, method)
+
+    def pretrain_run(self, run_dir: Path, data: Any, method: str) -> Path:
+        """Pretrain ``method`` on ``data`` into ``run_dir`` with the study's configuration, or
+        continue the interrupted run there to its end.
+
+        Returns:
+            ``run_dir`` (holding ``encoder.pt``).
+        """
+        if RunDir(run_dir).resumable:
             pretrain(data, out_dir=run_dir, resume=True, max_steps=None)
         else:
             config = self.config.pretrain_config(method)

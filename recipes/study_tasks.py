@@ -31,7 +31,7 @@ import functools
 import json
 import shutil
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,8 +58,8 @@ __all__ = [
 
 #: Relative cost of a row by arm, and of a pretraining, for the longest-first order (the demo's
 #: wall times on 2 cores: a night cell about 7 minutes, a window cell 2, a probe seconds; a
-#: pretraining 2.5 minutes).
-_ARM_COST = {"night": 7.0, "sequence": 5.0, "window": 2.0, "probe": 0.1}
+#: pretraining 2.5 minutes; the transfer study's zero-shot arm only predicts).
+_ARM_COST = {"night": 7.0, "sequence": 5.0, "window": 2.0, "probe": 0.1, "zeroshot": 0.1}
 _PRETRAIN_COST = 2.5
 _CLASSICAL_COST = 2.5
 
@@ -149,7 +149,9 @@ def row_tasks(
 
 
 def cell_tasks(
-    cells: Sequence[Cell], pretrained: Callable[[str, str | None], bool]
+    cells: Sequence[Cell],
+    pretrained: Callable[[str, str | None], bool],
+    pretrained_methods: Collection[str] | None = None,
 ) -> tuple[list[StudyTask], list[StudyTask]]:
     """The unfinished ``cells`` of a study as two rounds of tasks, so that pretrainings run side
     by side with the cells that need none, and no cell waits in a queue behind another's
@@ -159,6 +161,8 @@ def cell_tasks(
         cells: The cells to run (method, arm, budget, seed, pool).
         pretrained: Whether a (method, pool) pretraining has finished
             (:meth:`SleepStudy.pretrained`).
+        pretrained_methods: The methods whose cells need a pretraining first (default: the
+            registered objectives).
 
     Returns:
         ``(first, then)``. ``first``: every unfinished pretraining of a pretrained method's cells,
@@ -166,7 +170,7 @@ def cell_tasks(
         cell that needs no unfinished pretraining alone, longest first. ``then``: the cells of
         the pretrainings of ``first``, one task each, longest first.
     """
-    objectives = list_objectives()
+    objectives = list_objectives() if pretrained_methods is None else pretrained_methods
     needed = dict.fromkeys((c[0], c[4]) for c in cells if c[0] in objectives)
     pending = [pretraining for pretraining in needed if not pretrained(*pretraining)]
     waiting = [c for c in cells if (c[0], c[4]) in pending]
@@ -219,20 +223,20 @@ def _run_task(study: SleepStudy, task: StudyTask, index: int | None = None) -> T
     return TaskTime(task.name, time.perf_counter() - start, time.process_time() - cpu_start)
 
 
-def _run_reopened(config: StudyConfig, numbered: tuple[int, StudyTask]) -> TaskTime:
-    """:func:`_run_task` in a worker process, on the study reopened from ``config``, for the task
-    numbered ``(its place in the run's list, task)``."""
+def _run_reopened(
+    kind: type[SleepStudy], config: StudyConfig, numbered: tuple[int, StudyTask]
+) -> TaskTime:
+    """:func:`_run_task` in a worker process, on the study of ``kind`` reopened from ``config``,
+    for the task numbered ``(its place in the run's list, task)``."""
     index, task = numbered
-    return _run_task(SleepStudy(config), task, index)
+    return _run_task(kind(config), task, index)
 
 
 def _make_shared_data(study: SleepStudy, tasks: Sequence[StudyTask]) -> None:
-    """Build what the processes of ``tasks`` share (the store, the split and, when a task
-    pretrains on a pool, the pool store and ``pools.json``) here, once, so that no two processes
-    build the same store at the same time."""
-    _ = study.store, study.split
-    if any(task.pretrain is not None and task.pretrain[1] is not None for task in tasks):
-        _ = study.pools.store, study.pools.plan
+    """Build what the processes of ``tasks`` share (:meth:`SleepStudy.build_shared_data`)."""
+    study.build_shared_data(
+        any(task.pretrain is not None and task.pretrain[1] is not None for task in tasks)
+    )
 
 
 @dataclass(frozen=True)
@@ -371,7 +375,7 @@ def run_tasks(
     else:
         config = dataclasses.replace(study.config, progress=False)
         finished = parallel_map_unordered(
-            functools.partial(_run_reopened, config),
+            functools.partial(_run_reopened, type(study), config),
             list(enumerate(todo)),
             n_jobs=jobs,
             backend=backend,

@@ -1,9 +1,10 @@
 """How many labels a sample-efficiency cell gets, and which: whole nights, or windows per stage.
 
-A :class:`LabelBudget` is either a number of labelled *subjects* (every labelled window of their
-nights) or a number of labelled *windows per stage* drawn from the fine-tuning subjects' windows
-(Banville et al. 2021 count labels per class). Written ``"2"`` and ``"w20"`` on command lines and
-in result files.
+A :class:`LabelBudget` is a number of labelled *subjects* (every labelled window of their
+nights), of labelled *nights* (every labelled window of that many records, for datasets whose
+subjects have several nights) or of labelled *windows per stage* drawn from the fine-tuning
+subjects' windows (Banville et al. 2021 count labels per class). Written ``"2"``, ``"1n"`` and
+``"w20"`` on command lines and in result files.
 
 :func:`draw_labels` makes one *draw* of a budget for one seed, from a fixed
 :class:`~partnd.datasets.splits.SubjectSplit` (the test subjects never change):
@@ -11,6 +12,10 @@ in result files.
 * **subjects**: the first ``n`` subjects of the seed's permutation of the fine-tuning pool
   (:meth:`SubjectSplit.finetune_order`: nested, ``1 ⊂ 2 ⊂ 4 ⊂ 8`` within a seed); the validation
   subjects are drawn (seeded) from the rest of the pool;
+* **nights**: the validation subjects are drawn (seeded) from the whole pool first; the labelled
+  nights are then taken from the other pool subjects in the seed's subject order, one night of
+  each subject before a second night of any (nested within a seed); every other night of those
+  subjects is left out;
 * **windows per stage**: the validation subjects are drawn (seeded) from the whole pool first;
   the labelled windows are then drawn from the other pool subjects' labelled windows by
   :func:`sample_windows_per_stage`. Every other window of those nights stays available as
@@ -51,35 +56,39 @@ __all__ = [
 
 _WINDOW_STREAM = 2  # splits.py draws the test subjects with stream 0, the chains with 1
 _WINDOW_BUDGET = re.compile(r"w([0-9]+)")
+_NIGHT_BUDGET = re.compile(r"([0-9]+)n")
 
 
 @dataclass(frozen=True)
 class LabelBudget:
-    """A labelled budget: the nights of ``subjects`` subjects, or ``windows_per_stage`` windows of
-    every stage. Exactly one is set.
+    """A labelled budget: the nights of ``subjects`` subjects, ``nights`` nights, or
+    ``windows_per_stage`` windows of every stage. Exactly one is set.
 
     Attributes:
         subjects: Number of labelled subjects (all their labelled windows).
         windows_per_stage: Number of labelled windows drawn per stage.
+        nights: Number of labelled nights (records; all their labelled windows).
     """
 
     subjects: int | None = None
     windows_per_stage: int | None = None
+    nights: int | None = None
 
     def __post_init__(self) -> None:
-        values = [v for v in (self.subjects, self.windows_per_stage) if v is not None]
+        values = [v for v in (self.subjects, self.windows_per_stage, self.nights) if v is not None]
         check(
             len(values) == 1
             and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values),
             "budget",
-            "exactly one of subjects and windows_per_stage, a positive int",
-            f"subjects={self.subjects!r}, windows_per_stage={self.windows_per_stage!r}",
+            "exactly one of subjects, windows_per_stage and nights, a positive int",
+            f"subjects={self.subjects!r}, windows_per_stage={self.windows_per_stage!r}, "
+            f"nights={self.nights!r}",
         )
 
     @classmethod
     def parse(cls, value: int | str | LabelBudget, argument: str = "budget") -> LabelBudget:
-        """A budget from its written form: ``2`` or ``"2"`` (subjects), ``"w20"`` (windows per
-        stage).
+        """A budget from its written form: ``2`` or ``"2"`` (subjects), ``"1n"`` (nights),
+        ``"w20"`` (windows per stage).
 
         Raises:
             InputError: Anything else, naming ``argument``.
@@ -90,30 +99,44 @@ class LabelBudget:
             return cls(subjects=value)
         text = str(value).strip()
         windows = _WINDOW_BUDGET.fullmatch(text)
+        nights = _NIGHT_BUDGET.fullmatch(text)
+        counted = windows or nights
         check(
-            (text.isdigit() and int(text) >= 1) or (windows is not None and int(text[1:]) >= 1),
+            (text.isdigit() and int(text) >= 1)
+            or (counted is not None and int(counted.group(1)) >= 1),
             argument,
-            "a number of labelled subjects (e.g. 2) or of labelled windows per stage (e.g. w20)",
+            "a number of labelled subjects (e.g. 2), of labelled nights (e.g. 1n) or of labelled "
+            "windows per stage (e.g. w20)",
             repr(value),
         )
         if windows is not None:
             return cls(windows_per_stage=int(windows.group(1)))
+        if nights is not None:
+            return cls(nights=int(nights.group(1)))
         return cls(subjects=int(text))
 
     def __str__(self) -> str:
-        return str(self.subjects) if self.subjects is not None else f"w{self.windows_per_stage}"
+        if self.windows_per_stage is not None:
+            return f"w{self.windows_per_stage}"
+        if self.nights is not None:
+            return f"{self.nights}n"
+        return str(self.subjects)
 
     def to_json(self) -> int | str:
-        """The written form in JSON: an int for subjects, ``"w20"`` for windows per stage."""
+        """The written form in JSON: an int for subjects, ``"1n"`` for nights, ``"w20"`` for
+        windows per stage."""
         return self.subjects if self.subjects is not None else str(self)
 
     @property
     def sort_key(self) -> tuple[int, int]:
-        """Scarcest first: every window budget (by size) before every subject budget."""
+        """Scarcest first: every window budget (by size), then every night budget, then every
+        subject budget."""
         if self.windows_per_stage is not None:
             return (0, self.windows_per_stage)
+        if self.nights is not None:
+            return (1, self.nights)
         assert self.subjects is not None
-        return (1, self.subjects)
+        return (2, self.subjects)
 
 
 @dataclass(frozen=True)
@@ -263,6 +286,8 @@ class LabelDraw:
         validation: Validation subjects (checkpoint selection), sorted; never in ``subjects``.
         sample: For a window budget, the labelled windows; ``None`` for a subject budget (every
             labelled window of ``subjects``).
+        nights: For a night budget, ``{record: [n] labelled window indices}`` of the labelled
+            nights; ``None`` otherwise.
     """
 
     budget: LabelBudget
@@ -270,11 +295,14 @@ class LabelDraw:
     subjects: tuple[str, ...]
     validation: tuple[str, ...]
     sample: StageSample | None = field(default=None)
+    nights: Mapping[str, np.ndarray] | None = field(default=None)
 
     @property
     def labelled_windows(self) -> Mapping[str, np.ndarray] | None:
         """``{record: window indices}`` that keep their labels (``None``: every labelled window
         of ``subjects``), as the datasets' ``labelled_windows`` argument takes it."""
+        if self.nights is not None:
+            return self.nights
         return None if self.sample is None else self.sample.windows
 
     def to_dict(self) -> dict[str, Any]:
@@ -285,6 +313,7 @@ class LabelDraw:
             "subjects": list(self.subjects),
             "validation": list(self.validation),
             **({} if self.sample is None else {"windows": self.sample.to_dict()}),
+            **({} if self.nights is None else {"nights": sorted(self.nights)}),
         }
 
 
@@ -330,6 +359,8 @@ def draw_labels(
         training = tuple(sorted(split.finetune_order(int(seed))[: budget.subjects]))
         validation = _validation(split, training, int(seed), n_validation)
         return LabelDraw(budget, int(seed), training, validation)
+    if budget.nights is not None:
+        return _draw_nights(split, _open(store), budget, int(seed), n_validation)
     assert budget.windows_per_stage is not None
     validation = _validation(split, (), int(seed), n_validation)
     source = sorted(set(split.finetune_pool) - set(validation))
@@ -354,3 +385,29 @@ def _validation(
     rest = sorted(set(split.finetune_pool) - set(training))
     order = np.random.default_rng([split.seed, seed]).permutation(len(rest))
     return tuple(sorted(rest[i] for i in order[:n_validation]))
+
+
+def _draw_nights(
+    split: SubjectSplit, store: SleepStore, budget: LabelBudget, seed: int, n_validation: int
+) -> LabelDraw:
+    """A night budget's draw (see the module docstring): validation subjects first, then
+    ``budget.nights`` nights of the other pool subjects, in the seed's subject order, one night
+    of every subject before a second of any."""
+    assert budget.nights is not None
+    validation = _validation(split, (), seed, n_validation)
+    order = [s for s in split.finetune_order(seed) if s not in validation]
+    nights_of = [split.records_of([subject]) for subject in order]
+    rounds = max((len(nights) for nights in nights_of), default=0)
+    ordered = [nights[i] for i in range(rounds) for nights in nights_of if i < len(nights)]
+    check(
+        budget.nights <= len(ordered),
+        "budgets",
+        f"at most {len(ordered)} labelled nights (the fine-tuning pool's nights outside its "
+        f"{len(validation)} validation subjects)",
+        str(budget),
+    )
+    chosen = sorted(ordered[: budget.nights])
+    windows = {r: np.flatnonzero(store.stages(r) >= 0).astype(np.int64) for r in chosen}
+    subject_of = {r: info.subject_id for r, info in split.records.items()}
+    subjects = tuple(sorted({subject_of[r] for r in chosen}))
+    return LabelDraw(budget, seed, subjects, validation, nights=windows)

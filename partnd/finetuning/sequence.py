@@ -353,7 +353,8 @@ def predict_nights(
     The model runs in eval mode on ``device`` and is put back on its device and mode afterwards.
 
     Args:
-        model: The sequence classifier, or a night classifier (or a braindecode night stager).
+        model: The sequence classifier, or a night classifier (or a braindecode night stager);
+            a channel-set model is switched to the data's channels first.
         data: The nights (its :meth:`~SleepSequenceDataset.nights`: one per run of a record; a
             night classifier's data are a :class:`SleepNightDataset`, one night per record).
         batch_size: Windows (and sequences) per forward pass.
@@ -370,6 +371,7 @@ def predict_nights(
         "a SleepNightDataset for a night classifier (it reads whole records with their time)",
         type(data).__name__,
     )
+    read_data_channels(model, sequence_signal_info(data))  # a channel-set model: any montage
     target = resolve_device(device)
     original = next(model.parameters()).device
     was_training = model.training

@@ -1,0 +1,196 @@
+"""Tables and figure of the transfer study (:mod:`partnd.recipes.transfer_study`).
+
+Written into the study directory from its finished cells:
+
+* ``transfer_kappa.{csv,md,json}``: per row and target budget, kappa on the target's test
+  subjects as mean ± std over draws, its 95 % cluster-bootstrap interval over test subjects (the
+  mean over draws recomputed on each resample of subjects, :mod:`partnd.evaluation.bootstrap`),
+  every draw's kappa and how many draws are missing;
+* ``transfer_differences.{csv,md,json}``: per budget and draw, every row minus scratch
+  (``supervised+night``) and minus classical+seq on the same draw;
+* ``transfer_difference_summary.{csv,md,json}``: those differences as mean ± std over draws and
+  how many draws are positive;
+* ``transfer.png``: kappa against the target's labels, one line per row (mean over draws, min-max
+  band, every draw a dot);
+* ``config.json``: the study's resolved settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from partnd.engine.checkpoint import atomic_write_json
+from partnd.evaluation.bootstrap import bootstrap_metric
+from partnd.evaluation.metrics import classification_metrics
+from partnd.recipes.report_files import save_figure, write_table
+from partnd.recipes.sleep_report import budget_order, plot_spread, summary
+from partnd.recipes.study_cell_store import CellResult
+from partnd.recipes.study_tasks import Cell
+
+if TYPE_CHECKING:
+    from partnd.recipes.transfer_study import Row, TransferStudy
+
+__all__ = ["REFERENCES", "difference_rows", "kappa_rows", "plot_transfer", "write_report"]
+
+#: The rows every other row is paired with on each draw: scratch and classical+seq.
+REFERENCES = ("supervised+night", "classical+seq")
+
+
+#: Line style by pretraining pool: the mixed pool dashed, the target's nights dotted.
+_POOL_STYLES = {"mixed": "--", "target": ":"}
+
+
+def _kappa(labels: np.ndarray, predictions: np.ndarray, num_classes: int) -> float:
+    return float(classification_metrics(labels, predictions, num_classes).cohen_kappa)
+
+
+def kappa_rows(
+    cells: Sequence[CellResult],
+    labels: np.ndarray,
+    subjects: np.ndarray,
+    num_classes: int,
+    expected_draws: int,
+    n_boot: int = 1000,
+) -> list[dict[str, Any]]:
+    """One row per (row, budget): kappa mean ± std over draws, the 95 % bootstrap interval of
+    that mean over test subjects, every draw's kappa and the number of missing draws.
+
+    Args:
+        cells: Finished cells.
+        labels: [n_test] stages of the test windows.
+        subjects: [n_test] subject of every test window.
+        num_classes: Stages.
+        expected_draws: Draws every (row, budget) should have.
+        n_boot: Bootstrap replicates (the same subject resamples for every row: seed 0).
+    """
+    table = []
+    for budget in budget_order(cell.budget for cell in cells):
+        for label in dict.fromkeys(cell.label for cell in cells):
+            mine = sorted(
+                (c for c in cells if c.label == label and c.budget == budget), key=lambda c: c.seed
+            )
+            if not mine:
+                continue
+            predictions = np.stack([cell.predictions for cell in mine])
+            index = np.arange(len(labels))
+
+            def mean_kappa(
+                _: np.ndarray, picked: np.ndarray, runs: np.ndarray = predictions
+            ) -> float:
+                return float(
+                    np.mean([_kappa(labels[picked], run[picked], num_classes) for run in runs])
+                )
+
+            interval = bootstrap_metric(index, index, subjects, mean_kappa, n_boot=n_boot)
+            kappas = [cell.report.cohen_kappa for cell in mine]
+            table.append(
+                {
+                    "budget": budget,
+                    "row": label,
+                    "kappa": summary(kappas),
+                    "ci95": f"[{interval.low:.3f}, {interval.high:.3f}]",
+                    "draws": " ".join(f"{k:.3f}" for k in kappas),
+                    "missing": max(0, expected_draws - len(mine)),
+                }
+            )
+    return table
+
+
+def difference_rows(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
+    """Per budget and draw, every row's kappa minus each of :data:`REFERENCES` on that draw."""
+    by_key = {(c.label, c.budget, c.seed): c for c in cells}
+    rows = []
+    for budget in budget_order(cell.budget for cell in cells):
+        for cell in sorted((c for c in cells if c.budget == budget), key=lambda c: c.seed):
+            line: dict[str, Any] = {"budget": budget, "seed": cell.seed, "row": cell.label}
+            line["kappa"] = round(cell.report.cohen_kappa, 4)
+            for reference in REFERENCES:
+                base = by_key.get((reference, budget, cell.seed))
+                line[f"minus {reference}"] = (
+                    ""
+                    if base is None or base is cell
+                    else round(cell.report.cohen_kappa - base.report.cohen_kappa, 4)
+                )
+            rows.append(line)
+    return rows
+
+
+def difference_summary(differences: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`difference_rows` per budget and row: mean ± std over draws and positive draws."""
+    table = []
+    for budget in budget_order(row["budget"] for row in differences):
+        for label in dict.fromkeys(row["row"] for row in differences if row["budget"] == budget):
+            line: dict[str, Any] = {"budget": budget, "row": label}
+            for reference in REFERENCES:
+                values = [
+                    r[f"minus {reference}"]
+                    for r in differences
+                    if r["budget"] == budget and r["row"] == label and r[f"minus {reference}"] != ""
+                ]
+                positive = sum(value > 0 for value in values)
+                line[f"minus {reference}"] = (
+                    f"{summary(values)}, {positive}/{len(values)} > 0" if values else ""
+                )
+            table.append(line)
+    return table
+
+
+def plot_transfer(cells: Sequence[CellResult], path: Any, title: str) -> None:
+    """Kappa against the target's label budget (scarcest first, evenly spaced), one line per
+    row: mean over draws, min-max band and every draw as a dot."""
+    budgets = budget_order(cell.budget for cell in cells)
+    labels = list(dict.fromkeys(cell.label for cell in cells))
+    palette = plt.get_cmap("tab20" if len(labels) > 10 else "tab10")
+    pools = {cell.label: cell.pool for cell in cells}
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for index, label in enumerate(labels):
+        present = [b for b in budgets if any(c.label == label and c.budget == b for c in cells)]
+        xs = [float(budgets.index(b)) for b in present]
+        values = [
+            [c.report.cohen_kappa for c in cells if c.label == label and c.budget == b]
+            for b in present
+        ]
+        linestyle = _POOL_STYLES.get(pools[label], "-")
+        plot_spread(ax, xs, values, palette(index % palette.N), linestyle, label)
+    ax.set_xticks(range(len(budgets)), [str(b) for b in budgets])
+    ax.set_xlabel("target labels (wK: windows per stage, Nn: nights, N: subjects)")
+    ax.set_ylabel("Cohen's kappa on target test subjects")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def write_report(study: TransferStudy, rows: Sequence[Row], cells: Sequence[Cell]) -> None:
+    """Write the tables, the figure and ``config.json`` from the finished ``cells`` of
+    ``rows`` (a partial study gives partial tables: column ``missing``)."""
+    finished = [study.load_cell(*cell) for cell in cells if study.cell_done(*cell)]
+    config = study.config
+    atomic_write_json(
+        {**config.settings, "rows": [list(r) for r in rows]}, study.out / "config.json"
+    )
+    if not finished:
+        print(f"no finished cell of {len(cells)} yet in {study.out}")
+        return
+    labels = study.test_set.labels.astype(np.int64)
+    table = kappa_rows(
+        finished, labels, study.test_subjects, len(study.class_names), len(study.scale.seeds)
+    )
+    write_table(table, study.out, "transfer_kappa")
+    differences = difference_rows(finished)
+    write_table(differences, study.out, "transfer_differences")
+    write_table(difference_summary(differences), study.out, "transfer_difference_summary")
+    title = f"{config.target} from {' + '.join(config.sources)}: kappa by target labels"
+    plot_transfer(finished, study.out / "transfer.png", title)
+    for name in ("transfer_kappa", "transfer_difference_summary"):
+        print((study.out / f"{name}.md").read_text())
+    if len(finished) < len(cells):
+        print(f"partial: {len(cells) - len(finished)} of {len(cells)} cells unfinished")
