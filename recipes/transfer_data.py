@@ -67,9 +67,12 @@ class TransferConfig(StudyConfig):
 
     Attributes:
         target: The target profile (:data:`PROFILE_NAMES`; ``"sleep-edf"`` is accepted).
-        sources: The source profiles: their labelled nights train the source-supervised rows,
-            all their nights join the target's unlabelled nights in the mixed pool. Never the
-            target.
+        sources: The source profiles: all their nights join the target's unlabelled nights in
+            the mixed pool. Never the target.
+        labelled_source: The source whose labelled nights train the source-supervised rows
+            (``None``: the first source). One profile: a night classifier reads the nights of one
+            store (:class:`~partnd.datasets.MontageUnion` lays window and segment datasets of
+            several montages side by side, not whole nights).
         target_records: Nights of the target's cohort.
         source_records: Nights of each source's cohort.
         hours: Length of every generated night.
@@ -78,6 +81,7 @@ class TransferConfig(StudyConfig):
 
     target: str = "sleep_edf"
     sources: tuple[str, ...] = ("pc18", "nsrr")
+    labelled_source: str | None = None
     target_records: int = 16
     source_records: int = 8
     hours: float = 2.0
@@ -101,6 +105,15 @@ class TransferConfig(StudyConfig):
             repr(self.sources),
         )
         object.__setattr__(self, "sources", sources)
+        labelled = sources[0] if self.labelled_source is None else self.labelled_source
+        labelled = profile_name(labelled, "labelled_source")
+        check(
+            labelled in sources,
+            "labelled_source",
+            f"one of the sources {list(sources)}",
+            repr(self.labelled_source),
+        )
+        object.__setattr__(self, "labelled_source", labelled)
         for name in ("target_records", "source_records", "draws"):
             value = getattr(self, name)
             check(
@@ -138,6 +151,7 @@ class TransferConfig(StudyConfig):
             **super().settings,
             "target": self.target,
             "sources": list(self.sources),
+            "labelled_source": self.labelled_source,
             "target_records": self.target_records,
             "source_records": self.source_records,
             "hours": self.hours,

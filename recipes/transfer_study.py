@@ -24,8 +24,9 @@ The target's unlabelled nights are every night of its non-test subjects; a sourc
 nights. Target test subjects are in no pool and no source: the split keeps them out of the target's
 pool, and every profile's nights come from their own cohort seed (:func:`cohort_seeds`).
 
-The source-supervised model is a night classifier trained once on every source's labelled nights
-(its checkpoint chosen on held-out source subjects, never on target labels); its zero-shot cell
+The source-supervised model is a night classifier trained once on the labelled nights of one
+source (``--labelled-source``, default the first; its checkpoint chosen on held-out subjects of that
+source, never on target labels); its zero-shot cell
 predicts the target's test nights, and its fine-tuned cells start from its window and temporal
 encoders (``OUT/source_supervised/encoder``) as the pretrained rows start from theirs.
 
@@ -55,6 +56,7 @@ import numpy as np
 
 from partnd._validation import check
 from partnd.cli.errors import OptionNames
+from partnd.datasets import MontageUnion
 from partnd.datasets.label_budget import LabelDraw
 from partnd.datasets.nights import SleepNightDataset
 from partnd.datasets.segments import as_segment_dataset
@@ -150,9 +152,9 @@ def transfer_cells(study: TransferStudy, rows: Sequence[Row]) -> list[Cell]:
 
 
 class SourceSupervision:
-    """The night classifier trained on every source's labelled nights (see the module
-    docstring): ``OUT/source_supervised/run`` (the engine run) and ``.../encoder`` (its window and
-    temporal encoders, which the fine-tuned cells start from; written last).
+    """The night classifier trained on the labelled source's nights (see the module docstring):
+    ``OUT/source_supervised/run`` (the engine run) and ``.../encoder`` (its window and temporal
+    encoders, which the fine-tuned cells start from; written last).
 
     Args:
         study: The transfer study.
@@ -171,45 +173,38 @@ class SourceSupervision:
 
     def finetune_config(self) -> FinetuneConfig:
         """The training configuration: the study's night classifier from scratch, on the
-        sources' labels (no label budget: every labelled source night)."""
+        labelled source (every labelled night outside its validation subjects)."""
         return self.config.finetune_config("supervised", self.config.seed, "night")
 
-    @cached_property
-    def validation(self) -> dict[str, list[str]]:
-        """``{source: records}`` of the held-out source subjects its checkpoint is chosen on
-        (the scale's number of validation subjects from every source, seeded)."""
-        held_out = {}
-        for profile, store in self.study.source_stores.items():
-            split = make_subject_split(
-                store,
-                n_test_subjects=self.study.scale.val_subjects,
-                finetune_sizes=(1,),
-                seed=self.config.seed,
-            )
-            held_out[profile] = list(split.test_records)
-        return held_out
+    @property
+    def store(self) -> SleepStore:
+        """The labelled source's store."""
+        return self.study.profile_stores[str(self.config.labelled_source)]
 
-    def _nights(self, length: int, validation: bool) -> Any:
-        """The sources' labelled nights (crops of ``length`` windows), training or held out;
-        several sources on the union of their channels."""
-        parts = []
-        for profile, store in self.study.source_stores.items():
-            held_out = self.validation[profile]
-            records = (
-                held_out
-                if validation
-                else [r for r in store.record_ids(labelled_only=True) if r not in held_out]
-            )
-            parts.append(
-                SleepNightDataset(
-                    store,
-                    context=length,
-                    records=records,
-                    normalize=self.config.normalization,
-                    progress=self.config.progress,
-                )
-            )
-        return union(parts)
+    @cached_property
+    def validation(self) -> list[str]:
+        """The records of the held-out source subjects its checkpoint is chosen on (the scale's
+        number of validation subjects, seeded)."""
+        split = make_subject_split(
+            self.store,
+            n_test_subjects=self.study.scale.val_subjects,
+            finetune_sizes=(1,),
+            seed=self.config.seed,
+        )
+        return list(split.test_records)
+
+    def _nights(self, length: int, validation: bool) -> SleepNightDataset:
+        """The labelled source nights (crops of ``length`` windows), training or held out."""
+        labelled = self.store.record_ids(labelled_only=True)
+        return SleepNightDataset(
+            self.store,
+            context=length,
+            records=self.validation
+            if validation
+            else [r for r in labelled if r not in self.validation],
+            normalize=self.config.normalization,
+            progress=self.config.progress,
+        )
 
     def run(self) -> Path:
         """Train the model unless done (an interrupted run resumes), then save its encoders.
@@ -252,16 +247,6 @@ class SourceSupervision:
             model = load_classifier(self.run_dir)
             atomic_save(cells.predict_test(model, self.finetune_config()), path, save=save_npy)
         return np.asarray(np.load(path))
-
-
-def union(datasets: Sequence[Any]) -> Any:
-    """One dataset, or several of different montages laid on the union of their channels
-    (:class:`partnd.datasets.montage_union.MontageUnion`)."""
-    if len(datasets) == 1:
-        return datasets[0]
-    from partnd.datasets.montage_union import MontageUnion
-
-    return MontageUnion(list(datasets))
 
 
 class TransferPretraining(StudyPretraining):
@@ -348,7 +333,7 @@ class TransferPretraining(StudyPretraining):
                 )
             else:
                 parts.append(windows)
-        return union(parts)
+        return parts[0] if len(parts) == 1 else MontageUnion(parts)
 
 
 class TransferCells(StudyCells):
@@ -391,8 +376,8 @@ class TransferCells(StudyCells):
         if method == SOURCE_SUPERVISED and arm == ZERO_SHOT:
             source = self.pretraining.source
             settings = {
-                "init": "night classifier trained on the sources' labelled nights",
-                "sources": list(self.data.config.sources),
+                "init": "night classifier trained on the labelled source's nights",
+                "source": self.data.config.labelled_source,
                 "validation_records": source.validation,
                 "target_labels": 0,
             }
@@ -491,6 +476,7 @@ OPTIONS = OptionNames(
         **RECIPE_OPTIONS.options,
         "target": "--target",
         "sources": "--sources",
+        "labelled_source": "--labelled-source",
         "draws": "--draws",
         "target_records": "--target-records",
         "source_records": "--source-records",
@@ -518,6 +504,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=["w20", "1n", "2n", "4n"],
         help="target label budgets: wK windows per stage, Nn nights, N subjects",
     )
+    parser.add_argument(
+        "--labelled-source",
+        default=None,
+        help="the source whose labelled nights train the source-supervised rows (default: the "
+        "first of --sources)",
+    )
     parser.add_argument("--draws", type=int, default=5, help="draws (seeds) of every budget")
     parser.add_argument(
         "--methods",
@@ -543,6 +535,7 @@ def config_from_args(args: argparse.Namespace) -> TransferConfig:
         out=args.out,
         target=args.target,
         sources=tuple(args.sources),
+        labelled_source=args.labelled_source,
         budgets=tuple(args.budgets),
         draws=args.draws,
         scale=args.scale,
