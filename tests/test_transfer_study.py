@@ -25,34 +25,12 @@ from partnd.recipes.transfer_study import (
     transfer_cells,
     transfer_rows,
 )
-
-TINY = {
-    "encoder": "vit_test",
-    "encoder_overrides": {},
-    "batch_size": 4,
-    "lr": 2e-3,
-    "lr_reference_batch": None,
-    "warmup_epochs": 0.0,
-    "warmup_steps": 1,
-    "precision": "fp32",
-    "log_every_steps": 1,
-}
-PRETRAIN = {
-    **TINY,
-    "epochs": 1,
-    "min_steps": 4,
-    "num_pairs": 16,
-    "segment_windows": 20,
-    "num_windows": 8,
-    "temporal_encoder": "temporal_test",
-}
-FINETUNE = {**TINY, "epochs": 1, "min_steps": 3, "eval_every_steps": 3, "batch_size": 16}
-SEQUENCE = {"context": 5, "batch_size": 16, "temporal_encoder": "temporal_test", "min_steps": 3}
-NIGHT = {**SEQUENCE, "context": "night", "night_crop": 20, "batch_size": 4}
+from tests.test_sample_efficiency_axes import FINETUNE, NIGHT, PRETRAIN, SEQUENCE
 
 
 def tiny_config(out: Path, **changes: object) -> TransferConfig:
-    """A transfer study of 0.25-0.5 h nights and a few steps per training."""
+    """A transfer study of 0.25 h nights and a few steps per training (the sample-efficiency
+    study's tiny settings)."""
     settings: dict[str, object] = {
         "out": out,
         "target": "headband",
