@@ -24,9 +24,11 @@ from typing import Any
 from partnd._validation import check
 from partnd.cohort.pc18_cohort import MAX_HOURS, MIN_HOURS, make_pc18_cohort
 from partnd.cohort.profiles import PROFILES, make_profile_cohort
+from partnd.datasets.label_budget import LabelBudget
 from partnd.datasets.store import SleepStore
+from partnd.engine.config import FinetuneConfig
 from partnd.preprocessing.dataset_ingest import ingest_dataset
-from partnd.recipes.study_config import StudyConfig
+from partnd.recipes.study_config import SCRATCH_METHODS, StudyConfig
 from partnd.recipes.study_pools import preprocessed
 
 __all__ = [
@@ -61,9 +63,9 @@ class TransferConfig(StudyConfig):
     profile's store, with source profiles.
 
     Every :class:`StudyConfig` setting keeps its meaning on the target (``budgets`` accepts night
-    budgets, ``"1n"``); ``seeds`` default to ``range(draws)``; every neural row reads a channel
-    set (``FinetuneConfig.channel_mode="set"`` and ``PretrainConfig.channel_mode="set"`` are
-    added to the overrides), so that one model reads the sources' and the target's montages.
+    budgets, ``"1n"``); ``seeds`` default to ``range(draws)``; every pretraining and every neural
+    row but the from-scratch ones read a channel set (``channel_mode="set"``), so that one model
+    reads the sources' and the target's montages.
 
     Attributes:
         target: The target profile (:data:`PROFILE_NAMES`; ``"sleep-edf"`` is accepted).
@@ -139,9 +141,21 @@ class TransferConfig(StudyConfig):
             object.__setattr__(self, "seeds", tuple(range(self.draws)))
         if self.store is None:
             object.__setattr__(self, "store", self.out / "stores" / f"{self.target}.zarr")
-        for name in ("pretrain_overrides", "finetune_overrides"):
-            object.__setattr__(self, name, {**SET_MODE, **getattr(self, name)})
+        object.__setattr__(self, "pretrain_overrides", {**SET_MODE, **self.pretrain_overrides})
         super().__post_init__()
+
+    def finetune_config(
+        self,
+        method: str,
+        seed: int,
+        arm: str = "window",
+        budget: LabelBudget | int | str | None = None,
+    ) -> FinetuneConfig:
+        """The sleep study's fine-tuning configuration (:meth:`StudyConfig.finetune_config`), a
+        channel-set model's for every row but the from-scratch ones, which train on the target's
+        channels as the sleep study trains them."""
+        config = super().finetune_config(method, seed, arm, budget)
+        return config if method in SCRATCH_METHODS else config.replace(**SET_MODE)
 
     @property
     def settings(self) -> dict[str, Any]:

@@ -7,8 +7,9 @@ its own label budgets and test subjects, *source* profiles (PC18's six derivatio
 and C3-A2, a frontal headband) with their labelled and unlabelled nights, and a *mixed* pool of
 unlabelled nights of every profile (:mod:`partnd.recipes.transfer_data` writes them).
 
-Rows, every one scored on the target's test subjects, every neural row a channel-set model
-(``channel_mode="set"``) and every row with labels on the same target draws:
+Rows, every one scored on the target's test subjects, every neural row but scratch a channel-set
+model (``channel_mode="set"``; scratch reads the target's channels as the sleep study's does) and
+every row with labels on the same target draws:
 
 | row | cell (method:arm[:pool]) | trained on |
 |---|---|---|
@@ -98,6 +99,7 @@ from partnd.recipes.study_tasks import (
 )
 from partnd.recipes.transfer_data import (
     PROFILE_NAMES,
+    SET_MODE,
     TransferConfig,
     cohort_seeds,
     profile_store,
@@ -174,7 +176,8 @@ class SourceSupervision:
     def finetune_config(self) -> FinetuneConfig:
         """The training configuration: the study's night classifier from scratch, on the
         labelled source (every labelled night outside its validation subjects)."""
-        return self.config.finetune_config("supervised", self.config.seed, "night")
+        config = self.config.finetune_config("supervised", self.config.seed, "night")
+        return config.replace(**SET_MODE)
 
     @property
     def store(self) -> SleepStore:

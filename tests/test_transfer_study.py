@@ -252,3 +252,15 @@ def test_tiny_transfer_study_end_to_end_and_resumed(tmp_path: Path) -> None:
     assert (study.out / "transfer.png").stat().st_size > 0
     resolved = json.loads((study.out / "config.json").read_text())
     assert resolved["target"] == "sleep_edf" and resolved["sources"] == ["pc18", "headband"]
+
+
+def test_scratch_reads_the_target_channels_every_other_row_a_channel_set(tmp_path: Path) -> None:
+    config = tiny_config(tmp_path / "s")
+    assert config.finetune_config("supervised", 0, "night", "1n").channel_mode == "fixed"
+    for method in ("part_windows", "mae", SOURCE_SUPERVISED):
+        assert config.finetune_config(method, 0, "night", "1n").channel_mode == "set"
+    for method in ("part_windows", "mae"):
+        assert config.pretrain_config(method).channel_mode == "set"
+    source = TransferStudy(config).pretraining.source
+    assert source.finetune_config().channel_mode == "set"
+    assert source.finetune_config().context == "night"
