@@ -7,9 +7,9 @@ Written into the study directory from its finished cells:
   mean over draws recomputed on each resample of subjects, :mod:`partnd.evaluation.bootstrap`),
   every draw's kappa and how many draws are missing;
 * ``transfer_differences.{csv,md,json}``: per budget and draw, every row minus scratch
-  (``supervised+night``) and minus classical+seq on the same draw;
-* ``transfer_difference_summary.{csv,md,json}``: those differences as mean ± std over draws and
-  how many draws are positive;
+  (``supervised+night``) and minus classical+seq on the same draw, and what the draw labelled;
+* ``transfer_difference_summary.{csv,md,json}``: those differences as mean ± std over draws, how
+  many draws are positive and how many distinct sets of labelled nights the draws hold;
 * ``transfer.png``: kappa against the target's labels, one line per row (mean over draws, min-max
   band, every draw a dot);
 * ``config.json``: the study's resolved settings.
@@ -26,6 +26,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from partnd.datasets.label_budget import LabelBudget
 from partnd.engine.checkpoint import atomic_write_json
 from partnd.evaluation.bootstrap import bootstrap_metric
 from partnd.evaluation.metrics import classification_metrics
@@ -111,6 +112,7 @@ def difference_rows(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
         for cell in sorted((c for c in cells if c.budget == budget), key=lambda c: c.seed):
             line: dict[str, Any] = {"budget": budget, "seed": cell.seed, "row": cell.label}
             line["kappa"] = round(cell.report.cohen_kappa, 4)
+            line["labelled"] = ",".join(cell.draw.get("nights") or cell.draw.get("subjects") or [])
             for reference in REFERENCES:
                 base = by_key.get((reference, budget, cell.seed))
                 line[f"minus {reference}"] = (
@@ -123,11 +125,16 @@ def difference_rows(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
 
 
 def difference_summary(differences: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """:func:`difference_rows` per budget and row: mean ± std over draws and positive draws."""
+    """:func:`difference_rows` per budget and row: mean ± std over draws and positive draws,
+    and ``labelled_sets``, how many distinct sets of labelled nights (or subjects) its draws hold
+    (independent draws from a small pool repeat some; a draw of windows per stage is its own)."""
     table = []
     for budget in budget_order(row["budget"] for row in differences):
         for label in dict.fromkeys(row["row"] for row in differences if row["budget"] == budget):
-            line: dict[str, Any] = {"budget": budget, "row": label}
+            mine = [r for r in differences if r["budget"] == budget and r["row"] == label]
+            by_windows = LabelBudget.parse(budget).windows_per_stage is not None
+            labelled = {r["seed"] if by_windows else r["labelled"] for r in mine if r["labelled"]}
+            line: dict[str, Any] = {"budget": budget, "row": label, "labelled_sets": len(labelled)}
             for reference in REFERENCES:
                 values = [
                     r[f"minus {reference}"]

@@ -249,6 +249,13 @@ def test_tiny_transfer_study_end_to_end_and_resumed(tmp_path: Path) -> None:
         if row["row"] != "supervised+night":
             expected = round(row["kappa"] - scratch[row["seed"]], 4)
             assert row["minus supervised+night"] == pytest.approx(expected, abs=2e-4)
+    summary = {
+        row["row"]: row
+        for row in json.loads((study.out / "transfer_difference_summary.json").read_text())
+    }
+    assert summary["source_supervised zeroshot"]["labelled_sets"] == 0
+    nights = {r["labelled"] for r in differences if r["row"] == "mae+night @mixed"}
+    assert summary["mae+night @mixed"]["labelled_sets"] == len(nights) >= 1
     assert (study.out / "transfer.png").stat().st_size > 0
     resolved = json.loads((study.out / "config.json").read_text())
     assert resolved["target"] == "sleep_edf" and resolved["sources"] == ["pc18", "headband"]
