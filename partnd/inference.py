@@ -48,6 +48,7 @@ from partnd.engine.checkpoint import atomic_write_text
 from partnd.engine.distributed import resolve_device
 from partnd.finetuning.sequence import EVALUATION_CROP, predict_nights
 from partnd.models.braindecode_stagers import NightStager
+from partnd.models.channel_vote import SubsetVote, check_vote, vote_night
 from partnd.models.montage import read_data_channels
 from partnd.models.night import NightClassifier
 from partnd.models.sequence import SequenceClassifier
@@ -284,14 +285,20 @@ def _window_probabilities(
     epoch_seconds: float,
     batch_size: int,
     device: str,
+    vote_channels: Sequence[str] | None = None,
+    max_subsets: int = 1,
 ) -> torch.Tensor:
     """[N, K] probabilities of every window of ``dataset``. A sequence classifier reads store
     windows (``located``) within their record, each run of consecutive windows whole, and other
     windows as one night in their order; a night classifier reads store windows within their
     whole record, and other windows as one night with their time of night (from ``onsets``, else
-    back to back every ``epoch_seconds``)."""
+    back to back every ``epoch_seconds``). With ``vote_channels`` (the data's channel names), a
+    soft vote over at most ``max_subsets`` subsets of the present channels
+    (:mod:`partnd.models.channel_vote`)."""
+    vote = None if vote_channels is None else "subsets"
     if not isinstance(model, SequenceClassifier | NightClassifier | NightStager):
-        logits = predict_logits(model, dataset, batch_size=batch_size, device=device)
+        reader = model if vote_channels is None else SubsetVote(model, vote_channels, max_subsets)
+        logits = predict_logits(reader, dataset, batch_size=batch_size, device=device)
         return torch.softmax(logits, dim=1)
     if located is None:
         windows = torch.stack([dataset[i] for i in range(len(dataset))])  # type: ignore[arg-type]
@@ -300,11 +307,23 @@ def _window_probabilities(
         try:
             model.to(target).eval()
             if isinstance(model, SequenceClassifier):
-                return model.predict_night(windows, batch_size=batch_size)
-            starts = np.arange(len(windows)) * epoch_seconds if onsets is None else onsets
-            with renamed_arguments({"start_times": "onsets"}):
-                time = time_of_night(starts, epoch_seconds)
-            return model.predict_night(windows, time, batch_size=batch_size)
+                sequence_model = model
+
+                def read(night: torch.Tensor) -> torch.Tensor:
+                    return sequence_model.predict_night(night, batch_size=batch_size)
+            else:
+                starts = np.arange(len(windows)) * epoch_seconds if onsets is None else onsets
+                with renamed_arguments({"start_times": "onsets"}):
+                    time = time_of_night(starts, epoch_seconds)
+                night_model = model
+
+                def read(night: torch.Tensor) -> torch.Tensor:
+                    return night_model.predict_night(night, time, batch_size=batch_size)
+
+            with torch.no_grad():
+                if vote_channels is None:
+                    return read(windows)
+                return vote_night(read, windows, vote_channels, max_subsets)
         finally:
             model.to(original).train(was_training)
     source, positions = located
@@ -324,7 +343,9 @@ def _window_probabilities(
         progress=False,
     )
     by_window = np.full((len(nights.window_labels()), model.num_classes), np.nan, np.float32)
-    for night in predict_nights(model, nights, batch_size=batch_size, device=device):
+    for night in predict_nights(
+        model, nights, batch_size=batch_size, device=device, vote=vote, max_subsets=max_subsets
+    ):
         by_window[night.first : night.first + len(night.probabilities)] = night.probabilities
     return torch.from_numpy(by_window[source.window_index[positions]])
 
@@ -339,6 +360,8 @@ def predict(
     start: datetime | None = None,
     batch_size: int = 256,
     device: str = "auto",
+    vote: str | None = None,
+    max_subsets: int = 16,
 ) -> Prediction:
     """Classify every window of ``data``: the hypnogram of one recording.
 
@@ -367,14 +390,32 @@ def predict(
         start: The recording's start date (default the store record's, else unknown).
         batch_size: Batch size.
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:K"``.
+        vote: ``"subsets"``: a channel-set model (``channel_mode="set"``) is run once per subset
+            of each window's (a sequence or night classifier: each night's) present channels,
+            the others absent, and the class probabilities are averaged (a soft vote, U-Sleep's
+            vote over channel combinations; see :mod:`partnd.models.channel_vote`). A
+            fixed-channel model refuses it. ``None`` (default): one run with every channel.
+        max_subsets: The most subsets per item: all non-empty subsets when there are at most
+            this many, else the full set and subsets drawn with a fixed seed. 1 gives the plain
+            prediction.
 
     Returns:
         A :class:`Prediction`.
     """
     check_batch_size(batch_size)
     expected = getattr(model, "signal_info", None)
+    voting = check_vote(vote, max_subsets, expected)
     dataset, _ = as_signal_dataset(data, "data", expected=expected)
     read_data_channels(model, dataset.info)
+    vote_channels = None
+    if voting:
+        check(
+            dataset.info.ch_names is not None,
+            "data",
+            "data with channel names to vote over channel subsets",
+            "unnamed channels",
+        )
+        vote_channels = list(dataset.info.ch_names or ())
     located = _store_windows(dataset)
     if located is not None:
         timing = _record_timing(*located)
@@ -422,6 +463,8 @@ def predict(
         epoch_seconds=float(epoch_seconds),
         batch_size=batch_size,
         device=device,
+        vote_channels=vote_channels,
+        max_subsets=max_subsets,
     )
     num_classes = int(probabilities.shape[1])
     names = class_names if class_names is not None else getattr(model, "class_names", None)
@@ -446,6 +489,8 @@ def predict_records(
     normalize: bool | str | None = None,
     batch_size: int = 256,
     device: str = "auto",
+    vote: str | None = None,
+    max_subsets: int = 16,
 ) -> dict[str, Prediction]:
     """One hypnogram per record of a sleep store: every window of each record, classified.
 
@@ -459,12 +504,15 @@ def predict_records(
             ``signal_info.normalization``, else instance normalisation.
         batch_size: Batch size.
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:K"``.
+        vote: ``"subsets"``: a soft vote over channel subsets (see :func:`predict`).
+        max_subsets: The most subsets per item (see :func:`predict`).
 
     Returns:
         ``{record id: Prediction}`` in record order, each with the store's window onsets and the
         recording's start date.
     """
     check_batch_size(batch_size)
+    check_vote(vote, max_subsets, getattr(model, "signal_info", None))
     opened = store if isinstance(store, SleepStore) else SleepStore(store)
     check(
         records is None or not isinstance(records, str),
@@ -486,6 +534,8 @@ def predict_records(
             class_names=class_names,
             batch_size=batch_size,
             device=device,
+            vote=vote,
+            max_subsets=max_subsets,
         )
         for record in selected
     }
@@ -517,6 +567,8 @@ def predict_recording(
     keep_store: str | Path | None = None,
     batch_size: int = 256,
     device: str = "auto",
+    vote: str | None = None,
+    max_subsets: int = 16,
 ) -> RecordingPrediction:
     """Stage a recording file MNE reads (EDF, BDF, FIF, BrainVision, ...) directly.
 
@@ -538,6 +590,8 @@ def predict_recording(
         keep_store: Keep the preprocessed recording as this store (default: nothing is kept).
         batch_size: Batch size.
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:K"``.
+        vote: ``"subsets"``: a soft vote over channel subsets (see :func:`predict`).
+        max_subsets: The most subsets per item (see :func:`predict`).
 
     Returns:
         The hypnogram, and kappa against ``hypnogram`` when given.
@@ -551,6 +605,7 @@ def predict_recording(
     from partnd.preprocessing.errors import RecordError
     from partnd.preprocessing.ingest import ingest_file
 
+    check_vote(vote, max_subsets, getattr(model, "signal_info", None))
     recording = Path(recording)
     check(recording.is_file(), "recording", "an existing recording file", str(recording))
     eeg_channels = None
@@ -576,9 +631,15 @@ def predict_recording(
                 f"recording: expected a recording partnd ingest can preprocess, got "
                 f"{str(recording)!r} ({error.reason}: {error.detail})"
             ) from None
-        prediction = predict_records(model, store, [record], batch_size=batch_size, device=device)[
-            record
-        ]
+        prediction = predict_records(
+            model,
+            store,
+            [record],
+            batch_size=batch_size,
+            device=device,
+            vote=vote,
+            max_subsets=max_subsets,
+        )[record]
         if hypnogram is None:
             return RecordingPrediction(prediction, store=Path(keep_store) if keep_store else None)
         truth = SleepStore(store).stages(record)

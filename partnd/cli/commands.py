@@ -505,6 +505,26 @@ def _model_arguments(parser: argparse.ArgumentParser, labels: bool = True) -> No
     _add_data_arguments(parser, labels=labels)
     parser.add_argument("--batch-size", type=int, default=256, help="inference batch size")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:K")
+    parser.add_argument(
+        "--vote",
+        choices=("none", "subsets"),
+        default="none",
+        help="subsets: a channel-set model (--channel-mode set) reads every item once per subset "
+        "of its present channels and averages the class probabilities (U-Sleep's vote over "
+        "channel combinations); none (default): once with every channel",
+    )
+    parser.add_argument(
+        "--max-subsets",
+        type=int,
+        default=16,
+        help="with --vote subsets: the most subsets per item (all non-empty subsets when there "
+        "are at most this many, else the full set and a seeded sample; default 16)",
+    )
+
+
+def _vote_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """``vote`` and ``max_subsets`` of ``--vote`` and ``--max-subsets``."""
+    return {"vote": None if args.vote == "none" else args.vote, "max_subsets": args.max_subsets}
 
 
 def _evaluate_main(argv: list[str]) -> int:
@@ -548,6 +568,7 @@ def _evaluate_main(argv: list[str]) -> int:
         labels=_labels(args.labels, "--labels", args.data),
         batch_size=args.batch_size,
         device=args.device,
+        **_vote_arguments(args),
     )
     print(json.dumps(report.to_dict(), indent=2))
     if args.out is not None:
@@ -647,6 +668,7 @@ def _predict_main(argv: list[str]) -> int:
             keep_store=args.keep_store,
             batch_size=args.batch_size,
             device=args.device,
+            **_vote_arguments(args),
         )
         predictions = {name: staged.prediction}
         if staged.kappa is not None:
@@ -668,7 +690,12 @@ def _predict_main(argv: list[str]) -> int:
         records = list(selected.records)
         _check_new(out, records, args.edf, args.overwrite)
         predictions = predict_records(
-            model, args.data, records, batch_size=args.batch_size, device=args.device
+            model,
+            args.data,
+            records,
+            batch_size=args.batch_size,
+            device=args.device,
+            **_vote_arguments(args),
         )
     else:
         _check_new(out, ["predictions"], args.edf, args.overwrite)
@@ -687,6 +714,7 @@ def _predict_main(argv: list[str]) -> int:
                 epoch_seconds=args.epoch_seconds,
                 batch_size=args.batch_size,
                 device=args.device,
+                **_vote_arguments(args),
             )
         }
     out.mkdir(parents=True, exist_ok=True)
@@ -752,7 +780,15 @@ register_subcommand(
     "evaluate",
     _evaluate_main,
     "evaluate a fine-tuned classifier",
-    _options(None, **_DATA_OPTIONS, path="--model", model="--model", out="--out"),
+    _options(
+        None,
+        **_DATA_OPTIONS,
+        path="--model",
+        model="--model",
+        out="--out",
+        vote="--vote",
+        max_subsets="--max-subsets",
+    ),
 )
 register_subcommand(
     "predict",
@@ -769,6 +805,8 @@ register_subcommand(
         channels="--channels",
         keep_store="--keep-store",
         store_path="--keep-store",
+        vote="--vote",
+        max_subsets="--max-subsets",
     ),
 )
 register_subcommand(

@@ -42,6 +42,7 @@ from partnd.evaluation.metrics import ClassificationReport, classification_metri
 from partnd.finetuning.tasks import ClassificationTask
 from partnd.models import create_encoder
 from partnd.models.braindecode_stagers import NightStager
+from partnd.models.channel_vote import check_vote, vote_night
 from partnd.models.montage import channel_set_overrides, read_data_channels
 from partnd.models.night import ContextClassifier, NightClassifier
 from partnd.models.sequence import HierarchicalEncoder, SequenceClassifier, hierarchical_from_window
@@ -331,13 +332,31 @@ class NightPrediction:
 
 
 def _night_probabilities(
-    model: ContextClassifier | NightStager, night: Night, window_seconds: float, batch_size: int
+    model: ContextClassifier | NightStager,
+    night: Night,
+    window_seconds: float,
+    batch_size: int,
+    vote_channels: Sequence[str] | None = None,
+    max_subsets: int = 1,
 ) -> np.ndarray:
-    """[N, K] probabilities of one night's windows (a night classifier reads their time too)."""
+    """[N, K] probabilities of one night's windows (a night classifier reads their time too),
+    voted over subsets of the night's channels ``vote_channels`` when given
+    (:func:`~partnd.models.channel_vote.vote_night`)."""
     if isinstance(model, NightClassifier | NightStager):
         time = time_of_night(night.start_times, window_seconds)
-        return model.predict_night(night.windows, time, batch_size=batch_size).numpy()
-    return model.predict_night(night.windows, batch_size=batch_size).numpy()
+        stager = model
+
+        def read(windows: torch.Tensor) -> torch.Tensor:
+            return stager.predict_night(windows, time, batch_size=batch_size)
+    else:
+        sequence_model = model
+
+        def read(windows: torch.Tensor) -> torch.Tensor:
+            return sequence_model.predict_night(windows, batch_size=batch_size)
+
+    if vote_channels is None:
+        return read(night.windows).numpy()
+    return vote_night(read, night.windows, vote_channels, max_subsets).numpy()
 
 
 @torch.no_grad()
@@ -347,6 +366,8 @@ def predict_nights(
     *,
     batch_size: int = 256,
     device: str = "auto",
+    vote: str | None = None,
+    max_subsets: int = 16,
 ) -> list[NightPrediction]:
     """Predict every window of every night of ``data`` with its context.
 
@@ -359,12 +380,18 @@ def predict_nights(
             night classifier's data are a :class:`SleepNightDataset`, one night per record).
         batch_size: Windows (and sequences) per forward pass.
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:K"``.
+        vote: ``"subsets"``: a channel-set model reads every night once per subset of its
+            channels and the probabilities are averaged (a soft vote; see
+            :mod:`partnd.models.channel_vote`); ``None``: once, with all channels.
+        max_subsets: The most subsets a night votes over.
 
     Returns:
         One :class:`NightPrediction` per run (per record for a night classifier), in the data's
         record order.
     """
     check_batch_size(batch_size)
+    voting = check_vote(vote, max_subsets, getattr(model, "signal_info", None))
+    vote_channels = list(data.ch_names) if voting else None
     check(
         not isinstance(model, NightClassifier | NightStager) or isinstance(data, SleepNightDataset),
         "data",
@@ -381,7 +408,9 @@ def predict_nights(
             NightPrediction(
                 record=night.record,
                 first=night.first,
-                probabilities=_night_probabilities(model, night, data.window_seconds, batch_size),
+                probabilities=_night_probabilities(
+                    model, night, data.window_seconds, batch_size, vote_channels, max_subsets
+                ),
                 labels=night.labels.numpy(),
                 start_times=night.start_times,
             )
@@ -398,14 +427,19 @@ def evaluate_sequences(
     class_names: Sequence[str] | None = None,
     batch_size: int = 256,
     device: str = "auto",
+    vote: str | None = None,
+    max_subsets: int = 16,
 ) -> ClassificationReport:
-    """Score whole-night predictions on the labelled windows of ``data``.
+    """Score whole-night predictions on the labelled windows of ``data`` (``vote`` and
+    ``max_subsets`` as :func:`predict_nights`').
 
     Returns:
         Accuracy, Cohen's kappa, F1, the confusion matrix and the cross-entropy of the averaged
         probabilities (``loss``).
     """
-    nights = predict_nights(model, data, batch_size=batch_size, device=device)
+    nights = predict_nights(
+        model, data, batch_size=batch_size, device=device, vote=vote, max_subsets=max_subsets
+    )
     probabilities = np.concatenate([night.probabilities for night in nights])
     labels = np.concatenate([night.labels for night in nights])
     scored = labels >= 0

@@ -58,6 +58,7 @@ from partnd.finetuning.tasks import ClassificationTask
 from partnd.inference import predict_logits
 from partnd.models import PatchClassifier, ViTEncoder, create_encoder, list_encoders
 from partnd.models.braindecode_stagers import NightStager, WindowStager, build_stager
+from partnd.models.channel_vote import SubsetVote, check_vote
 from partnd.models.montage import channel_set_overrides, read_data_channels, seen_signal
 from partnd.models.night import ContextClassifier, NightClassifier
 from partnd.models.sequence import HierarchicalEncoder, SequenceClassifier
@@ -285,6 +286,8 @@ def evaluate(
     class_names: Sequence[str] | None = None,
     device: str = "auto",
     labels: Sequence[int] | None = None,
+    vote: str | None = None,
+    max_subsets: int = 16,
 ) -> ClassificationReport:
     """Classify ``dataset`` with ``model`` and report accuracy, Cohen's kappa, F1 and the
     cross-entropy loss.
@@ -307,11 +310,15 @@ def evaluate(
         class_names: K class names for the per-class F1 (default: the model's ``class_names``).
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:K"``.
         labels: Labels ``[N]`` when ``dataset`` is an array.
+        vote: ``"subsets"``: a channel-set model votes over subsets of the present channels
+            (a soft vote, see :func:`partnd.inference.predict`); ``None``: every channel at once.
+        max_subsets: The most subsets per item (see :func:`partnd.inference.predict`).
 
     Returns:
         A :class:`~partnd.evaluation.metrics.ClassificationReport` (with ``loss``).
     """
     check_batch_size(batch_size)
+    voting = check_vote(vote, max_subsets, getattr(model, "signal_info", None))
     if isinstance(model, SequenceClassifier | NightClassifier | NightStager):  # data's form first
         night = isinstance(model, NightClassifier | NightStager)
         context = None if night else cast(SequenceClassifier, model).context
@@ -325,7 +332,13 @@ def evaluate(
         read_data_channels(model, sequence_signal_info(sequences))
         check(labels is None, "labels", "None for a sequence classifier (store labels)", "labels")
         return evaluate_sequences(
-            model, sequences, class_names=class_names, batch_size=batch_size, device=device
+            model,
+            sequences,
+            class_names=class_names,
+            batch_size=batch_size,
+            device=device,
+            vote=vote,
+            max_subsets=max_subsets,
         )
     expected = getattr(model, "signal_info", None)
     united = as_union(
@@ -337,7 +350,16 @@ def evaluate(
     )
     data, _ = as_labelled_dataset(united, labels, expected=expected)
     read_data_channels(model, data.info)
-    logits = predict_logits(model, data.signals, batch_size=batch_size, device=device)
+    reader = model
+    if voting:
+        check(
+            data.info.ch_names is not None,
+            "dataset",
+            "data with channel names to vote over channel subsets",
+            "unnamed channels",
+        )
+        reader = SubsetVote(model, list(data.info.ch_names or ()), max_subsets)
+    logits = predict_logits(reader, data.signals, batch_size=batch_size, device=device)
     num_classes = int(logits.shape[-1])
     truth = torch.as_tensor(check_labels(data, num_classes, "labels", "the classifier's classes"))
     names = class_names if class_names is not None else getattr(model, "class_names", None)
