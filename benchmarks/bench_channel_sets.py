@@ -9,7 +9,9 @@ Two measurements:
 * ``kappa``: on the demo study's store (the generated PC18-like cohort), for each draw of
   ``--subjects`` labelled subjects, the demo's window arm from scratch trained twice with the same
   budget, seed and data, fixed and set; prints the test subjects' Cohen's kappa of both, and of
-  the set model given only ``--subset`` channels (the fixed model refuses them).
+  the set model given only ``--subset`` channels (the fixed model refuses them); with
+  ``--vote-subsets N`` also both kappas of the set model voting over at most N channel subsets
+  (``evaluate(..., vote="subsets")``).
 
 Usage::
 
@@ -28,7 +30,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from bench_objective_step import interleaved_times, training_step
+from bench_objective_step import training_step
 
 from partnd.datasets import InMemoryWindows
 from partnd.engine.config import FinetuneConfig
@@ -36,6 +38,7 @@ from partnd.engine.precision import PRECISIONS, resolve_precision
 from partnd.finetuning.training import evaluate, finetune
 from partnd.models import PatchClassifier, create_encoder
 from partnd.models.montage import channel_set_overrides
+from partnd.recipes.bench_support import interleaved_times
 from partnd.recipes.sleep_study import (
     DEMO_ENCODER_OVERRIDES,
     STUDY_FRONTENDS,
@@ -135,6 +138,10 @@ def kappa_benchmark(args: argparse.Namespace) -> None:
             row[f"{mode}_kappa"] = evaluate(result.model, study.test_set).cohen_kappa
             if mode == "set":
                 row["set_subset_kappa"] = evaluate(result.model, subset).cohen_kappa
+            if mode == "set" and args.vote_subsets > 0:
+                vote = {"vote": "subsets", "max_subsets": args.vote_subsets}
+                row["set_vote_kappa"] = evaluate(result.model, study.test_set, **vote).cohen_kappa
+                row["set_subset_vote_kappa"] = evaluate(result.model, subset, **vote).cohen_kappa
             print(json.dumps(row), flush=True)
         rows.append(row)
     Path(args.out, "kappa.json").write_text(json.dumps(rows, indent=1))
@@ -162,6 +169,12 @@ def main(argv: list[str] | None = None) -> None:
     kappa.add_argument("--subset-sampling", action=argparse.BooleanOptionalAction, default=True)
     kappa.add_argument("--channel-dropout", type=float, default=0.0)
     kappa.add_argument("--device", default="cpu")
+    kappa.add_argument(
+        "--vote-subsets",
+        type=int,
+        default=0,
+        help="also evaluate the set model voting over at most this many channel subsets",
+    )
     kappa.add_argument(
         "--modes", nargs="+", choices=["fixed", "set"], default=["fixed", "set"], help="runs"
     )
