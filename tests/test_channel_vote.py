@@ -149,6 +149,9 @@ def test_a_vote_with_an_absent_channel_equals_the_vote_without_it() -> None:
         model.encoder.read_channels(others)
         without = SubsetVote(model, others, max_subsets=16)(x[:, [0, 2, 3]])
     torch.testing.assert_close(with_nan, without, atol=1e-5, rtol=1e-5)
+    model.encoder.read_channels(PC18[:4])  # and through predict, which accepts absent channels
+    predicted = predict(model, Named(padded, PC18[:4]), device="cpu", vote="subsets")
+    np.testing.assert_allclose(predicted.probabilities, without.exp().numpy(), atol=1e-5)
 
 
 def test_a_fixed_channel_model_refuses_the_vote() -> None:
