@@ -18,6 +18,8 @@ preprocessing workers) do not pay for torch.
   :func:`extract_features`; :class:`PretextMonitor` (held-out pretext error, to choose a
   pretraining budget).
 - Metrics: :func:`classification_metrics`, :class:`ClassificationReport`.
+- Transfer: :func:`transfer` (pretrain on a mixed pool of stores, fine-tune, test and predict on
+  a store of another montage; :mod:`partnd.recipes.transfer`).
 - Data: :mod:`partnd.datasets` (sample cohort, sleep store, window datasets, splits);
   :class:`MontageUnion` (stores of different montages on the union of their channels).
 """
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
     from partnd.patches.sampling import GridSampler, OffGridSampler, PatchBatch, crop_and_resize
     from partnd.patches.targets import all_pairs, relative_targets, sample_pairs
     from partnd.pretraining import PretrainResult, pretrain
+    from partnd.recipes.transfer import TransferResult, transfer
     from partnd.signal_info import SignalInfo
 
 from partnd._version import __version__
@@ -110,6 +113,8 @@ _EXPORTS: dict[str, str] = {
     "negative_symmetry": "partnd.evaluation.capabilities",
     "scale_prediction": "partnd.evaluation.capabilities",
     "antisymmetry_score": "partnd.evaluation.capabilities",
+    "transfer": "partnd.recipes.transfer",
+    "TransferResult": "partnd.recipes.transfer",
 }
 
 __all__ = [
@@ -130,6 +135,7 @@ __all__ = [
     "PretrainConfig",
     "PretrainResult",
     "SignalInfo",
+    "TransferResult",
     "ViTEncoder",
     "__version__",
     "all_pairs",
@@ -157,6 +163,7 @@ __all__ = [
     "relative_targets",
     "sample_pairs",
     "scale_prediction",
+    "transfer",
 ]
 
 

@@ -727,6 +727,128 @@ def _predict_main(argv: list[str]) -> int:
     return 0
 
 
+def _field_assignments(
+    items: list[str], config_cls: type[TrainConfig], option: str
+) -> dict[str, Any]:
+    """``{field: value}`` of repeated ``FIELD=VALUE`` options (values parsed as ``--set``'s)."""
+    values: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        check(bool(sep) and bool(key.strip()), option, "FIELD=VALUE", repr(item))
+        with renamed_arguments({"--set": option}):
+            values[key.strip()] = config_cls.parse_value(key.strip(), text)
+    return values
+
+
+def _transfer_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="partnd transfer",
+        description="Pretrain anywhere, fine-tune on your montage: pretrain a channel-set "
+        "encoder on a mixed pool of sleep stores (any montages), fine-tune it on a few labelled "
+        "subjects of a target store, test it on the target's test subjects (Cohen's kappa with "
+        "a subject-bootstrap interval) and write a hypnogram of every other target record. "
+        "Finished stages are kept: --resume continues an interrupted run.",
+    )
+    parser.add_argument("--pool", required=True, help="comma-separated sleep stores to pretrain on")
+    parser.add_argument(
+        "--target", type=Path, required=True, help="the sleep store to fine-tune and predict on"
+    )
+    parser.add_argument("--out", type=Path, required=True, help="run directory")
+    parser.add_argument(
+        "--labels",
+        help="label budget: a number of target subjects (their labelled nights; default 1) or "
+        "wK (K windows of each stage, e.g. w20)",
+    )
+    parser.add_argument(
+        "--labelled-subjects", help="comma-separated target subjects to label (instead of --labels)"
+    )
+    parser.add_argument(
+        "--test-subjects",
+        help="comma-separated target subjects to test on (default: half of its labelled "
+        "subjects, drawn with --seed)",
+    )
+    parser.add_argument(
+        "--validation-subjects",
+        type=int,
+        default=1,
+        help="further target subjects that select the checkpoint (default 1; 0: none)",
+    )
+    parser.add_argument(
+        "--method", default="part_windows", help="pretraining objective (default part_windows)"
+    )
+    parser.add_argument(
+        "--preset",
+        default="eeg_sleep",
+        choices=PretrainConfig.list_presets(),
+        help="preset of both configurations (default eeg_sleep)",
+    )
+    parser.add_argument(
+        "--pretrain-set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a pretraining config field (repeatable; values are JSON)",
+    )
+    parser.add_argument(
+        "--finetune-set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a fine-tuning config field (repeatable; e.g. context=21 for a sequence classifier)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the draws and trainings")
+    parser.add_argument(
+        "--vote",
+        choices=("none", "subsets"),
+        default="none",
+        help="subsets: the predictions vote over channel subsets",
+    )
+    _bool_flag(parser, "edf", "also write the hypnograms as EDF+ annotation files")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:K")
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="print each stage and show progress bars (default on)",
+    )
+    _bool_flag(parser, "resume", "continue the run in --out (finished stages are kept)")
+    _bool_flag(parser, "overwrite", "clear --out first (only ever a run directory)")
+    args = parser.parse_args(argv)
+    from partnd.recipes.transfer import transfer
+
+    result = transfer(
+        [Path(path) for path in _names(args.pool) or []],
+        args.target,
+        out_dir=args.out,
+        labels=args.labels,
+        labelled_subjects=_names(args.labelled_subjects),
+        test_subjects=_names(args.test_subjects),
+        validation_subjects=args.validation_subjects,
+        method=args.method,
+        preset=args.preset,
+        pretrain_overrides=_field_assignments(args.pretrain_set, PretrainConfig, "--pretrain-set"),
+        finetune_overrides=_field_assignments(args.finetune_set, FinetuneConfig, "--finetune-set"),
+        seed=args.seed,
+        vote=None if args.vote == "none" else args.vote,
+        edf=args.edf,
+        device=args.device,
+        progress=args.progress,
+        resume=args.resume,
+        overwrite=args.overwrite,
+    )
+    interval = (
+        ""
+        if result.kappa_interval is None
+        else f" (95% interval {result.kappa_interval[0]:.3f} to {result.kappa_interval[1]:.3f})"
+    )
+    print(
+        f"partnd transfer: test kappa {result.kappa:.3f}{interval} on {result.n_test_windows} "
+        f"windows of {len(result.test_subjects)} test subject(s); {len(result.predictions)} "
+        f"hypnogram(s) in {result.run_dir / 'predictions'}; classifier in {result.finetune_dir}"
+    )
+    return 0
+
+
 def _check_new(out: Path, names: list[str], edf: bool, overwrite: bool) -> None:
     """Refuse existing hypnograms ``out/<name>.csv`` (and ``.edf`` with ``--edf``) unless
     ``--overwrite``."""
@@ -807,6 +929,28 @@ register_subcommand(
         store_path="--keep-store",
         vote="--vote",
         max_subsets="--max-subsets",
+    ),
+)
+register_subcommand(
+    "transfer",
+    _transfer_main,
+    "pretrain on a mixed pool of stores, fine-tune and predict on another montage",
+    _options(
+        None,
+        pool="--pool",
+        target="--target",
+        labels="--labels",
+        labelled_subjects="--labelled-subjects",
+        test_subjects="--test-subjects",
+        validation_subjects="--validation-subjects",
+        method="--method",
+        preset="--preset",
+        pretrain_overrides="--pretrain-set",
+        finetune_overrides="--finetune-set",
+        seed="--seed",
+        vote="--vote",
+        edf="--edf",
+        progress="--progress",
     ),
 )
 register_subcommand(

@@ -1,0 +1,155 @@
+"""partnd.transfer and partnd transfer: pretrain on stores of two montages, fine-tune, test and
+predict on a third; resumed without redoing a finished stage; bad input refused by name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from partnd._validation import InputError
+from partnd.cli.commands import main
+from partnd.datasets.store import SleepStore
+from partnd.recipes.transfer import transfer
+from tests.staged_stores import write_staged_store
+
+SPECTRAL = {"frontend": "spectral", "frontend_options": {"standardize": True}}
+PRETRAIN = {  # PART across windows on 10 Hz windows of 300 samples, two steps
+    "patch_size": 30,
+    "num_patches": 10,
+    "window_samples": 300,
+    "segment_windows": 4,
+    "num_windows": 3,
+    "temporal_encoder": "temporal_test",
+    "batch_size": 8,
+    "max_steps": 2,
+    "encoder_overrides": SPECTRAL,
+}
+FINETUNE = {"patch_size": 30, "batch_size": 16, "epochs": 1, "max_steps": 3, "lr": 2e-3}
+
+
+@pytest.fixture
+def stores(tmp_path: Path) -> tuple[list[Path], Path]:
+    """Two pool stores of different montages and a target store of a third (4 subjects)."""
+    pool = [
+        write_staged_store(tmp_path / "pc18.zarr", ["F3-M2", "C4-M1", "O2-M1"], seed=0, records=2),
+        write_staged_store(tmp_path / "edf.zarr", ["Fpz-Cz", "Pz-Oz"], seed=1, records=2),
+    ]
+    target = write_staged_store(tmp_path / "shhs.zarr", ["C4-A1", "C3-A2"], seed=2, records=4)
+    return pool, target
+
+
+def run(pool: list[Path], target: Path, out: Path, **options: object):
+    return transfer(
+        pool,
+        target,
+        out_dir=out,
+        preset="test",
+        pretrain_overrides=PRETRAIN,
+        finetune_overrides=FINETUNE,
+        device="cpu",
+        progress=False,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def test_transfer_pretrains_on_two_montages_and_predicts_a_third(
+    stores: tuple[list[Path], Path], tmp_path: Path
+) -> None:
+    pool, target = stores
+    out = tmp_path / "run"
+    result = run(pool, target, out, labels=1)
+    config = json.loads((out / "config.json").read_text())
+    assert config["pretrain_config"]["method"] == "part_windows"
+    assert config["pretrain_config"]["channel_mode"] == "set"
+    assert config["finetune_config"]["channel_mode"] == "set"
+    union = json.loads((out / "pretrain" / "result.json").read_text())["channels"]
+    assert union == ["F3-M2", "C4-M1", "O2-M1", "Fpz-Cz", "Pz-Oz"]  # both montages pretrained on
+    assert result.model.signal_info.channel_mode == "set"
+    assert result.model.signal_info.ch_names == (*union, "C4-A1", "C3-A2")
+    assert len(result.labelled_subjects) == 1 and len(result.validation_subjects) == 1
+    assert len(result.test_subjects) == 2  # half of the target's four subjects
+    subjects = set(result.labelled_subjects) | set(result.validation_subjects)
+    assert not subjects & set(result.test_subjects)
+    # every record but the labelled and validation subjects' has a hypnogram
+    assert len(result.predictions) == 2
+    store = SleepStore(target)
+    for record, path in result.predictions.items():
+        assert path.is_file() and store.record_attrs(record)["subject_id"] in result.test_subjects
+    assert result.n_test_windows == 96 and -1.0 <= result.kappa <= 1.0
+    assert result.kappa_interval is not None
+    low, high = result.kappa_interval
+    assert low <= result.kappa <= high
+
+    # resumed: nothing is redone, the result is read back
+    stamp = (out / "pretrain" / "run" / "encoder.pt").stat().st_mtime_ns
+    again = run(pool, target, out, labels=1, resume=True)
+    assert again.kappa == result.kappa and again.predictions == result.predictions
+    assert (out / "pretrain" / "run" / "encoder.pt").stat().st_mtime_ns == stamp
+
+
+def test_a_resumed_transfer_skips_the_finished_pretraining(
+    stores: tuple[list[Path], Path], tmp_path: Path
+) -> None:
+    pool, target = stores
+    out = tmp_path / "run"
+    run(pool, target, out, labels=1)
+    (out / "result.json").unlink()  # as if stopped after the pretraining and fine-tuning
+    (out / "finetune" / "result.json").unlink()
+    stamp = (out / "pretrain" / "run" / "encoder.pt").stat().st_mtime_ns
+    history = (out / "pretrain" / "run" / "metrics.jsonl").read_text()
+    result = run(pool, target, out, labels=1, resume=True)
+    assert (out / "pretrain" / "run" / "encoder.pt").stat().st_mtime_ns == stamp
+    assert (out / "pretrain" / "run" / "metrics.jsonl").read_text() == history
+    assert (out / "result.json").is_file() and np.isfinite(result.kappa)
+    with pytest.raises(InputError, match=r"resume: expected the arguments of the run .*labels"):
+        run(pool, target, out, labels=2, resume=True)
+    with pytest.raises(InputError, match="out_dir: expected a new or empty directory"):
+        run(pool, target, out, labels=1)
+
+
+def test_transfer_refuses_bad_input_by_name(
+    stores: tuple[list[Path], Path], tmp_path: Path
+) -> None:
+    pool, target = stores
+    out = tmp_path / "refused"
+    with pytest.raises(InputError, match=r"pool: expected stores without the target's test"):
+        run([*pool, target], target, out, test_subjects=["s2-0", "s2-1"])
+    with pytest.raises(InputError, match=r"test_subjects: expected subjects with labelled .*'s9'"):
+        run(pool, target, out, test_subjects=["s9"])
+    with pytest.raises(InputError, match=r"labelled_subjects: expected subjects with .*'x'"):
+        run(pool, target, out, labelled_subjects=["x"])
+    with pytest.raises(InputError, match=r"labels: expected at most 2 labelled subjects"):
+        run(pool, target, out, labels=4)
+    with pytest.raises(InputError, match="labelled_subjects: expected subjects that are not test"):
+        run(pool, target, out, labelled_subjects=["s2-0"], test_subjects=["s2-0", "s2-1"])
+    with pytest.raises(InputError, match="labels: expected no label budget when labelled_subj"):
+        run(pool, target, out, labels=1, labelled_subjects=["s2-0"])
+    with pytest.raises(InputError, match="target: expected sleep store directories"):
+        run(pool, tmp_path / "nowhere.zarr", out)
+    assert not out.exists()  # nothing written for refused input
+
+
+def test_the_transfer_command_runs_and_refuses_in_one_line(
+    stores: tuple[list[Path], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pool, target = stores
+    base = ["transfer", "--pool", ",".join(map(str, pool)), "--target", str(target)]
+    base += ["--preset", "test", "--device", "cpu", "--no-progress"]
+    base += [f"--pretrain-set={key}={json.dumps(value)}" for key, value in PRETRAIN.items()]
+    base += [f"--finetune-set={key}={json.dumps(value)}" for key, value in FINETUNE.items()]
+    out = tmp_path / "cli"
+    assert main([*base, "--out", str(out), "--labelled-subjects", "s2-3", "--edf"]) == 0
+    printed = capsys.readouterr().out
+    assert "test kappa" in printed and str(out / "predictions") in printed
+    result = json.loads((out / "result.json").read_text())
+    assert result["labelled_subjects"] == ["s2-3"] and "s2-3" not in result["test_subjects"]
+    record = next(iter(result["predictions"]))
+    assert (out / "predictions" / f"{record}.edf").is_file()
+    assert main([*base, "--out", str(tmp_path / "bad"), "--labels", "9"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("partnd transfer: error: --labels: expected at most 2") and (
+        "\n" not in error
+    )
