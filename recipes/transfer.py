@@ -59,6 +59,7 @@ from partnd.evaluation.metrics import cohen_kappa, confusion_matrix
 from partnd.finetuning.sequence import EVALUATION_CROP
 from partnd.finetuning.training import finetune
 from partnd.inference import Prediction, predict_records
+from partnd.models.channel_vote import VOTES
 from partnd.models.serialization import load_classifier
 from partnd.objectives.registry import registered
 from partnd.pretraining import pretrain
@@ -377,6 +378,7 @@ def transfer(
         repr(validation_subjects),
     )
     check(isinstance(seed, int) and not isinstance(seed, bool), "seed", "an int", repr(seed))
+    check(vote in VOTES, "vote", f"one of {list(VOTES)}", repr(vote))
     run = RunDir.check(out_dir, resume=resume, overwrite=overwrite)
     subjects = _draw_subjects(
         target_path,

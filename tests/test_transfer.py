@@ -12,6 +12,8 @@ import pytest
 from partnd._validation import InputError
 from partnd.cli.commands import main
 from partnd.datasets.store import SleepStore
+from partnd.models import NightClassifier
+from partnd.models.serialization import load_classifier
 from partnd.recipes.transfer import transfer
 from tests.staged_stores import write_staged_store
 
@@ -95,19 +97,26 @@ def test_a_resumed_transfer_skips_the_finished_pretraining(
 ) -> None:
     pool, target = stores
     out = tmp_path / "run"
-    run(pool, target, out, labels=1)
+    first = run(pool, target, out, labels="w4")  # 4 windows of each stage
+    drawn = json.loads((out / "config.json").read_text())["labelled_windows"]
+    store = SleepStore(target)
+    subjects = {store.record_attrs(record)["subject_id"] for record in drawn}
+    assert subjects == set(first.labelled_subjects)
+    assert not subjects & (set(first.test_subjects) | set(first.validation_subjects))
+    stages = np.concatenate([store.stages(record)[windows] for record, windows in drawn.items()])
+    assert np.bincount(stages, minlength=5).max() <= 4
     (out / "result.json").unlink()  # as if stopped after the pretraining and fine-tuning
     (out / "finetune" / "result.json").unlink()
     stamp = (out / "pretrain" / "run" / "encoder.pt").stat().st_mtime_ns
     history = (out / "pretrain" / "run" / "metrics.jsonl").read_text()
-    result = run(pool, target, out, labels=1, resume=True)
+    result = run(pool, target, out, labels="w4", resume=True)
     assert (out / "pretrain" / "run" / "encoder.pt").stat().st_mtime_ns == stamp
     assert (out / "pretrain" / "run" / "metrics.jsonl").read_text() == history
     assert (out / "result.json").is_file() and np.isfinite(result.kappa)
     with pytest.raises(InputError, match=r"resume: expected the arguments of the run .*labels"):
-        run(pool, target, out, labels=2, resume=True)
+        run(pool, target, out, labels="w2", resume=True)
     with pytest.raises(InputError, match="out_dir: expected a new or empty directory"):
-        run(pool, target, out, labels=1)
+        run(pool, target, out, labels="w4")
 
 
 def test_transfer_refuses_bad_input_by_name(
@@ -132,7 +141,7 @@ def test_transfer_refuses_bad_input_by_name(
     assert not out.exists()  # nothing written for refused input
 
 
-def test_the_transfer_command_runs_and_refuses_in_one_line(
+def test_the_transfer_command_trains_a_voting_night_classifier_and_refuses_in_one_line(
     stores: tuple[list[Path], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pool, target = stores
@@ -141,10 +150,14 @@ def test_the_transfer_command_runs_and_refuses_in_one_line(
     base += [f"--pretrain-set={key}={json.dumps(value)}" for key, value in PRETRAIN.items()]
     base += [f"--finetune-set={key}={json.dumps(value)}" for key, value in FINETUNE.items()]
     out = tmp_path / "cli"
-    assert main([*base, "--out", str(out), "--labelled-subjects", "s2-3", "--edf"]) == 0
+    night = ["--finetune-set", 'context="night"', "--finetune-set", "night_crop=16"]
+    options = ["--labelled-subjects", "s2-3", "--edf", "--vote", "subsets"]
+    assert main([*base, *night, "--out", str(out), *options]) == 0
     printed = capsys.readouterr().out
     assert "test kappa" in printed and str(out / "predictions") in printed
     result = json.loads((out / "result.json").read_text())
+    model = load_classifier(out / "finetune" / "run")
+    assert isinstance(model, NightClassifier) and model.signal_info.channel_mode == "set"
     assert result["labelled_subjects"] == ["s2-3"] and "s2-3" not in result["test_subjects"]
     record = next(iter(result["predictions"]))
     assert (out / "predictions" / f"{record}.edf").is_file()
