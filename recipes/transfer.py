@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from partnd._validation import check
+from partnd._validation import check, renamed_arguments
 from partnd.datasets import SleepNightDataset, SleepSequenceDataset
 from partnd.datasets.label_budget import LabelBudget, sample_windows_per_stage
 from partnd.datasets.montage_union import MontageUnion
@@ -250,7 +250,8 @@ def _pretraining_data(pool: list[Path], config: PretrainConfig) -> MontageUnion:
         ]
     else:
         parts = [SleepWindowDataset(path, normalize=config.normalize) for path in pool]
-    return MontageUnion(parts)
+    with renamed_arguments({"datasets": "pool"}):
+        return MontageUnion(parts)
 
 
 def _labelled_data(
@@ -389,20 +390,28 @@ def transfer(
         seed=seed,
     )
     _refuse_test_subjects_in_the_pool(stores, subjects.test)
-    settings = {"progress": progress, "device": device, "seed": seed}
-    pretrain_config = PretrainConfig.preset(
-        preset,
-        method=method,
-        channel_mode="set",
-        channel_options=CHANNEL_OPTIONS,
-        **{**settings, **dict(pretrain_overrides or {})},
-    )
-    finetune_config = FinetuneConfig.preset(
-        preset,
-        channel_mode="set",
-        channel_options=CHANNEL_OPTIONS,
-        **{**settings, **dict(finetune_overrides or {})},
-    )
+    settings = {
+        "channel_mode": "set",
+        "channel_options": CHANNEL_OPTIONS,
+        "progress": progress,
+        "device": device,
+        "seed": seed,
+    }
+    pretrain_fields = {**settings, "method": method, **dict(pretrain_overrides or {})}
+    finetune_fields = {**settings, **dict(finetune_overrides or {})}
+    for argument, fields in (
+        ("pretrain_overrides", pretrain_fields),
+        ("finetune_overrides", finetune_fields),
+    ):
+        check(
+            fields["channel_mode"] == "set",
+            argument,
+            "channel_mode 'set' (both stages read channel sets: the pool and the target have "
+            "different montages)",
+            repr(fields["channel_mode"]),
+        )
+    pretrain_config = PretrainConfig.preset(preset, **pretrain_fields)
+    finetune_config = FinetuneConfig.preset(preset, **finetune_fields)
     resolved = {
         "pool": [str(path) for path in stores],
         "target": str(target_path),

@@ -44,17 +44,14 @@ def stores(tmp_path: Path) -> tuple[list[Path], Path]:
 
 
 def run(pool: list[Path], target: Path, out: Path, **options: object):
-    return transfer(
-        pool,
-        target,
-        out_dir=out,
-        preset="test",
-        pretrain_overrides=PRETRAIN,
-        finetune_overrides=FINETUNE,
-        device="cpu",
-        progress=False,
-        **options,  # type: ignore[arg-type]
-    )
+    settings: dict[str, object] = {
+        "preset": "test",
+        "pretrain_overrides": PRETRAIN,
+        "finetune_overrides": FINETUNE,
+        "device": "cpu",
+        "progress": False,
+    }
+    return transfer(pool, target, out_dir=out, **{**settings, **options})  # type: ignore[arg-type]
 
 
 def test_transfer_pretrains_on_two_montages_and_predicts_a_third(
@@ -136,6 +133,8 @@ def test_transfer_refuses_bad_input_by_name(
         run(pool, target, out, labelled_subjects=["s2-0"], test_subjects=["s2-0", "s2-1"])
     with pytest.raises(InputError, match="labels: expected no label budget when labelled_subj"):
         run(pool, target, out, labels=1, labelled_subjects=["s2-0"])
+    with pytest.raises(InputError, match="pretrain_overrides: expected channel_mode 'set'"):
+        run(pool, target, out, pretrain_overrides={**PRETRAIN, "channel_mode": "fixed"})
     with pytest.raises(InputError, match="target: expected sleep store directories"):
         run(pool, tmp_path / "nowhere.zarr", out)
     assert not out.exists()  # nothing written for refused input
