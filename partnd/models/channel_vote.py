@@ -8,8 +8,9 @@ as the front-end reads an absent channel) and averages the class probabilities.
 **Soft vote.** The probabilities are averaged (a soft vote), not the argmax labels counted. An
 average keeps a probability per window and class, so the hypnogram exports keep their
 ``p_<class>`` columns and the cross-entropy of ``evaluate`` stays defined; it has no ties, and a
-subset that is unsure weighs less than one that is sure. U-Sleep's "majority vote" sums the
-softmax scores of its channel combinations the same way.
+subset that is unsure weighs less than one that is sure. U-Sleep's software (U-Time's
+``majority_vote.py``) offers both: the mode of the combinations' labels by default, and with
+``--soft`` the mean of their probabilities, which is what this computes.
 
 **Which subsets.** For ``n`` present channels there are ``2^n - 1`` non-empty subsets. When they
 number at most ``max_subsets`` all are used; otherwise the full set and ``max_subsets - 1``
