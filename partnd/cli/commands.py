@@ -779,7 +779,7 @@ def _transfer_main(argv: list[str]) -> int:
     parser.add_argument(
         "--preset",
         default="eeg_sleep",
-        choices=PretrainConfig.list_presets(),
+        choices=sorted(set(PretrainConfig.list_presets()) & set(FinetuneConfig.list_presets())),
         help="preset of both configurations (default eeg_sleep)",
     )
     parser.add_argument(
