@@ -8,6 +8,11 @@ each part's channels placed by name and the channels it lacks NaN. It is a view:
 from the parts when asked for (a batch with one ``__getitems__`` call per part), nothing is copied
 up front, and it pickles for ``DataLoader`` workers as its parts do.
 
+Sequence and night datasets (:class:`~partnd.datasets.SleepSequenceDataset`,
+:class:`~partnd.datasets.SleepNightDataset`) are parts too: their items ``(x: [L, C_k, T], labels,
+valid[, time])`` are laid out window by window, and :meth:`MontageUnion.nights` yields every
+part's nights (whole records or runs) laid out alike, each carrying its store.
+
 Example:
     >>> from partnd.datasets import MontageUnion, SleepWindowDataset
     >>> union = MontageUnion([SleepWindowDataset("pc18.zarr"), SleepWindowDataset("edf.zarr")])
@@ -17,9 +22,10 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -27,7 +33,14 @@ from torch import Tensor
 from torch.utils.data import Dataset, Subset
 
 from partnd._validation import InputError, check, describe, renamed_arguments
-from partnd.datasets.adapters import exposed_labels, load_signals, source_attribute
+from partnd.datasets.adapters import (
+    exposed_labels,
+    find_source,
+    load_signals,
+    source_attribute,
+)
+from partnd.datasets.nights import SleepNightDataset
+from partnd.datasets.sequences import Night, SleepSequenceDataset
 from partnd.datasets.sleep_windows import item_position
 from partnd.signal_info import SignalInfo
 
@@ -38,6 +51,31 @@ def _shared(values: Sequence[Any]) -> Any:
     """The value every part gives (``None`` when they differ or one gives none)."""
     first = values[0]
     return first if all(value == first for value in values[1:]) else None
+
+
+#: What a part is, by the items it gives (one kind per union).
+_KINDS = {
+    "window": "window datasets",
+    "segment": "segment datasets (SleepSegmentDataset)",
+    "sequence": "sequence datasets (SleepSequenceDataset)",
+    "night": "night datasets (SleepNightDataset)",
+}
+
+
+def _part_kind(part: Any, position: int) -> str:
+    """The kind of a part (a key of :data:`_KINDS`); a wrapped sequence dataset is refused."""
+    if isinstance(part, SleepNightDataset):
+        return "night"
+    if isinstance(part, SleepSequenceDataset):
+        return "sequence"
+    check(
+        find_source(part, SleepSequenceDataset) is None,
+        f"datasets[{position}]",
+        "a SleepSequenceDataset (SleepNightDataset) itself, not wrapped (its records' windows "
+        "are read whole, as nights)",
+        type(part).__name__,
+    )
+    return "segment" if source_attribute(part, "segment_windows") is not None else "window"
 
 
 def _exposed_chunk_ids(dataset: Any) -> np.ndarray | None:
@@ -62,16 +100,22 @@ class MontageUnion(Dataset[Any]):
     (:class:`~partnd.datasets.SleepWindowDataset`, ``InMemoryWindows``, ``Subset`` s of them, any
     dataset exposing ``ch_names`` and ``sfreq``) give ``(x, stage)``; segment parts
     (:class:`~partnd.datasets.segments.SleepSegmentDataset`, any dataset exposing
-    ``segment_windows``) give ``x``.
+    ``segment_windows``) give ``x``. Sequence parts (:class:`~partnd.datasets.SleepSequenceDataset`)
+    give ``(x: [L, C, T], labels: [L], valid: [L])`` and night parts
+    (:class:`~partnd.datasets.SleepNightDataset`) ``(x, labels, valid, time: [L, 2])``: every
+    window of ``x`` laid out, padding included; such a union also reads whole nights
+    (:meth:`nights`) and every window's stage (:meth:`window_labels`) as its parts do.
 
     Args:
-        datasets: The parts (at least one): all window datasets or all segment datasets, of one
-            sampling rate and one item length, each with named channels (``ch_names``).
+        datasets: The parts (at least one): all window, all segment, all sequence or all night
+            datasets, of one sampling rate and one item length (windows per sequence too), each
+            with named channels (``ch_names``).
         channels: The layout, in order; default the union of the parts' channel names in
             first-seen order. Every part must hold at least one of them.
 
     Attributes:
         datasets: The parts.
+        kind: ``"window"``, ``"segment"``, ``"sequence"`` or ``"night"``: what the parts are.
         offsets: ``[K + 1]`` int64, the first item of every part and the total count.
         chunk_ids: ``[N]`` int64 storage chunk of every item (the parts' ``chunk_ids``, offset so
             that two parts never share one; an item of a part without them is its own chunk),
@@ -79,7 +123,7 @@ class MontageUnion(Dataset[Any]):
 
     Raises:
         InputError: An empty list, unnamed or repeated channels, parts of different sampling
-            rates or item lengths, window and segment parts mixed, parts normalised differently,
+            rates or item lengths, parts of different kinds mixed, parts normalised differently,
             a part returning its own indices, or a part with no channel of ``channels``.
     """
 
@@ -130,15 +174,18 @@ class MontageUnion(Dataset[Any]):
         return names
 
     def _check_kinds(self) -> None:
-        segments = [source_attribute(part, "segment_windows") is not None for part in self.datasets]
+        kinds = [_part_kind(part, k) for k, part in enumerate(self.datasets)]
         check(
-            all(segments) or not any(segments),
+            len(set(kinds)) == 1,
             "datasets",
-            "all window datasets or all segment datasets (SleepSegmentDataset)",
-            f"segment datasets at {[k for k, s in enumerate(segments) if s]} and window "
-            f"datasets at {[k for k, s in enumerate(segments) if not s]}",
+            "all " + " or all ".join(_KINDS.values()),
+            " and ".join(
+                f"{_KINDS[kind]} at {[k for k, given in enumerate(kinds) if given == kind]}"
+                for kind in dict.fromkeys(kinds)
+            ),
         )
-        self.on_segments = bool(segments[0])
+        self.kind = kinds[0]
+        self.on_segments = self.kind == "segment"
         for position, part in enumerate(self.datasets):
             check(
                 not getattr(part, "return_index", False),
@@ -150,6 +197,14 @@ class MontageUnion(Dataset[Any]):
         if self.on_segments:
             self.segment_windows = self._common_length_of("segment_windows", "segment windows")
             self.window_samples = self._common_length_of("window_samples", "window samples")
+        if self.on_sequences:
+            self.context = self._common_length_of("context", "windows per sequence (context)")
+            self.window_seconds = self._common_float("window_seconds", "window duration (s)")
+
+    @property
+    def on_sequences(self) -> bool:
+        """Whether the parts are sequence (or night) datasets: items ``(x: [L, C, T], ...)``."""
+        return self.kind in ("sequence", "night")
 
     def _common_float(self, name: str, what: str) -> float:
         values = [source_attribute(part, name) for part in self.datasets]
@@ -333,8 +388,9 @@ class MontageUnion(Dataset[Any]):
         return part, position - int(self.offsets[part])
 
     def locate(self, index: int) -> tuple[str, int]:
-        """``(record id, window index)`` of item ``index`` as its part locates it (record ids are
-        the part's store's: use :meth:`part_of` to tell stores apart)."""
+        """``(record id, window index)`` of item ``index`` as its part locates it (a sequence's
+        first window; record ids are the part's store's: use :meth:`part_of` to tell stores
+        apart)."""
         part, inner = self.part_of(index)
         locate: Any = getattr(self.datasets[part], "locate", None)
         check(
@@ -343,7 +399,7 @@ class MontageUnion(Dataset[Any]):
             "an item of a part that locates its items (a sleep store dataset)",
             f"an item of datasets[{part}] ({type(self.datasets[part]).__name__})",
         )
-        record, window = locate(inner)
+        record, window, *_ = locate(inner)
         return str(record), int(window)
 
     def record_of(self, index: int) -> str:
@@ -351,7 +407,8 @@ class MontageUnion(Dataset[Any]):
         return self.locate(index)[0]
 
     def _place(self, signals: Tensor, part: int) -> Tensor:
-        """``[n, C_k, *spatial]`` signals of part ``part`` laid out ``[n, C, *spatial]``."""
+        """``[n, C_k, *spatial]`` signals (windows) of part ``part`` laid out
+        ``[n, C, *spatial]``."""
         placement = self._placements[part]
         if placement is None:
             return signals
@@ -360,12 +417,19 @@ class MontageUnion(Dataset[Any]):
         out[:, target] = signals[:, source]
         return out
 
+    def _place_items(self, signals: Tensor, part: int) -> Tensor:
+        """``[n, C_k, *spatial]`` item signals (``[n, L, C_k, T]`` sequences, laid out window by
+        window) of part ``part`` laid out on the layout."""
+        if not self.on_sequences:
+            return self._place(signals, part)
+        return self._place(signals.flatten(0, 1), part).unflatten(0, signals.shape[:2])
+
     def _laid_out(self, items: list[Any], part: int) -> list[Any]:
         if not items or self._placements[part] is None:
             return items
         paired = isinstance(items[0], tuple | list)
         signals = [torch.as_tensor(item[0] if paired else item) for item in items]
-        placed = self._place(torch.stack(signals), part)
+        placed = self._place_items(torch.stack(signals), part)
         if not paired:
             return list(placed)
         return [(x, *item[1:]) for x, item in zip(placed, items, strict=True)]
@@ -400,8 +464,42 @@ class MontageUnion(Dataset[Any]):
                 out[row] = item
         return out
 
+    def _sequence_parts(self, what: str) -> list[SleepSequenceDataset]:
+        check(
+            self.on_sequences,
+            "datasets",
+            f"sequence or night datasets ({what} reads consecutive windows of records)",
+            _KINDS[self.kind],
+        )
+        return cast(list[SleepSequenceDataset], self.datasets)
+
+    @property
+    def num_sequences(self) -> int:
+        """Number of sequences (items) of sequence or night parts."""
+        return len(self)
+
+    @property
+    def stride(self) -> list[int]:
+        """The sequence parts' strides (windows between sequence starts), part by part."""
+        return [part.stride for part in self._sequence_parts("stride")]
+
+    def window_labels(self) -> np.ndarray:
+        """[W] int64 stages of every window of the sequence parts' records (``-1`` unscored),
+        part after part; reads no signal."""
+        parts = self._sequence_parts("window_labels")
+        return np.concatenate([part.window_labels() for part in parts])
+
+    def nights(self) -> Iterator[Night]:
+        """Every night of every sequence or night part, in order (see
+        :meth:`SleepSequenceDataset.nights`), its windows ``[N, C, T]`` laid out on
+        :attr:`ch_names`; its ``store`` tells the parts' records apart (record ids may repeat
+        across stores)."""
+        for position, part in enumerate(self._sequence_parts("nights")):
+            for night in part.nights():
+                yield dataclasses.replace(night, windows=self._place(night.windows, position))
+
     def __repr__(self) -> str:
-        kind = "segment" if self.on_segments else "window"
+        kind = self.kind
         return (
             f"{type(self).__name__}({len(self)} items of {len(self.datasets)} {kind} datasets "
             f"on {self.n_chans} channels {self._layout} at {self.sfreq:g} Hz)"

@@ -57,6 +57,7 @@ class Night:
         windows: [N, C, T] windows (normalised as the dataset's).
         labels: [N] int64 stages (``-1`` unscored).
         start_times: [N] window starts in seconds from the recording start.
+        store: Path of the record's store (record ids may repeat across stores).
     """
 
     record: str
@@ -64,6 +65,7 @@ class Night:
     windows: Tensor
     labels: Tensor
     start_times: np.ndarray
+    store: str | None = None
 
 
 class SleepSequenceDataset(Dataset[SequenceItem]):
@@ -256,4 +258,5 @@ class SleepSequenceDataset(Dataset[SequenceItem]):
                     windows=self._windows(record, start, stop),
                     labels=torch.from_numpy(self._stages[record][start:stop].copy()),
                     start_times=starts[start:stop],
+                    store=str(self.store_path),
                 )

@@ -4,7 +4,8 @@ context=L)`` and ``finetune(..., context="night")`` use.
 * :func:`as_sequence_dataset`: the sequences of ``L`` consecutive windows a store-backed dataset
   holds (a store path, a ``SleepWindowDataset``, ``InMemoryWindows`` or ``SleepSequenceDataset``),
   or, with ``night=True``, the crops of whole records with their time of night
-  (:class:`~partnd.datasets.nights.SleepNightDataset`).
+  (:class:`~partnd.datasets.nights.SleepNightDataset`); a list of them is read as one
+  :class:`~partnd.datasets.MontageUnion` of their sequences, on the union of their channels.
 * :class:`SequenceClassificationTask`: cross-entropy over every labelled window of a batch of
   sequences (padding and unscored windows carry label ``-1`` and no loss); EEG augmentations
   apply window by window.
@@ -33,6 +34,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from partnd._validation import check, check_batch_size, describe
+from partnd.datasets.adapters import source_attribute
+from partnd.datasets.montage_union import (
+    MontageUnion,
+    check_one_montage,
+    is_dataset_list,
+    union_of,
+)
 from partnd.datasets.nights import SleepNightDataset, time_of_night
 from partnd.datasets.sequences import Night, SleepSequenceDataset
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
@@ -53,6 +61,7 @@ __all__ = [
     "EVALUATION_CROP",
     "NightPrediction",
     "SequenceClassificationTask",
+    "SequenceData",
     "as_sequence_dataset",
     "backbone_signal",
     "build_sequence_classifier",
@@ -64,6 +73,10 @@ __all__ = [
     "sequence_signal_info",
 ]
 
+
+#: The sequences (or night crops) a sequence (night) classifier reads: those of one store, or those
+#: of several stores laid out on one channel layout (a :class:`MontageUnion` of sequence parts).
+SequenceData = SleepSequenceDataset | MontageUnion
 
 #: Windows per crop when a night classifier's data are adapted without a crop length (for
 #: prediction and evaluation, where every record is read whole and the crops are not used).
@@ -78,7 +91,9 @@ def as_sequence_dataset(
     progress: bool = False,
     night: bool = False,
     normalize: bool | str | None = None,
-) -> SleepSequenceDataset:
+    channels: Sequence[str] | None = None,
+    absent_channels: bool = False,
+) -> SequenceData:
     """The sequences of ``context`` consecutive windows held by a store-backed dataset, or (with
     ``night``) the crops of ``context`` windows of its whole records.
 
@@ -86,7 +101,8 @@ def as_sequence_dataset(
         data: A :class:`SleepSequenceDataset` (a :class:`SleepNightDataset` with ``night``) whose
             context is ``context``, another of them or a :class:`SleepWindowDataset` or
             :class:`InMemoryWindows` (the same records, channels and normalisation), or a sleep
-            store path (all its records).
+            store path (all its records); or a list of these (stores of different montages), read
+            as one :class:`MontageUnion` of their sequences, or such a union.
         context: Windows per sequence or crop; ``None`` takes a given dataset of the right kind
             as it is (else crops of :data:`EVALUATION_CROP`: for reading whole nights).
         argument: Name of the caller's argument for messages.
@@ -94,11 +110,25 @@ def as_sequence_dataset(
         night: Crops of whole records with their time of night (a night classifier's data).
         normalize: How a store given by path is read (a model's recorded normalisation;
             ``None``: the store reader's default); a dataset keeps its own.
+        channels: The channel layout of a list (default the union of its parts' channels).
+        absent_channels: The reader reads absent channels (a channel-set model); otherwise every
+            part of a union must hold every channel of its layout (or of ``channels``).
 
     Returns:
-        The dataset (sequences with at least one labelled window).
+        The dataset (sequences with at least one labelled window), or the union of the parts'.
     """
     kind = SleepNightDataset if night else SleepSequenceDataset
+    if is_dataset_list(data) or isinstance(data, MontageUnion):
+        return _sequence_union(
+            data,
+            context,
+            argument,
+            channels=channels,
+            absent_channels=absent_channels,
+            progress=progress,
+            night=night,
+            normalize=normalize,
+        )
     if type(data) is kind:
         check(
             context is None or data.context == context,
@@ -137,7 +167,47 @@ def as_sequence_dataset(
     return kind(Path(data), context=length, progress=progress, normalize=normalization)
 
 
-def sequence_signal_info(data: SleepSequenceDataset) -> SignalInfo:
+def _sequence_union(
+    data: Sequence[Any] | MontageUnion,
+    context: int | None,
+    argument: str,
+    *,
+    channels: Sequence[str] | None,
+    absent_channels: bool,
+    **options: Any,
+) -> MontageUnion:
+    """The :class:`MontageUnion` of the sequences of every part of a list (or a union given),
+    checked against its reader (see :func:`as_sequence_dataset`)."""
+    reader = None if absent_channels else "a model of fixed channels"
+    if isinstance(data, MontageUnion):
+        wanted = "night" if options["night"] else "sequence"
+        check(
+            data.kind == wanted,
+            argument,
+            f"a MontageUnion of {wanted} datasets (the classifier's items)",
+            f"a MontageUnion of {data.kind} datasets",
+        )
+        check(
+            context is None or data.context == context,
+            argument,
+            f"sequences of {context} windows (the classifier's context)",
+            f"sequences of {data.context}",
+        )
+        if reader is not None:
+            check_one_montage(data, argument, reader, channels)
+        return data
+
+    def part_sequences(part: Any, name: str) -> SequenceData:
+        return as_sequence_dataset(part, context, name, **options)
+
+    parts = [
+        part if isinstance(part, str | Path) else part_sequences(part, f"{argument}[{k}]")
+        for k, part in enumerate(data)
+    ]
+    return union_of(parts, argument, part_sequences, channels=channels, one_montage=reader)
+
+
+def sequence_signal_info(data: SequenceData) -> SignalInfo:
     """The signal of one window of ``data`` (channels with names, rate, samples)."""
     return SignalInfo(
         data.n_chans, (data.n_times,), tuple(data.ch_names), data.sfreq, data.normalize
@@ -151,14 +221,15 @@ def backbone_signal(encoder: ViTEncoder | HierarchicalEncoder) -> SignalInfo | N
 
 
 def fit_to_signal(
-    data: SleepSequenceDataset,
+    data: SequenceData,
     expected: SignalInfo | None,
     argument: str,
     *,
     reference: str = "the model was trained on",
-) -> SleepSequenceDataset:
-    """``data``, or the same sequences with the model's channels picked by name, after checking
-    that they fit ``expected`` (see :func:`partnd.signal_info.match_signal`)."""
+) -> SequenceData:
+    """``data``, or the same sequences with the model's channels picked by name (a union laid
+    out on them), after checking that they fit ``expected`` (see
+    :func:`partnd.signal_info.match_signal`)."""
     if expected is None:
         return data
     picked = match_signal(
@@ -167,6 +238,8 @@ def fit_to_signal(
     if picked is None:
         return data
     assert expected.ch_names is not None
+    if isinstance(data, MontageUnion):
+        return MontageUnion(data.datasets, list(expected.ch_names))
     return type(data)(
         data.store_path,
         records=data.records,
@@ -190,15 +263,19 @@ def check_stage_codes(labels: np.ndarray, num_classes: int, argument: str) -> No
     )
 
 
-def sequence_fingerprint(data: SleepSequenceDataset) -> dict[str, Any]:
+def sequence_fingerprint(data: SequenceData) -> dict[str, Any]:
     """What identifies the sequences of a run (records, channels, context, stride, sampling rate
-    and how windows are normalised: the same records read another way are other data), to
-    refuse resuming it on other data."""
+    and how windows are normalised: the same records read another way are other data; and the
+    stores of a union), to refuse resuming it on other data."""
+    stores = {}
+    if isinstance(data, MontageUnion):
+        stores = {"stores": [str(source_attribute(part, "store_path")) for part in data.datasets]}
     return {
+        **stores,
         "num_items": len(data),
         "item_shape": [data.context, data.n_chans, data.n_times],
         "ch_names": list(data.ch_names),
-        "records": list(data.records),
+        "records": list(data.records or ()),
         "stride": data.stride,
         "sfreq": data.sfreq,
         "normalization": data.normalize,
@@ -322,6 +399,8 @@ class NightPrediction:
         probabilities: [N, K] probabilities (each window read with its context).
         labels: [N] true stages (``-1`` unscored).
         start_times: [N] window starts in seconds from the recording start.
+        store: Path of the record's store (record ids may repeat across the stores of a
+            :class:`MontageUnion`).
     """
 
     record: str
@@ -329,6 +408,7 @@ class NightPrediction:
     probabilities: np.ndarray
     labels: np.ndarray
     start_times: np.ndarray
+    store: str | None = None
 
 
 def _night_probabilities(
@@ -362,7 +442,7 @@ def _night_probabilities(
 @torch.no_grad()
 def predict_nights(
     model: ContextClassifier | NightStager,
-    data: SleepSequenceDataset,
+    data: SequenceData,
     *,
     batch_size: int = 256,
     device: str = "auto",
@@ -377,7 +457,8 @@ def predict_nights(
         model: The sequence classifier, or a night classifier (or a braindecode night stager);
             a channel-set model is switched to the data's channels first.
         data: The nights (its :meth:`~SleepSequenceDataset.nights`: one per run of a record; a
-            night classifier's data are a :class:`SleepNightDataset`, one night per record).
+            night classifier's data are a :class:`SleepNightDataset`, one night per record; or
+            a :class:`MontageUnion` of them, every store's nights on its layout).
         batch_size: Windows (and sequences) per forward pass.
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:K"``.
         vote: ``"subsets"``: a channel-set model reads every night once per subset of its
@@ -387,16 +468,19 @@ def predict_nights(
 
     Returns:
         One :class:`NightPrediction` per run (per record for a night classifier), in the data's
-        record order.
+        record order (store after store), each with its store.
     """
     check_batch_size(batch_size)
     voting = check_vote(vote, max_subsets, getattr(model, "signal_info", None))
     vote_channels = list(data.ch_names) if voting else None
     check(
-        not isinstance(model, NightClassifier | NightStager) or isinstance(data, SleepNightDataset),
+        not isinstance(model, NightClassifier | NightStager)
+        or isinstance(data, SleepNightDataset)
+        or (isinstance(data, MontageUnion) and data.kind == "night"),
         "data",
-        "a SleepNightDataset for a night classifier (it reads whole records with their time)",
-        type(data).__name__,
+        "a SleepNightDataset (or a MontageUnion of them) for a night classifier (it reads whole "
+        "records with their time)",
+        repr(data) if isinstance(data, MontageUnion) else type(data).__name__,
     )
     read_data_channels(model, sequence_signal_info(data))  # a channel-set model: any montage
     target = resolve_device(device)
@@ -413,6 +497,7 @@ def predict_nights(
                 ),
                 labels=night.labels.numpy(),
                 start_times=night.start_times,
+                store=night.store,
             )
             for night in data.nights()
         ]
@@ -422,7 +507,7 @@ def predict_nights(
 
 def evaluate_sequences(
     model: ContextClassifier | NightStager,
-    data: SleepSequenceDataset,
+    data: SequenceData,
     *,
     class_names: Sequence[str] | None = None,
     batch_size: int = 256,

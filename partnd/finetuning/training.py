@@ -35,7 +35,7 @@ from partnd.datasets.adapters import (
     data_fingerprint,
     source_attribute,
 )
-from partnd.datasets.montage_union import as_union
+from partnd.datasets.montage_union import MontageUnion, as_union
 from partnd.datasets.overlap import check_disjoint
 from partnd.engine.augment import build_augmentation
 from partnd.engine.checkpoint import atomic_save, atomic_write_json, load_checkpoint
@@ -305,7 +305,8 @@ def evaluate(
         dataset: Items ``(x, label)``, an array ``[N, C, *spatial]`` together with ``labels``, a
             sleep store path (its labelled windows), or a list of store paths and datasets (a
             :class:`~partnd.datasets.MontageUnion`; a fixed-channel model's channels must be in
-            every one); store-backed data for a sequence classifier.
+            every one); store-backed data for a sequence or night classifier (lists of them
+            too: every store's nights scored together).
         batch_size: Evaluation batch size.
         class_names: K class names for the per-class F1 (default: the model's ``class_names``).
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:K"``.
@@ -324,8 +325,17 @@ def evaluate(
         context = None if night else cast(SequenceClassifier, model).context
         info = model.signal_info
         normalize = None if info is None else info.normalization
+        channel_set = info is not None and info.channel_mode == "set"
         sequences = fit_to_signal(
-            as_sequence_dataset(dataset, context, "dataset", night=night, normalize=normalize),
+            as_sequence_dataset(
+                dataset,
+                context,
+                "dataset",
+                night=night,
+                normalize=normalize,
+                channels=None if info is None or channel_set else info.ch_names,
+                absent_channels=channel_set,
+            ),
             model.signal_info,
             "dataset",
         )
@@ -607,9 +617,18 @@ def _sequence_setup(
     night = config.context == "night"
     context = config.night_crop if night else int(config.context)
     expected = None if backbone is None else backbone_signal(backbone)
+    channel_sets = config.channel_mode == "set" or (
+        expected is not None and expected.channel_mode == "set"
+    )
     train_set = fit_to_signal(
         as_sequence_dataset(
-            train_dataset, context, "train_dataset", progress=config.progress, night=night
+            train_dataset,
+            context,
+            "train_dataset",
+            progress=config.progress,
+            night=night,
+            channels=None if expected is None or channel_sets else expected.ch_names,
+            absent_channels=channel_sets,
         ),
         expected,
         "train_dataset",
@@ -617,6 +636,8 @@ def _sequence_setup(
     signal = sequence_signal_info(train_set)
     val_set = None
     if val_dataset is not None:
+        if channel_sets and not isinstance(val_dataset, list | tuple | MontageUnion):
+            val_dataset = [val_dataset]  # read on the training layout, its absent channels NaN
         val_set = fit_to_signal(
             as_sequence_dataset(
                 val_dataset,
@@ -624,6 +645,8 @@ def _sequence_setup(
                 "val_dataset",
                 progress=config.progress,
                 night=night,
+                channels=train_set.ch_names if channel_sets else None,
+                absent_channels=channel_sets,
             ),
             signal,
             "val_dataset",
@@ -725,10 +748,12 @@ def finetune(
         train_dataset: Items ``(x [C, *spatial], label)``, or an array with ``train_labels``.
             A sequence or night classifier needs consecutive windows: a sleep store path, a
             ``SleepWindowDataset`` or ``InMemoryWindows`` (their records), or a
-            ``SleepSequenceDataset`` (``SleepNightDataset``). A single-window classifier also
-            takes a list of store paths (their labelled windows) and datasets, read as one
-            :class:`~partnd.datasets.MontageUnion` on the union of their channels: stores of
-            different montages need ``channel_mode="set"`` (or a channel-set encoder).
+            ``SleepSequenceDataset`` (``SleepNightDataset``). Every classifier also takes a
+            list of store paths (a single-window one: their labelled windows) and datasets, read
+            as one :class:`~partnd.datasets.MontageUnion` on the union of their channels (a
+            sequence or night classifier: of their sequences or night crops, each part's crops
+            within its own records): stores of different montages need ``channel_mode="set"``
+            (or a channel-set encoder).
         num_classes: Number of classes K.
         val_dataset: Optional validation set (same forms, ``val_labels`` for an array); the epoch
             with the best Cohen's kappa on it is selected. A channel-set classifier reads store
