@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, cast, overload
 
 import numpy as np
 import torch
@@ -480,6 +480,7 @@ def predict(
     )
 
 
+@overload
 def predict_records(
     model: nn.Module,
     store: str | Path | SleepStore,
@@ -491,13 +492,51 @@ def predict_records(
     device: str = "auto",
     vote: str | None = None,
     max_subsets: int = 16,
-) -> dict[str, Prediction]:
+) -> dict[str, Prediction]: ...
+
+
+@overload
+def predict_records(
+    model: nn.Module,
+    store: list[str | Path | SleepStore] | tuple[str | Path | SleepStore, ...],
+    records: None = None,
+    *,
+    class_names: Sequence[str] | None = None,
+    normalize: bool | str | None = None,
+    batch_size: int = 256,
+    device: str = "auto",
+    vote: str | None = None,
+    max_subsets: int = 16,
+) -> dict[str, dict[str, Prediction]]: ...
+
+
+def predict_records(
+    model: nn.Module,
+    store: str
+    | Path
+    | SleepStore
+    | list[str | Path | SleepStore]
+    | tuple[str | Path | SleepStore, ...],
+    records: Sequence[str] | None = None,
+    *,
+    class_names: Sequence[str] | None = None,
+    normalize: bool | str | None = None,
+    batch_size: int = 256,
+    device: str = "auto",
+    vote: str | None = None,
+    max_subsets: int = 16,
+) -> dict[str, Prediction] | dict[str, dict[str, Prediction]]:
     """One hypnogram per record of a sleep store: every window of each record, classified.
+
+    Several stores (of different montages, for a channel-set model) give one such dictionary per
+    store, keyed by the store's path as given (record ids may repeat across stores: a record is
+    told apart by its store's key).
 
     Args:
         model: A classifier (see :func:`predict`).
-        store: A sleep store (path or :class:`~partnd.datasets.SleepStore`).
-        records: Record ids (default: every record of the store).
+        store: A sleep store (path or :class:`~partnd.datasets.SleepStore`), or a list of them
+            (distinct paths).
+        records: Record ids (default: every record of the store; ``None`` for several stores).
         class_names: As :func:`predict`'s.
         normalize: How to normalise the windows (see
             :class:`~partnd.datasets.SleepWindowDataset`); default the model's recorded
@@ -509,10 +548,35 @@ def predict_records(
 
     Returns:
         ``{record id: Prediction}`` in record order, each with the store's window onsets and the
-        recording's start date.
+        recording's start date; for several stores ``{store path: {record id: Prediction}}`` in
+        the order given.
     """
     check_batch_size(batch_size)
     check_vote(vote, max_subsets, getattr(model, "signal_info", None))
+    if isinstance(store, list | tuple):
+        check(bool(store), "store", "a sleep store or a non-empty list of them", "[]")
+        check(
+            records is None,
+            "records",
+            "None with several stores (record ids select the records of one store)",
+            repr(records),
+        )
+        keys = [str(part.path if isinstance(part, SleepStore) else part) for part in store]
+        repeated = sorted({key for key in keys if keys.count(key) > 1})
+        check(not repeated, "store", "distinct sleep stores", f"{repeated} more than once")
+        return {
+            key: predict_records(
+                model,
+                part,
+                class_names=class_names,
+                normalize=normalize,
+                batch_size=batch_size,
+                device=device,
+                vote=vote,
+                max_subsets=max_subsets,
+            )
+            for key, part in zip(keys, store, strict=True)
+        }
     opened = store if isinstance(store, SleepStore) else SleepStore(store)
     check(
         records is None or not isinstance(records, str),

@@ -208,16 +208,16 @@ def _add_data_arguments(
     prefix: str = "",
     what: str = "",
     labels: bool = True,
-    several: bool = False,
+    several: str | None = None,
 ) -> None:
+    """``several``: the help's words for several stores (``None``: one path)."""
     flag = f"--{prefix}data"
     parser.add_argument(
         flag,
         type=Path,
         required=not prefix,
         nargs="+" if several else None,
-        help=f"{what}PATH.npy [N, C, *spatial] or a sleep store directory"
-        + (_SEVERAL_STORES if several else ""),
+        help=f"{what}PATH.npy [N, C, *spatial] or a sleep store directory" + (several or ""),
     )
     if labels:
         parser.add_argument(
@@ -251,6 +251,10 @@ def _check_normalize(normalize: str | None, data: Path, option: str = "--normali
 _SEVERAL_STORES = (
     "; or several sleep stores, read as one dataset on the union of their channels (stores of "
     "different montages need --channel-mode set)"
+)
+_SEVERAL_STORES_READ = (
+    "; or several sleep stores (of different montages for a classifier trained with "
+    "--channel-mode set)"
 )
 
 
@@ -428,8 +432,8 @@ def _finetune_main(argv: list[str]) -> int:
         description="Fine-tune a pretrained encoder (or train from scratch) as a classifier; "
         "writes a run directory with classifier.pt.",
     )
-    _add_data_arguments(parser, "", "training ", several=True)
-    _add_data_arguments(parser, "val-", "validation ", several=True)
+    _add_data_arguments(parser, "", "training ", several=_SEVERAL_STORES)
+    _add_data_arguments(parser, "val-", "validation ", several=_SEVERAL_STORES)
     _add_normalize_argument(parser)
     parser.add_argument(
         "--num-classes",
@@ -502,7 +506,7 @@ def _model_arguments(parser: argparse.ArgumentParser, labels: bool = True) -> No
     parser.add_argument(
         "--model", type=Path, required=True, help="a finetune run directory or its classifier.pt"
     )
-    _add_data_arguments(parser, labels=labels)
+    _add_data_arguments(parser, labels=labels, several=_SEVERAL_STORES_READ)
     parser.add_argument("--batch-size", type=int, default=256, help="inference batch size")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:K")
     parser.add_argument(
@@ -555,7 +559,7 @@ def _evaluate_main(argv: list[str]) -> int:
         f"the existing file {args.out}",
     )
     model = load_classifier(args.model)
-    data = _open(
+    data = _open_all(
         args.data,
         "--data",
         True,
@@ -565,7 +569,7 @@ def _evaluate_main(argv: list[str]) -> int:
     report = evaluate(
         model,
         data,
-        labels=_labels(args.labels, "--labels", args.data),
+        labels=_labels(args.labels, "--labels", args.data[0]),
         batch_size=args.batch_size,
         device=args.device,
         **_vote_arguments(args),
@@ -584,7 +588,9 @@ def _predict_main(argv: list[str]) -> int:
         "store, one hypnogram per record with the store's window onsets and the recording's "
         "start date; for a recording file MNE reads (EDF, BDF, FIF, ...), the file is "
         "preprocessed exactly as partnd ingest would (nothing kept unless --keep-store) and "
-        "its hypnogram written beside it as STEM-stages.csv (or in --out).",
+        "its hypnogram written beside it as STEM-stages.csv (or in --out); for several stores "
+        "(of different montages for a channel-set classifier), one folder per store in --out "
+        "(pc18.zarr: --out/pc18/RECORD.csv), record ids may repeat across stores.",
     )
     _model_arguments(parser, labels=False)
     parser.add_argument(
@@ -624,7 +630,11 @@ def _predict_main(argv: list[str]) -> int:
     from partnd.models.sequence import SequenceClassifier
     from partnd.models.serialization import load_classifier
 
-    recording = args.data.is_file() and args.data.suffix.lower() != ".npy"
+    paths: list[Path] = args.data
+    data_path = paths[0]
+    if len(paths) > 1:
+        _check_several_stores(paths)
+    recording = data_path.is_file() and data_path.suffix.lower() != ".npy"
     file_options = [
         option
         for option, value in (
@@ -638,7 +648,7 @@ def _predict_main(argv: list[str]) -> int:
         recording or not file_options,
         file_options[0] if file_options else "--data",
         "a recording file as --data (EDF, BDF, FIF, ...)",
-        f"--data {args.data}",
+        f"--data {data_path}",
     )
     check(
         recording or args.out is not None,
@@ -646,7 +656,7 @@ def _predict_main(argv: list[str]) -> int:
         "an output directory for a store or .npy --data",
         "none",
     )
-    out: Path = args.out if args.out is not None else args.data.parent
+    out: Path = args.out if args.out is not None else data_path.parent
     model = load_classifier(args.model)
     check(not out.is_file(), "--out", "a directory", f"the file {out}")
     predictions: dict[str, Prediction]
@@ -656,13 +666,13 @@ def _predict_main(argv: list[str]) -> int:
             args.epoch_seconds is None,
             "--epoch-seconds",
             "no --epoch-seconds with a recording (its windows are the store's 30 s windows)",
-            f"{args.epoch_seconds} for {args.data}",
+            f"{args.epoch_seconds} for {data_path}",
         )
-        name = f"{args.data.stem}-stages"
+        name = f"{data_path.stem}-stages"
         _check_new(out, [name], args.edf, args.overwrite)
         staged = predict_recording(
             model,
-            args.data,
+            data_path,
             hypnogram=args.hypnogram,
             channels=args.channels,
             keep_store=args.keep_store,
@@ -678,20 +688,47 @@ def _predict_main(argv: list[str]) -> int:
             )
         if staged.store is not None:
             print(f"partnd predict: preprocessed recording kept in {staged.store}")
-    elif args.data.is_dir():
+    elif len(paths) > 1:
+        check(
+            args.epoch_seconds is None,
+            "--epoch-seconds",
+            "no --epoch-seconds with sleep stores as --data (their windows' onsets and length "
+            "are the stores')",
+            f"{args.epoch_seconds} for {len(paths)} stores",
+        )
+        folders = {str(path): _store_folder(path) for path in paths}
+        names = [
+            f"{folders[str(path)]}/{record}"
+            for path in paths
+            for record in _open(path, "--data", False, {}).records
+        ]
+        _check_new(out, names, args.edf, args.overwrite)
+        by_store = predict_records(
+            model,
+            [str(path) for path in paths],
+            batch_size=args.batch_size,
+            device=args.device,
+            **_vote_arguments(args),
+        )
+        predictions = {
+            f"{folders[store]}/{record}": prediction
+            for store, by_record in by_store.items()
+            for record, prediction in by_record.items()
+        }
+    elif data_path.is_dir():
         check(
             args.epoch_seconds is None,
             "--epoch-seconds",
             "no --epoch-seconds with a sleep store as --data (its windows' onsets and length "
             "are the store's)",
-            f"{args.epoch_seconds} for the store {args.data}",
+            f"{args.epoch_seconds} for the store {data_path}",
         )
-        selected = _open(args.data, "--data", False, selection)
+        selected = _open(data_path, "--data", False, selection)
         records = list(selected.records)
         _check_new(out, records, args.edf, args.overwrite)
         predictions = predict_records(
             model,
-            args.data,
+            data_path,
             records,
             batch_size=args.batch_size,
             device=args.device,
@@ -699,12 +736,12 @@ def _predict_main(argv: list[str]) -> int:
         )
     else:
         _check_new(out, ["predictions"], args.edf, args.overwrite)
-        data = _open(args.data, "--data", False, {})
+        data = _open(data_path, "--data", False, {})
         if isinstance(model, SequenceClassifier | NightClassifier):
             kind = "sequence" if isinstance(model, SequenceClassifier) else "night"
             print(
                 f"partnd predict: the {kind} classifier reads the {len(data)} windows of "
-                f"{args.data} as one night's consecutive windows, in array order (a sleep store "
+                f"{data_path} as one night's consecutive windows, in array order (a sleep store "
                 "gives each record's runs of windows with their onsets)"
             )
         predictions = {
@@ -717,9 +754,9 @@ def _predict_main(argv: list[str]) -> int:
                 **_vote_arguments(args),
             )
         }
-    out.mkdir(parents=True, exist_ok=True)
     for name, prediction in predictions.items():
         csv_path = out / f"{name}.csv"
+        csv_path.parent.mkdir(parents=True, exist_ok=True)
         prediction.write_csv(csv_path)
         if args.edf:
             prediction.write_edf(out / f"{name}.edf")
@@ -847,6 +884,33 @@ def _transfer_main(argv: list[str]) -> int:
         f"hypnogram(s) in {result.run_dir / 'predictions'}; classifier in {result.finetune_dir}"
     )
     return 0
+
+
+def _store_folder(store: Path) -> str:
+    """The folder of ``--out`` that holds a store's hypnograms when several are predicted: the
+    store's directory name without its suffix (``pc18.zarr``: ``pc18``)."""
+    return store.resolve().stem
+
+
+def _check_several_stores(paths: list[Path]) -> None:
+    """Refuse several ``--data`` that are not sleep stores of distinct names (each store's
+    hypnograms go to a folder of ``--out`` named after it)."""
+    others = [str(path) for path in paths if not path.is_dir()]
+    check(
+        not others,
+        "--data",
+        "sleep store directories when several are given (one hypnogram per record of each)",
+        ", ".join(others),
+    )
+    folders = [_store_folder(path) for path in paths]
+    repeated = sorted({folder for folder in folders if folders.count(folder) > 1})
+    check(
+        not repeated,
+        "--data",
+        "stores of distinct names when several are given (each store's hypnograms go to "
+        "--out/<store name>/, e.g. pc18.zarr to pc18/)",
+        f"{', '.join(repeated)} more than once",
+    )
 
 
 def _check_new(out: Path, names: list[str], edf: bool, overwrite: bool) -> None:
