@@ -193,13 +193,33 @@ def test_predict_records_keeps_each_stores_records_apart(stores, tmp_path: Path)
     from partnd.inference import predict_records
 
     three, two = stores
-    model = finetune(
+
+    def nights(crop: int, record: str) -> list[SleepNightDataset]:
+        return [
+            SleepNightDataset(path, context=crop, records=[record], progress=False)
+            for path in (three, two)
+        ]
+
+    config = context_config("night", channel_mode="set", max_steps=2)
+    with pytest.raises(InputError, match=r"val_dataset: expected windows other than those"):
+        finetune(
+            None,
+            nights(16, "r0"),
+            val_dataset=nights(1, "r0"),
+            num_classes=5,
+            out_dir=tmp_path / "leak",
+            config=config,
+        )
+    result = finetune(  # each source's own held-out nights validate, as a transfer study's
         None,
-        [three, two],
+        nights(16, "r0"),
+        val_dataset=nights(1, "r1"),
         num_classes=5,
         out_dir=tmp_path / "run",
-        config=context_config("night", channel_mode="set", max_steps=2),
-    ).model
+        config=config,
+    )
+    assert result.best_metrics["n"] == 2 * 48
+    model = result.model
     predictions = predict_records(model, [three, str(two)], device="cpu")
     assert list(predictions) == [str(three), str(two)]
     assert all(list(by_record) == ["r0", "r1"] for by_record in predictions.values())
