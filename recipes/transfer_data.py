@@ -71,10 +71,9 @@ class TransferConfig(StudyConfig):
         target: The target profile (:data:`PROFILE_NAMES`; ``"sleep-edf"`` is accepted).
         sources: The source profiles: all their nights join the target's unlabelled nights in
             the mixed pool. Never the target.
-        labelled_source: The source whose labelled nights train the source-supervised rows
-            (``None``: the first source). One profile: a night classifier reads the nights of one
-            store (:class:`~partnd.datasets.MontageUnion` lays window and segment datasets of
-            several montages side by side, not whole nights).
+        labelled_sources: The sources whose labelled nights train the source-supervised rows
+            (``None``: every source): one night classifier reads the nights of every one of
+            them, each validated on held-out subjects of its own store.
         target_records: Nights of the target's cohort.
         source_records: Nights of each source's cohort.
         hours: Length of every generated night.
@@ -83,7 +82,7 @@ class TransferConfig(StudyConfig):
 
     target: str = "sleep_edf"
     sources: tuple[str, ...] = ("pc18", "nsrr")
-    labelled_source: str | None = None
+    labelled_sources: tuple[str, ...] | None = None
     target_records: int = 16
     source_records: int = 8
     hours: float = 2.0
@@ -107,15 +106,27 @@ class TransferConfig(StudyConfig):
             repr(self.sources),
         )
         object.__setattr__(self, "sources", sources)
-        labelled = sources[0] if self.labelled_source is None else self.labelled_source
-        labelled = profile_name(labelled, "labelled_source")
+        labelled = sources if self.labelled_sources is None else self.labelled_sources
         check(
-            labelled in sources,
-            "labelled_source",
-            f"one of the sources {list(sources)}",
-            repr(self.labelled_source),
+            isinstance(labelled, list | tuple),
+            "labelled_sources",
+            "a sequence of source profiles (None: every source)",
+            repr(labelled),
         )
-        object.__setattr__(self, "labelled_source", labelled)
+        labelled = tuple(profile_name(name, "labelled_sources") for name in labelled)
+        check(
+            len(labelled) > 0 and len(set(labelled)) == len(labelled),
+            "labelled_sources",
+            "one or more distinct sources",
+            repr(self.labelled_sources),
+        )
+        check(
+            set(labelled) <= set(sources),
+            "labelled_sources",
+            f"sources among {list(sources)}",
+            repr(self.labelled_sources),
+        )
+        object.__setattr__(self, "labelled_sources", labelled)
         for name in ("target_records", "source_records", "draws"):
             value = getattr(self, name)
             check(
@@ -165,7 +176,7 @@ class TransferConfig(StudyConfig):
             **super().settings,
             "target": self.target,
             "sources": list(self.sources),
-            "labelled_source": self.labelled_source,
+            "labelled_sources": list(self.labelled_sources or ()),
             "target_records": self.target_records,
             "source_records": self.source_records,
             "hours": self.hours,

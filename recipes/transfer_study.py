@@ -25,9 +25,10 @@ The target's unlabelled nights are every night of its non-test subjects; a sourc
 nights. Target test subjects are in no pool and no source: the split keeps them out of the target's
 pool, and every profile's nights come from their own cohort seed (:func:`cohort_seeds`).
 
-The source-supervised model is a night classifier trained once on the labelled nights of one
-source (``--labelled-source``, default the first; its checkpoint chosen on held-out subjects of that
-source, never on target labels); its zero-shot cell
+The source-supervised model is a night classifier trained once on the labelled nights of every
+source (``--labelled-sources`` names fewer), one night dataset per source store (a
+:class:`~partnd.datasets.MontageUnion` of whole nights); its checkpoint is chosen on held-out
+subjects of each source's own store, never on target labels. Its zero-shot cell
 predicts the target's test nights, and its fine-tuned cells start from its window and temporal
 encoders (``OUT/source_supervised/encoder``) as the pretrained rows start from theirs.
 
@@ -154,7 +155,7 @@ def transfer_cells(study: TransferStudy, rows: Sequence[Row]) -> list[Cell]:
 
 
 class SourceSupervision:
-    """The night classifier trained on the labelled source's nights (see the module docstring):
+    """The night classifier trained on the labelled sources' nights (see the module docstring):
     ``OUT/source_supervised/run`` (the engine run) and ``.../encoder`` (its window and temporal
     encoders, which the fine-tuned cells start from; written last).
 
@@ -175,39 +176,49 @@ class SourceSupervision:
 
     def finetune_config(self) -> FinetuneConfig:
         """The training configuration: the study's night classifier from scratch, on the
-        labelled source (every labelled night outside its validation subjects)."""
+        labelled sources (every labelled night outside each source's validation subjects)."""
         config = self.config.finetune_config("supervised", self.config.seed, "night")
         return config.replace(**SET_MODE)
 
     @property
-    def store(self) -> SleepStore:
-        """The labelled source's store."""
-        return self.study.profile_stores[str(self.config.labelled_source)]
+    def stores(self) -> dict[str, SleepStore]:
+        """``{source: store}`` of the labelled sources, in their order."""
+        return {p: self.study.profile_stores[p] for p in self.config.labelled_sources or ()}
 
     @cached_property
-    def validation(self) -> list[str]:
-        """The records of the held-out source subjects its checkpoint is chosen on (the scale's
-        number of validation subjects, seeded)."""
-        split = make_subject_split(
-            self.store,
-            n_test_subjects=self.study.scale.val_subjects,
-            finetune_sizes=(1,),
-            seed=self.config.seed,
-        )
-        return list(split.test_records)
+    def validation(self) -> dict[str, list[str]]:
+        """``{source: records}`` of the held-out subjects of each labelled source's own store
+        that the checkpoint is chosen on (the scale's number of validation subjects, drawn with
+        the study's seed)."""
+        return {
+            profile: list(
+                make_subject_split(
+                    store,
+                    n_test_subjects=self.study.scale.val_subjects,
+                    finetune_sizes=(1,),
+                    seed=self.config.seed,
+                ).test_records
+            )
+            for profile, store in self.stores.items()
+        }
 
-    def _nights(self, length: int, validation: bool) -> SleepNightDataset:
-        """The labelled source nights (crops of ``length`` windows), training or held out."""
-        labelled = self.store.record_ids(labelled_only=True)
-        return SleepNightDataset(
-            self.store,
-            context=length,
-            records=self.validation
-            if validation
-            else [r for r in labelled if r not in self.validation],
-            normalize=self.config.normalization,
-            progress=self.config.progress,
-        )
+    def nights(self, length: int, validation: bool) -> list[SleepNightDataset]:
+        """The labelled nights of every labelled source (crops of ``length`` windows), one
+        dataset per source store: its validation records, or every other labelled night."""
+        parts = []
+        for profile, store in self.stores.items():
+            held_out = self.validation[profile]
+            labelled = store.record_ids(labelled_only=True)
+            parts.append(
+                SleepNightDataset(
+                    store,
+                    context=length,
+                    records=held_out if validation else [r for r in labelled if r not in held_out],
+                    normalize=self.config.normalization,
+                    progress=self.config.progress,
+                )
+            )
+        return parts
 
     def run(self) -> Path:
         """Train the model unless done (an interrupted run resumes), then save its encoders.
@@ -221,9 +232,9 @@ class SourceSupervision:
         resume = RunDir(self.run_dir).resumable
         result = finetune(
             None,
-            self._nights(int(config.night_crop), validation=False),
+            self.nights(int(config.night_crop), validation=False),
             num_classes=len(self.study.class_names),
-            val_dataset=self._nights(EVALUATION_CROP, validation=True),
+            val_dataset=self.nights(EVALUATION_CROP, validation=True),
             out_dir=self.run_dir,
             config=None if resume else config,
             class_names=self.study.class_names,
@@ -379,8 +390,8 @@ class TransferCells(StudyCells):
         if method == SOURCE_SUPERVISED and arm == ZERO_SHOT:
             source = self.pretraining.source
             settings = {
-                "init": "night classifier trained on the labelled source's nights",
-                "source": self.data.config.labelled_source,
+                "init": "night classifier trained on the labelled sources' nights",
+                "sources": list(source.stores),
                 "validation_records": source.validation,
                 "target_labels": 0,
             }
@@ -479,7 +490,7 @@ OPTIONS = OptionNames(
         **RECIPE_OPTIONS.options,
         "target": "--target",
         "sources": "--sources",
-        "labelled_source": "--labelled-source",
+        "labelled_sources": "--labelled-sources",
         "draws": "--draws",
         "target_records": "--target-records",
         "source_records": "--source-records",
@@ -508,10 +519,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="target label budgets: wK windows per stage, Nn nights, N subjects",
     )
     parser.add_argument(
-        "--labelled-source",
+        "--labelled-sources",
+        nargs="+",
         default=None,
-        help="the source whose labelled nights train the source-supervised rows (default: the "
-        "first of --sources)",
+        help="the sources whose labelled nights train the source-supervised rows (default: "
+        "every one of --sources)",
     )
     parser.add_argument("--draws", type=int, default=5, help="draws (seeds) of every budget")
     parser.add_argument(
@@ -538,7 +550,7 @@ def config_from_args(args: argparse.Namespace) -> TransferConfig:
         out=args.out,
         target=args.target,
         sources=tuple(args.sources),
-        labelled_source=args.labelled_source,
+        labelled_sources=None if args.labelled_sources is None else tuple(args.labelled_sources),
         budgets=tuple(args.budgets),
         draws=args.draws,
         scale=args.scale,

@@ -14,6 +14,7 @@ from partnd._validation import InputError
 from partnd.cohort.profiles import PROFILES, plan_profile_cohort
 from partnd.datasets.label_budget import LabelBudget
 from partnd.evaluation.bootstrap import bootstrap_metric, kappa_metric
+from partnd.finetuning.sequence import EVALUATION_CROP
 from partnd.recipes import transfer_study
 from partnd.recipes.study_directory import run_recipe
 from partnd.recipes.transfer_data import TransferConfig, cohort_seeds
@@ -115,6 +116,56 @@ def test_target_test_subjects_are_in_no_pool_and_no_source(headband_study: Trans
             assert not (set(draw.subjects) | set(draw.validation)) & test
 
 
+def _source_nights(study: TransferStudy) -> dict[str, tuple[list[str], list[str]]]:
+    """``{source: (training records, validation records)}`` of the source-supervised model's
+    nights, each checked to be read from that source's own store."""
+    source = study.pretraining.source
+    train = source.nights(int(source.finetune_config().night_crop), validation=False)
+    val = source.nights(EVALUATION_CROP, validation=True)
+    profiles = list(source.stores)
+    for part, crops in ((train, int(source.finetune_config().night_crop)), (val, EVALUATION_CROP)):
+        assert [d.store_path for d in part] == [study.profile_stores[p].path for p in profiles]
+        assert all(d.context == crops for d in part)
+    return {
+        p: (list(t.records), list(v.records)) for p, t, v in zip(profiles, train, val, strict=True)
+    }
+
+
+def test_source_model_reads_every_sources_labelled_nights_validated_on_its_own_subjects(
+    headband_study: TransferStudy,
+) -> None:
+    study = headband_study
+    assert study.config.labelled_sources == ("sleep_edf", "pc18")
+    nights = _source_nights(study)
+    assert list(nights) == ["sleep_edf", "pc18"]
+    target = _subjects(study, "headband", study.store.record_ids())
+    for profile, (train, val) in nights.items():
+        store = study.profile_stores[profile]
+        assert train and val and not set(train) & set(val)
+        assert sorted(train + val) == sorted(store.record_ids(labelled_only=True))
+        held_out = _subjects(study, profile, val)
+        assert 1 <= len(held_out) <= study.scale.val_subjects  # scaled down on tiny sources
+        assert not held_out & _subjects(study, profile, train)  # held out by subject
+        assert not (held_out | _subjects(study, profile, train)) & target
+    # seeded: a new view of the same study draws the same validation subjects
+    again = TransferStudy(study.config)
+    again.profile_stores = study.profile_stores  # the same stores, not built again
+    assert _source_nights(again) == nights
+
+
+def test_source_model_restricted_to_one_source(
+    headband_study: TransferStudy, tmp_path: Path
+) -> None:
+    config = tiny_config(tmp_path / "one", labelled_sources=["pc18"])
+    assert config.labelled_sources == ("pc18",)
+    study = TransferStudy(config)
+    study.profile_stores = headband_study.profile_stores  # the same stores, not built again
+    nights = _source_nights(study)
+    assert list(nights) == ["pc18"]
+    assert nights["pc18"] == _source_nights(headband_study)["pc18"]
+    assert json.loads((config.out / "study.json").read_text())["labelled_sources"] == ["pc18"]
+
+
 def test_night_draws_are_nested_nights_one_per_subject_first(headband_study: TransferStudy) -> None:
     study = headband_study
     subject_of = {r: info.subject_id for r, info in study.split.records.items()}
@@ -151,6 +202,15 @@ def test_refusals(tmp_path: Path) -> None:
         tiny_config(tmp_path / "a", target="sleep-edf", sources=("pc18", "sleep_edf"))
     with pytest.raises(InputError, match="sources: expected one or more distinct"):
         tiny_config(tmp_path / "a", sources=("pc18", "pc18"))
+    with pytest.raises(InputError, match="labelled_sources: expected one of"):
+        tiny_config(tmp_path / "a", labelled_sources=("pc19",))
+    with pytest.raises(InputError, match=r"labelled_sources: expected sources among \['sleep_edf'"):
+        tiny_config(tmp_path / "a", labelled_sources=("nsrr",))
+    with pytest.raises(InputError, match="labelled_sources: expected one or more distinct"):
+        tiny_config(tmp_path / "a", labelled_sources=())
+    with pytest.raises(InputError, match="labelled_sources: expected a sequence"):
+        tiny_config(tmp_path / "a", labelled_sources="pc18")
+    assert tiny_config(tmp_path / "a", labelled_sources=("PC18",)).labelled_sources == ("pc18",)
     with pytest.raises(InputError, match="draws: expected an int >= 1"):
         tiny_config(tmp_path / "a", draws=0)
     with pytest.raises(InputError, match="src: expected no --src"):
@@ -159,7 +219,11 @@ def test_refusals(tmp_path: Path) -> None:
         tiny_config(tmp_path / "a", budgets=("1x",))
     assert tiny_config(tmp_path / "a", target="sleep-edf", sources=("nsrr",)).target == "sleep_edf"
     # the command line: one line naming the option, and no directory left behind
-    for command in (["--target", "nope"], ["--sources", "sleep-edf"]):
+    for command in (
+        ["--target", "nope"],
+        ["--sources", "sleep-edf"],
+        ["--sources", "pc18", "nsrr", "--labelled-sources", "headband"],
+    ):
         out = tmp_path / "cli"
         argv = ["cells", "--out", str(out), *command]
         assert (
@@ -216,6 +280,16 @@ def test_tiny_transfer_study_end_to_end_and_resumed(tmp_path: Path) -> None:
         assert len(draws) == 1
     zero_shot = [study.load_cell(*cell) for cell in cells if cell[1] == ZERO_SHOT]
     assert all(cell.subjects == () for cell in zero_shot)
+    # the source model trained on both sources, validated on each one's held-out nights
+    validation = zero_shot[0].settings["validation_records"]
+    assert zero_shot[0].settings["sources"] == list(validation) == ["pc18", "headband"]
+    scored = sum(
+        int((study.profile_stores[profile].stages(record) >= 0).sum())
+        for profile, records in validation.items()
+        for record in records
+    )
+    run = json.loads((study.out / SOURCE_SUPERVISED / "run" / "metrics.json").read_text())
+    assert run["n"] == scored
     assert np.array_equal(zero_shot[0].predictions, zero_shot[1].predictions)
     write_report(study, rows, cells)
     table = json.loads((study.out / "transfer_kappa.json").read_text())
