@@ -54,9 +54,8 @@ from partnd._validation import check
 from partnd.cli.errors import OptionNames
 from partnd.datasets.label_budget import LabelBudget
 from partnd.datasets.store import SIGNAL_DTYPES
-from partnd.objectives import list_objectives
 from partnd.recipes.report_files import write_table
-from partnd.recipes.sample_efficiency_report import write_axes_report
+from partnd.recipes.sample_efficiency_report import mark_references, write_axes_report
 from partnd.recipes.sleep_report import (
     budget_order,
     plot_sample_efficiency,
@@ -69,7 +68,8 @@ from partnd.recipes.sleep_staging import (
     selected_rows,
     study_from_args,
 )
-from partnd.recipes.sleep_study import CellResult, SleepStudy
+from partnd.recipes.sleep_study import CellResult, SleepStudy, pretrained_methods
+from partnd.recipes.study_config import POOL_CEILING
 from partnd.recipes.study_directory import (
     check_table_rows,
     record_table_rows,
@@ -123,7 +123,7 @@ def cell_list(study: SleepStudy, rows: Sequence[tuple[str, str]]) -> list[Cell]:
         for method, arm in rows
         for budget in study.budgets
         for seed in study.scale.seeds
-        for pool in (study.pool_names if method in list_objectives() else ()) or (None,)
+        for pool in (study.pool_names if method in pretrained_methods() else ()) or (None,)
     ]
 
 
@@ -199,14 +199,29 @@ def aggregate(
         budgets = [budget.to_json() for budget in study.budgets]
         kappa_rows = _with_missing(kappa_rows, budgets, missing)
         difference_rows = _with_missing(difference_rows, budgets, missing)
-    write_table(kappa_rows, study.out, "kappa_by_budget")
+    write_table(kappa_rows, study.out, "kappa_by_budget", markdown=mark_references(kappa_rows))
     record_table_rows(study.out, "kappa_by_budget", names)
-    write_table(difference_rows, study.out, "difference_to_reference")
+    write_table(
+        difference_rows,
+        study.out,
+        "difference_to_reference",
+        markdown=mark_references(difference_rows),
+    )
     plot_sample_efficiency(cells, study.out / "sample_efficiency.png", note=note)
     draw_notes = write_axes_report(study, cells)
     for name in ("kappa_by_budget", "difference_to_reference", "difference_to_scratch"):
         if (study.out / f"{name}.md").is_file():
             print((study.out / f"{name}.md").read_text())
+    if any(cell.method == POOL_CEILING for cell in cells):
+        room = study.out / "ceiling_minus_scratch.md"
+        print(
+            f"The room for pretraining: ceiling - scratch ({POOL_CEILING}, a reference (oracle) "
+            "row: its encoder was pretrained on the pool's own stage labels, which no user has; "
+            "per draw, paired with scratch on the same labels)"
+            + ("" if room.is_file() else ": none, no supervised row of the ceiling's arms")
+        )
+        if room.is_file():
+            print(room.read_text())
     for line in draw_notes:
         print(f"repeated draws, {line}: those draws differ only in validation subjects and seed")
     if note:
@@ -388,7 +403,7 @@ def _run_stage(args: argparse.Namespace, rows: list[tuple[str, str]]) -> None:
             repr(args.pool),
         )
         for method, pool in dict.fromkeys((cell[0], cell[4]) for cell in cells):
-            if method in list_objectives() and args.pool in (None, pool):
+            if method in pretrained_methods() and args.pool in (None, pool):
                 study.run_pretraining(method, pool)
     elif args.stage == "cells":
         for cell in cells:

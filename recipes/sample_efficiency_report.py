@@ -7,10 +7,16 @@ Written by ``python -m partnd.recipes.sample_efficiency aggregate`` next to ``ka
 * ``draws.{csv,md,json}``: one row per budget and seed, what was drawn;
 * ``paired_differences.{csv,md,json}``: per draw, each pretrained row minus the same arm trained
   from scratch (``supervised``: the same model from a random initialisation; for the probe, a
-  random encoder's features) on the same labels and validation subjects;
+  random encoder's features) on the same labels and validation subjects; the oracle ceiling's
+  rows (``supervised_pool``, :mod:`partnd.recipes.study_ceiling`) are marked in its ``reference``
+  column;
 * ``difference_to_scratch.{csv,md,json}``: those differences as mean ± std over draws, how
   many draws are positive and how many distinct sets of labels the draws hold (independent draws
-  of one subject from a small pool repeat subjects; ``aggregate`` says which);
+  of one subject from a small pool repeat subjects; ``aggregate`` says which); the ceiling's
+  columns end in ``(oracle)``;
+* ``ceiling_minus_scratch.{csv,md,json}``: the room for pretraining, per budget, pool and arm:
+  the oracle ceiling minus scratch as mean ± std over draws, how many draws are positive, and
+  every draw's difference;
 
 and with pretraining pools:
 
@@ -39,6 +45,7 @@ import numpy as np
 
 from partnd.datasets.label_budget import LabelBudget
 from partnd.objectives import list_objectives
+from partnd.recipes.baselines import POOL_CEILING
 from partnd.recipes.report_files import save_figure, write_table
 from partnd.recipes.sleep_report import (
     budget_order,
@@ -46,14 +53,18 @@ from partnd.recipes.sleep_report import (
     sample_efficiency_styles,
     summary,
 )
+from partnd.recipes.study_pools import SELECT_METRIC
 
 if TYPE_CHECKING:
     from partnd.recipes.sleep_study import CellResult, SleepStudy
 
 __all__ = [
+    "ORACLE",
     "SCRATCH_BASELINE",
+    "ceiling_rows",
     "cell_rows",
     "draw_rows",
+    "mark_references",
     "paired_differences",
     "plot_kappa_by_pool",
     "plot_pool_pretext",
@@ -65,6 +76,21 @@ __all__ = [
 
 #: The method every pretrained row is paired with: the same arm trained from scratch.
 SCRATCH_BASELINE = "supervised"
+#: How the tables mark the oracle ceiling's rows (:data:`POOL_CEILING`), a reference no user has.
+ORACLE = "oracle"
+
+
+def mark_references(table: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``table`` (one column per row label, as ``kappa_by_budget``) with every column of the
+    oracle ceiling renamed ``<label> (oracle)``, for the Markdown table a reader reads (the CSV
+    and JSON keep the cells' labels)."""
+    return [
+        {
+            f"{key} ({ORACLE})" if key.split(" ")[0].split("+")[0] == POOL_CEILING else key: value
+            for key, value in row.items()
+        }
+        for row in table
+    ]
 
 
 def _labelled(draw: Mapping[str, Any]) -> str:
@@ -125,7 +151,8 @@ def paired_differences(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
 
     Returns:
         Rows ``budget``, ``seed``, ``row`` (with its pool), ``baseline``, ``kappa``,
-        ``baseline_kappa``, ``difference`` and ``labelled`` (the draw), scarcest budget first.
+        ``baseline_kappa``, ``difference``, ``labelled`` (the draw) and ``reference``
+        (``"oracle"`` for the ceiling's rows, else empty), scarcest budget first.
     """
     scratch = {
         (cell.arm, cell.budget, cell.seed): cell
@@ -134,7 +161,7 @@ def paired_differences(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
     }
     rows = []
     order = {budget: index for index, budget in enumerate(budget_order(c.budget for c in cells))}
-    pretrained = [c for c in cells if c.method in list_objectives()]
+    pretrained = [c for c in cells if c.method in (*list_objectives(), POOL_CEILING)]
     for cell in sorted(pretrained, key=lambda c: (order[c.budget], c.seed)):
         baseline = scratch.get((cell.arm, cell.budget, cell.seed))
         if baseline is None:
@@ -150,9 +177,17 @@ def paired_differences(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
                 "baseline_kappa": round(base, 4),
                 "difference": round(kappa - base, 4),
                 "labelled": _labelled(cell.draw),
+                "reference": ORACLE if cell.method == POOL_CEILING else "",
             }
         )
     return rows
+
+
+def _name(row: Mapping[str, Any]) -> str:
+    """A paired difference's column: ``"<row> - <baseline>"``, `` (oracle)`` added for the
+    ceiling's."""
+    name = f"{row['row']} - {row['baseline']}"
+    return f"{name} ({ORACLE})" if row.get("reference") == ORACLE else name
 
 
 def scratch_summary(differences: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -166,11 +201,40 @@ def scratch_summary(differences: Sequence[Mapping[str, Any]]) -> list[dict[str, 
         by_subjects = LabelBudget.parse(budget).subjects is not None  # windows differ per seed
         labels = {row["labelled"] if by_subjects else row["seed"] for row in mine}
         line: dict[str, Any] = {"budget": budget, "labelled_sets": len(labels)}
-        for name in dict.fromkeys(f"{row['row']} - {row['baseline']}" for row in mine):
-            values = [r["difference"] for r in mine if f"{r['row']} - {r['baseline']}" == name]
+        for name in dict.fromkeys(_name(row) for row in mine):
+            values = [r["difference"] for r in mine if _name(r) == name]
             positive = sum(value > 0 for value in values)
             line[name] = f"{summary(values)}, {positive}/{len(values)} > 0"
         rows.append(line)
+    return rows
+
+
+def ceiling_rows(differences: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The room for pretraining: the oracle ceiling's :func:`paired_differences` per budget and
+    row (one per pool and arm), scarcest budget first.
+
+    Returns:
+        Rows ``budget``, ``ceiling`` (its row and pool), ``scratch`` (the row it is paired
+        with), ``ceiling - scratch`` (``mean ± std (n=draws)``), ``positive`` (``"4/5"``) and
+        ``per draw`` (``"s0 +0.052, s1 -0.010"``); none without the ceiling's rows.
+    """
+    mine = [row for row in differences if row.get("reference") == ORACLE]
+    rows = []
+    for budget in budget_order(row["budget"] for row in mine):
+        at_budget = [row for row in mine if row["budget"] == budget]
+        for label in dict.fromkeys(row["row"] for row in at_budget):
+            draws = [row for row in at_budget if row["row"] == label]
+            values = [row["difference"] for row in draws]
+            rows.append(
+                {
+                    "budget": budget,
+                    "ceiling": label,
+                    "scratch": draws[0]["baseline"],
+                    "ceiling - scratch": summary(values),
+                    "positive": f"{sum(value > 0 for value in values)}/{len(values)}",
+                    "per draw": ", ".join(f"s{r['seed']} {r['difference']:+.3f}" for r in draws),
+                }
+            )
     return rows
 
 
@@ -206,7 +270,8 @@ def repeated_draws(draws: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def pool_rows(study: SleepStudy, methods: Sequence[str]) -> list[dict[str, Any]]:
     """One row per pool and pretrained method: the pool (hours, nights, night length) and what
-    its pretraining chose on the held-out nights (finished pretrainings only)."""
+    its pretraining chose on the held-out nights (finished pretrainings only): the step and its
+    pretext error, or for the oracle ceiling its held-out kappa (``heldout_kappa``)."""
     plan = study.pools.plan
     summaries = {row["pool"]: row for row in plan.summary()}
     rows = []
@@ -217,13 +282,16 @@ def pool_rows(study: SleepStudy, methods: Sequence[str]) -> list[dict[str, Any]]
             chosen = study.pools.selection(method, pool)
             selected = chosen.get("selected") or {}
             train = study.pools.curves(method, pool)["train"]
+            metric = selected.get("metric", SELECT_METRIC)
+            value = round(selected["value"], 4) if selected else ""
             rows.append(
                 {
                     **summaries[pool],
                     "method": method,
                     "held_out_nights": chosen["held_out_nights"],
                     "selected_step": selected.get("step", ""),
-                    "heldout_error": round(selected["value"], 4) if selected else "",
+                    "heldout_error": value if metric == SELECT_METRIC else "",
+                    "heldout_kappa": value if metric != SELECT_METRIC else "",
                     "final_train_error": round(train[-1][1], 4) if train else "",
                     "steps": selected.get("steps", ""),
                     "cap": chosen["cap"],
@@ -339,6 +407,9 @@ def write_axes_report(study: SleepStudy, cells: Sequence[CellResult]) -> list[st
     if differences:
         write_table(differences, out, "paired_differences")
         write_table(scratch_summary(differences), out, "difference_to_scratch")
+    ceiling = ceiling_rows(differences)
+    if ceiling:
+        write_table(ceiling, out, "ceiling_minus_scratch")
     notes = repeated_draws(draws)
     if not study.pool_names:
         return notes
@@ -350,7 +421,8 @@ def write_axes_report(study: SleepStudy, cells: Sequence[CellResult]) -> list[st
     hours = {name: plan.hours(name) for name in plan.names}
     scarcest = budget_order(cell.budget for cell in cells)[0]
     plot_kappa_by_pool(cells, hours, scarcest, out / "kappa_by_pool.png")
-    finished = [(m, p) for p in plan.names for m in methods if study.pools.done(m, p)]
+    objectives = [method for method in methods if method in list_objectives()]  # pretext curves
+    finished = [(m, p) for p in plan.names for m in objectives if study.pools.done(m, p)]
     if finished:
         plot_pool_pretext(
             {(m, p): study.pools.curves(m, p) for m, p in finished},

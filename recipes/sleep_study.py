@@ -41,6 +41,7 @@ Methods:
 | ``part``, ``part_grid``, ``mae``, ``mp3``, ``droppos``, ``part_windows``, ``rp``, ``ts`` | ``pretrain(method=name)`` on the pool (``rp``, ``ts``: relative positioning, temporal shuffling, with PART across windows' segments and budget) | window, sequence and night (``part_windows``: both its levels), probe |
 | ``chambon2018``, ``deepsleepnet`` | none: braindecode's stagers from scratch (``FinetuneConfig.stager``) | window |
 | ``usleep`` | none: braindecode's U-Sleep from scratch, reading whole nights | night |
+| ``supervised_pool`` | supervised, on the stage labels of each pool's nights (an oracle, a reference row; pools only, :mod:`~partnd.recipes.study_ceiling`) | window, sequence, night, probe |
 | ``supervised`` | none: from scratch, with position embedding | window, sequence, night, probe (a random encoder) |
 | ``supervised_no_pos`` | none: from scratch, without position embedding | window, probe |
 | ``classical`` | none: YASA's features + LightGBM (:mod:`partnd.evaluation.classical`) | window (the epoch's features), sequence (with YASA's context) |
@@ -78,6 +79,7 @@ from partnd.recipes.study_config import (
     StudyConfig,
     available_methods,
     method_arms,
+    pretrained_methods,
 )
 from partnd.recipes.study_data import StudyData
 from partnd.recipes.study_directory import claim_study_directory
@@ -103,6 +105,7 @@ __all__ = [
     "available_methods",
     "budget_settings",
     "method_arms",
+    "pretrained_methods",
 ]
 
 

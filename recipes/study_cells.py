@@ -36,13 +36,14 @@ from partnd.finetuning.training import FinetuneResult, finetune
 from partnd.inference import predict_logits
 from partnd.models import NightClassifier, SequenceClassifier
 from partnd.models.braindecode_stagers import STAGERS, NightStager
-from partnd.objectives import list_objectives
 from partnd.recipes.study_cell_store import BudgetLike, CellResult, CellStore, save_npy
 from partnd.recipes.study_config import (
     CLASSICAL_METHODS,
+    POOL_CEILING,
     SCRATCH_METHODS,
     available_methods,
     method_arms,
+    pretrained_methods,
 )
 from partnd.recipes.study_data import StudyData
 from partnd.recipes.study_directory import exclusive
@@ -82,7 +83,7 @@ class StudyCells:
         pretraining = self.pretraining
         if pool is not None:
             check(
-                method in list_objectives(),
+                method in pretrained_methods(),
                 "pool",
                 f"no pool for {method!r} (only pretrained methods have one)",
                 repr(pool),
@@ -93,7 +94,13 @@ class StudyCells:
                 f"one of the study's pools {list(pretraining.pool_names)}",
                 repr(pool),
             )
-        if method in list_objectives():
+        check(
+            method != POOL_CEILING or pool is not None,
+            "pool",
+            f"a pretraining pool for {POOL_CEILING} (it is pretrained on a pool's stage labels)",
+            "none",
+        )
+        if method in pretrained_methods():
             check(
                 pretraining.pretrained(method, pool),
                 "method",
@@ -240,6 +247,7 @@ class StudyCells:
             "frontend": self.config.frontend_name,
             "C": result.inverse_regularisation,
             "labelled_windows": len(train),
+            **_reference_note(method),
         }
 
     def _finetune(
@@ -303,7 +311,7 @@ class StudyCells:
         }
         if night:
             settings["night_crop"] = config.night_crop
-        return predictions, settings
+        return predictions, {**settings, **_reference_note(method)}
 
     def predict_test(self, model: Any, config: FinetuneConfig) -> np.ndarray:
         """[n_test] predicted stage of every test window, in the test set's order, by a trained
@@ -324,6 +332,13 @@ class StudyCells:
         test, _ = as_labelled_dataset(self.data.test_set)
         logits = predict_logits(model, test.signals, device=self.config.device)
         return np.asarray(logits.argmax(dim=1).numpy())
+
+
+def _reference_note(method: str) -> dict[str, str]:
+    """The ``note`` of an oracle ceiling's cell (none for another method's)."""
+    if method != POOL_CEILING:
+        return {}
+    return {"note": "reference (oracle): encoder pretrained on the pool's own stage labels"}
 
 
 def _selected(result: FinetuneResult) -> dict[str, Any]:

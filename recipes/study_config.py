@@ -13,28 +13,30 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from partnd._validation import check
 from partnd.datasets.label_budget import LabelBudget
 from partnd.datasets.store import SIGNAL_DTYPES
-from partnd.engine.config import FinetuneConfig, PretrainConfig
+from partnd.engine.config import FinetuneConfig, PretrainConfig, TrainConfig
 from partnd.engine.normalization import resolve_normalization
 from partnd.models.braindecode_stagers import NIGHT_STAGERS, STAGERS
 from partnd.objectives import list_objectives
 from partnd.objectives.registry import registered
-from partnd.recipes.baselines import SCRATCH_METHODS
+from partnd.recipes.baselines import POOL_CEILING, SCRATCH_METHODS
 from partnd.recipes.study_scales import SCALES, STUDY_FRONTENDS, budget_settings
 
 __all__ = [
     "ARMS",
     "CLASSICAL_METHODS",
+    "POOL_CEILING",
     "SCRATCH_METHODS",
     "StudyConfig",
     "available_methods",
     "method_arms",
+    "pretrained_methods",
 ]
 
 #: How a method's labelled subjects are used (see :mod:`partnd.recipes.sleep_study`).
@@ -49,9 +51,15 @@ CLASSICAL_METHODS: dict[str, tuple[str, ...]] = {
 
 
 def available_methods() -> list[str]:
-    """Every method name a study accepts: the registered objectives, the scratch baselines,
-    braindecode's stagers and the classical rows."""
-    return [*list_objectives(), *SCRATCH_METHODS, *STAGERS, *CLASSICAL_METHODS]
+    """Every method name a study accepts: the registered objectives, the pool axis's oracle
+    ceiling, the scratch baselines, braindecode's stagers and the classical rows."""
+    return [*pretrained_methods(), *SCRATCH_METHODS, *STAGERS, *CLASSICAL_METHODS]
+
+
+def pretrained_methods() -> list[str]:
+    """The methods whose cells start from an encoder the study pretrains (once per pool with
+    pools): the registered objectives and the oracle ceiling :data:`POOL_CEILING`."""
+    return [*list_objectives(), POOL_CEILING]
 
 
 def method_arms(method: str) -> tuple[str, ...]:
@@ -231,6 +239,17 @@ class StudyConfig:
         Raises:
             InputError: Naming the configuration field (``FinetuneConfig.context``...).
         """
+        if POOL_CEILING in methods:
+            check(
+                self.pools is not None,
+                "method",
+                f"{POOL_CEILING} only with pretraining pools (give the pool sizes and a pool "
+                "source whose nights are labelled: without pools every labelled night outside "
+                "the test subjects belongs to the fine-tuning pool the draws label and validate "
+                "on)",
+                POOL_CEILING,
+            )
+            self.pool_ceiling_config()
         for method in dict.fromkeys(["part", *methods]):
             if method in list_objectives():
                 self.pretrain_config(method)
@@ -329,6 +348,35 @@ class StudyConfig:
             device=self.device,
             progress=self.progress,
             **{"num_workers": self.loader_workers, **values},
+        )
+
+    def pool_ceiling_config(self) -> FinetuneConfig:
+        """The supervised pretraining of the oracle ceiling (:data:`POOL_CEILING`) on a pool's
+        labelled windows: the encoder (preset, shape, front-end) and every training setting of
+        the pools' other pretrainings (batch, learning rate, schedule, step cap, held-out
+        evaluations every ``eval_every_steps`` and ``patience``: :meth:`pretrain_config` of
+        ``part`` on a pool, the objectives on single windows' settings), and the study's
+        fine-tuning loss (class weights, label smoothing, augmentations) as a from-scratch
+        encoder trains with it (a position embedding, no layer-wise decay). ``patience_start``
+        is the pretext error's (a held-out kappa is maximised), so it is dropped."""
+        pretraining = self.pretrain_config("part", pool=True)
+        schedule = {
+            item.name: getattr(pretraining, item.name)
+            for item in fields(TrainConfig)
+            if item.name != "patience_start"
+        }
+        protocol = self.finetune_config(POOL_CEILING, self.seed)
+        return protocol.replace(
+            **schedule,
+            encoder=pretraining.encoder,
+            encoder_overrides=pretraining.encoder_overrides,
+            patch_size=pretraining.patch_size,
+            channel_mode=pretraining.channel_mode,
+            channel_options=pretraining.channel_options,
+            pos_embed=True,
+            pos_mask_ratio=0.0,
+            layer_decay=None,
+            patience_start=None,
         )
 
     def finetune_config(

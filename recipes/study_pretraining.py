@@ -2,7 +2,9 @@
 
 Each self-supervised method is pretrained once per study (``OUT/pretrain/<method>/``, an engine
 run on the split's pretraining records for the scale's step budget), or once per pretraining pool
-(``OUT/pretrain_pools/<pool>/<method>/``, :class:`~partnd.recipes.study_pools.PoolStage`). A
+(``OUT/pretrain_pools/<pool>/<method>/``, :class:`~partnd.recipes.study_pools.PoolStage`); the
+pool axis's oracle ceiling (``supervised_pool``) is pretrained on each pool's stage labels
+(:mod:`partnd.recipes.study_ceiling`). A
 finished run (``encoder.pt``) is never recomputed and an interrupted one resumes
 (:class:`~partnd.engine.run_dir.RunDir`). :meth:`StudyPretraining.window_encoder` gives a cell its
 window encoder: a pretrained method's, or a from-scratch method's seeded random one.
@@ -22,9 +24,9 @@ from partnd.datasets.sleep_windows import SleepWindowDataset
 from partnd.engine.run_dir import RunDir
 from partnd.models import ViTEncoder, create_encoder
 from partnd.models.serialization import ENCODER_FILE, load_encoder
-from partnd.objectives import list_objectives
 from partnd.pretraining import pretrain
-from partnd.recipes.study_config import SCRATCH_METHODS
+from partnd.recipes.study_ceiling import run_pool_ceiling
+from partnd.recipes.study_config import POOL_CEILING, SCRATCH_METHODS, pretrained_methods
 from partnd.recipes.study_data import StudyData
 from partnd.recipes.study_pools import PoolStage
 
@@ -83,17 +85,26 @@ class StudyPretraining:
     def run_pretraining(self, method: str, pool: str | None = None) -> Path:
         """Pretrain ``method`` unless done (an interrupted run resumes): on the split's
         pretraining records for the scale's budget, or on ``pool``'s nights for a budget chosen
-        on held-out nights (:class:`PoolStage`).
+        on held-out nights (:class:`PoolStage`; the oracle ceiling on their stage labels,
+        :func:`~partnd.recipes.study_ceiling.run_pool_ceiling`, pools only).
 
         Returns:
             The run directory (holding ``encoder.pt``).
         """
         check(
-            method in list_objectives(),
+            method in pretrained_methods(),
             "method",
-            f"a pretraining method {list_objectives()}",
+            f"a pretraining method {pretrained_methods()}",
             repr(method),
         )
+        check(
+            method != POOL_CEILING or pool is not None,
+            "pool",
+            f"a pretraining pool for {POOL_CEILING} (it is pretrained on a pool's stage labels)",
+            "none",
+        )
+        if method == POOL_CEILING:
+            return run_pool_ceiling(self.pools, str(pool))
         if pool is not None:
             return self.pools.run(method, pool)
         run_dir = self.pretrain_dir(method)

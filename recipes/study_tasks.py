@@ -37,9 +37,9 @@ from pathlib import Path
 
 from partnd._validation import check
 from partnd.engine.checkpoint import append_text
-from partnd.objectives import list_objectives
 from partnd.preprocessing.parallel import BACKENDS, parallel_map_unordered
 from partnd.recipes.sleep_study import CLASSICAL_METHODS, SleepStudy, StudyConfig
+from partnd.recipes.sleep_study import pretrained_methods as study_pretrained_methods
 from partnd.recipes.study_progress import PROGRESS_DIR, ProgressPrinter, TaskReporter, progress_path
 
 __all__ = [
@@ -128,7 +128,7 @@ def row_tasks(
         classical rows and one per other row, sorted by decreasing :attr:`StudyTask.cost` (ties
         keep the rows' order).
     """
-    pretrained = [m for m in dict.fromkeys(m for m, _ in rows) if m in list_objectives()]
+    pretrained = [m for m in dict.fromkeys(m for m, _ in rows) if m in study_pretrained_methods()]
 
     def cells(selected: Iterable[tuple[str, str]]) -> tuple[Cell, ...]:
         return tuple((method, arm, budget, seed, None) for method, arm in selected)
@@ -162,7 +162,7 @@ def cell_tasks(
         pretrained: Whether a (method, pool) pretraining has finished
             (:meth:`SleepStudy.pretrained`).
         pretrained_methods: The methods whose cells need a pretraining first (default: the
-            registered objectives).
+            registered objectives and the pool axis's oracle ceiling).
 
     Returns:
         ``(first, then)``. ``first``: every unfinished pretraining of a pretrained method's cells,
@@ -170,7 +170,7 @@ def cell_tasks(
         cell that needs no unfinished pretraining alone, longest first. ``then``: the cells of
         the pretrainings of ``first``, one task each, longest first.
     """
-    objectives = list_objectives() if pretrained_methods is None else pretrained_methods
+    objectives = study_pretrained_methods() if pretrained_methods is None else pretrained_methods
     needed = dict.fromkeys((c[0], c[4]) for c in cells if c[0] in objectives)
     pending = [pretraining for pretraining in needed if not pretrained(*pretraining)]
     waiting = [c for c in cells if (c[0], c[4]) in pending]
