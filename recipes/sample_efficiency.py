@@ -10,7 +10,10 @@ beside the classical rows); test on the same held-out subjects. Two axes extend 
   from the fine-tuning pool (the test subjects never change), the same draw for every row.
 * **unlabelled nights** (``--pools 24 80 240``, hours; ``--pool-src`` the nights): each
   pretrained method is pretrained once per pool, to a budget chosen on held-out nights
-  (:mod:`partnd.recipes.study_pools`), and its cells run once per pool.
+  (:mod:`partnd.recipes.study_pools`), and its cells run once per pool. The row
+  ``supervised_pool`` is the pool axis's oracle ceiling: an encoder pretrained on each pool's own
+  stage labels (:mod:`partnd.recipes.study_ceiling`), a reference row marked ``(oracle)``, and
+  ``ceiling_minus_scratch.*`` the room it leaves for pretraining at each budget.
 
 Each (method, arm, budget, seed[, pool]) *cell* is its own resumable run under
 ``OUT/finetune/<method>/<arm>/b<B>_s<S>[_p<pool>]`` and is never recomputed once finished; the

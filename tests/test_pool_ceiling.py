@@ -173,6 +173,20 @@ def test_the_ceiling_reads_only_pool_labels_fine_tunes_like_a_pretrained_encoder
         "supervised_pool", "0.9h"
     )
 
+    # stopped after its training, before selection.json: it resumes, and trains no step more
+    run_dir = study.pretrain_dir("supervised_pool", "0.9h")
+    (run_dir / "selection.json").unlink()
+    resumed: list[bool] = []
+
+    def resume_only(encoder: Any, train: Any, **kwargs: Any) -> Any:
+        resumed.append(kwargs["resume"])
+        return real_finetune(encoder, train, **kwargs)
+
+    monkeypatch.setattr(study_ceiling, "finetune", resume_only)
+    again.run_pretraining("supervised_pool", "0.9h")
+    assert resumed == [True]
+    assert again.pools.selection("supervised_pool", "0.9h")["selected"] == chosen["selected"]
+
 
 def test_the_ceiling_needs_pools_and_trains_with_the_pools_budget(tmp_path: Path) -> None:
     """No data is read: the settings and the cells' list."""
