@@ -17,6 +17,7 @@ from partnd.datasets.label_budget import LabelBudget
 from partnd.evaluation.bootstrap import bootstrap_metric, kappa_metric, paired_bootstrap_difference
 from partnd.evaluation.metrics import ClassificationReport
 from partnd.objectives.diagnostics import pretext_error
+from partnd.recipes.baselines import POOL_CEILING
 from partnd.recipes.report_files import save_figure
 
 __all__ = [
@@ -93,12 +94,14 @@ def summary(values: Sequence[float]) -> str:
 
 def default_reference(cells: Sequence[_Cell]) -> str:
     """The row every other is compared with: the classical row with context when present (the
-    strongest simple baseline), else PART's single-window row, else the first."""
+    strongest simple baseline), else PART's single-window row, else the first that is not the
+    oracle ceiling (:data:`~partnd.recipes.baselines.POOL_CEILING`, no user's row)."""
     labels = [cell.label for cell in cells]
     for candidate in ("classical+seq", "part"):
         if candidate in labels:
             return candidate
-    return labels[0]
+    users = [cell.label for cell in cells if cell.method != POOL_CEILING]
+    return (users or labels)[0]
 
 
 def staging_table(

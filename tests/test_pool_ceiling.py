@@ -131,6 +131,8 @@ def test_the_ceiling_reads_only_pool_labels_fine_tunes_like_a_pretrained_encoder
     markdown = (out / "kappa_by_budget.md").read_text()
     assert "supervised_pool @0.9h (oracle)" in markdown
     assert "supervised_pool probe @0.9h (oracle)" in markdown
+    with open(out / "difference_to_reference.csv") as handle:  # a user's row, not the oracle
+        assert "supervised_pool @0.9h - supervised" in next(csv.DictReader(handle))
     with open(out / "ceiling_minus_scratch.csv") as handle:
         room = list(csv.DictReader(handle))
     assert [(r["budget"], r["ceiling"], r["scratch"]) for r in room] == [
