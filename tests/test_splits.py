@@ -106,6 +106,43 @@ def test_bad_arguments_raise(kwargs: dict, argument: str) -> None:
         make_subject_split(_cohort(30, 0), **kwargs)
 
 
+def test_named_test_subjects_are_held_out_as_a_drawn_test_set_is() -> None:
+    infos = _cohort(30, 4)
+    drawn = make_subject_split(infos, n_test_subjects=6, finetune_sizes=(2, 5), seed=3)
+    named = make_subject_split(
+        infos, test_subjects=list(reversed(drawn.test)), finetune_sizes=(2, 5), seed=3
+    )
+    assert named == drawn  # naming the drawn subjects gives the drawn split
+    chosen = make_subject_split(infos, test_subjects=["L0003", "L0001"], finetune_sizes=(2,))
+    assert chosen.test == ("L0001", "L0003")
+    assert chosen.test_records == ("tr0001", "tr0003")  # L0003's unlabelled tx0003: in neither
+    assert not {"tr0001", "tr0003", "tx0003"} & set(chosen.pretrain)
+    assert chosen.finetune_pool == tuple(f"L{i:04d}" for i in range(30) if i not in (1, 3))
+    assert chosen.finetune[2] == chosen.finetune_subsets(0)[2]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"test_subjects": ["L0001", "L0001"]}, "test_subjects: expected distinct subject ids"),
+        ({"test_subjects": ["U0000"]}, r"test_subjects: expected subjects with labelled .*U0000"),
+        ({"test_subjects": []}, "test_subjects: expected between 1 and 4 of the 5 labelled"),
+        (
+            {"test_subjects": [f"L{i:04d}" for i in range(5)]},
+            "test_subjects: expected between 1 and 4 of the 5 labelled",
+        ),
+        ({"test_subjects": "L0001"}, "test_subjects: expected a sequence of subject ids"),
+        (
+            {"test_subjects": ["L0001"], "n_test_subjects": 2},
+            "n_test_subjects: expected no number of test subjects when test_subjects names",
+        ),
+    ],
+)
+def test_bad_named_test_subjects_are_refused(kwargs: dict, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        make_subject_split(_cohort(5, 2), finetune_sizes=(1,), **kwargs)
+
+
 def test_too_few_labelled_subjects_or_duplicates_raise() -> None:
     with pytest.raises(InputError, match="at least 2 labelled subjects"):
         make_subject_split([RecordInfo("a", "s", True), RecordInfo("b", "t", False)])

@@ -4,7 +4,8 @@ and nested fine-tuning subsets for the low-label sample-efficiency study.
 Rules (PhysioNet 2018 protocol of the paper, Appendix "EEG"):
 
 * ``test``: ``n_test_subjects`` subjects drawn among the *labelled* subjects (those with at least
-  one labelled record); 200 by default. Their labelled records are the evaluation set.
+  one labelled record); 200 by default. Or the labelled subjects named by ``test_subjects``
+  (nothing drawn). Their labelled records are the evaluation set.
 * ``pretrain``: every record of every other subject, labelled or not (the unlabelled PhysioNet
   "test" partition included). Records of test subjects are never used for pretraining, even
   unlabelled ones.
@@ -56,6 +57,7 @@ PC18_LABELLED_SUBJECTS = 994
 SPLIT_FORMAT = "partnd-subject-split"
 SPLIT_FORMAT_VERSION = 1
 _TEST_STREAM = 0
+_DEFAULT_TEST_SUBJECTS = 200  # the paper's PhysioNet 2018 test subjects
 _FINETUNE_STREAM = 1
 
 
@@ -264,10 +266,29 @@ def _test_count(n_test_subjects: int | float, n_labelled: int) -> int:
     return min(max(1, count), n_labelled - 1)
 
 
+def _named_test_subjects(names: Sequence[str], labelled_subjects: Sequence[str]) -> tuple[str, ...]:
+    """``names`` as a split's test subjects, sorted: distinct labelled subjects, leaving at least
+    one of ``labelled_subjects`` to fine-tune."""
+    check(not isinstance(names, str), "test_subjects", "a sequence of subject ids", repr(names))
+    test = sorted(str(name) for name in names)
+    check(len(set(test)) == len(test), "test_subjects", "distinct subject ids", test)
+    unknown = sorted(set(test) - set(labelled_subjects))
+    check(not unknown, "test_subjects", "subjects with labelled records", unknown)
+    check(
+        0 < len(test) < len(labelled_subjects),
+        "test_subjects",
+        f"between 1 and {len(labelled_subjects) - 1} of the {len(labelled_subjects)} labelled "
+        "subjects (at least one is left to fine-tune)",
+        f"{len(test)} subject(s)",
+    )
+    return tuple(test)
+
+
 def make_subject_split(
     store_or_records: str | Path | SleepStore | Sequence[RecordInfo],
     *,
-    n_test_subjects: int | float = 200,
+    n_test_subjects: int | float | None = None,
+    test_subjects: Sequence[str] | None = None,
     finetune_sizes: Sequence[int] = (10, 50, 100, 657),
     seed: int = 0,
 ) -> SubjectSplit:
@@ -276,9 +297,12 @@ def make_subject_split(
     Args:
         store_or_records: A sleep store (path or :class:`SleepStore`) or its records as
             :class:`RecordInfo` (see :func:`records_from_store`).
-        n_test_subjects: Held-out labelled subjects: an int (scaled down with a warning when above
-            half the labelled subjects) or a fraction in ``(0, 1)`` of the labelled subjects. At
-            least one subject is held out and at least one is left for fine-tuning.
+        n_test_subjects: Held-out labelled subjects, drawn with ``seed``: an int (scaled down
+            with a warning when above half the labelled subjects) or a fraction in ``(0, 1)`` of
+            the labelled subjects; default 200. At least one subject is held out and at least
+            one is left for fine-tuning.
+        test_subjects: The held-out subjects by name instead (labelled subjects, at least one
+            left out of them for fine-tuning); not with ``n_test_subjects``.
         finetune_sizes: Nested fine-tuning subset sizes (distinct positive ints); sizes above the
             pool are capped to the whole pool with a warning.
         seed: Seed of the test draw and of the default fine-tuning chain.
@@ -287,7 +311,8 @@ def make_subject_split(
         The :class:`SubjectSplit`.
 
     Raises:
-        InputError: Duplicate record ids, fewer than 2 labelled subjects, or invalid sizes.
+        InputError: Duplicate record ids, fewer than 2 labelled subjects, invalid sizes, or
+            ``test_subjects`` that are not labelled subjects or leave none to fine-tune.
     """
     if isinstance(store_or_records, str | Path | SleepStore):
         infos = records_from_store(store_or_records)
@@ -317,10 +342,22 @@ def make_subject_split(
             "store_or_records: expected at least 2 labelled subjects (one to test, one to "
             f"fine-tune), got {len(labelled_subjects)}"
         )
-    n_test = _test_count(n_test_subjects, len(labelled_subjects))
-    rng = np.random.default_rng([int(seed), _TEST_STREAM])
-    chosen = rng.permutation(len(labelled_subjects))[:n_test]
-    test = tuple(sorted(labelled_subjects[i] for i in chosen))
+    check(
+        n_test_subjects is None or test_subjects is None,
+        "n_test_subjects",
+        "no number of test subjects when test_subjects names them",
+        f"{n_test_subjects!r} and {test_subjects!r}",
+    )
+    if test_subjects is None:
+        n_test = _test_count(
+            _DEFAULT_TEST_SUBJECTS if n_test_subjects is None else n_test_subjects,
+            len(labelled_subjects),
+        )
+        rng = np.random.default_rng([int(seed), _TEST_STREAM])
+        chosen = rng.permutation(len(labelled_subjects))[:n_test]
+        test = tuple(sorted(labelled_subjects[i] for i in chosen))
+    else:
+        test = _named_test_subjects(test_subjects, labelled_subjects)
     test_set = set(test)
     pool = tuple(s for s in labelled_subjects if s not in test_set)
     too_large = [s for s in sizes if s > len(pool)]
