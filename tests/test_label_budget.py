@@ -12,6 +12,7 @@ from partnd._validation import InputError
 from partnd.datasets.label_budget import (
     LabelBudget,
     draw_labels,
+    draw_named_labels,
     sample_windows_per_stage,
 )
 from partnd.datasets.sequences import SleepSequenceDataset
@@ -204,3 +205,31 @@ def test_a_budget_the_pool_cannot_hold_beside_its_validation_subjects_is_refused
             f"budgets: expected at most {pool - 2} labelled subjects (the fine-tuning pool of "
             f"{pool} keeps 2 validation subjects), got {budget}"
         )
+
+
+def test_named_labelled_subjects_get_the_validation_draw_of_their_subject_budget(
+    store: Path,
+) -> None:
+    split = make_subject_split(store, n_test_subjects=0.3, finetune_sizes=(1,), seed=0)
+    for seed in range(3):
+        for size in (1, 3):
+            first = split.finetune_order(seed)[:size]
+            named = draw_named_labels(split, list(reversed(first)), seed, n_validation=2)
+            assert named == draw_labels(split, store, size, seed, n_validation=2)
+    chosen = [split.finetune_pool[-1], split.finetune_pool[0]]
+    draw = draw_named_labels(split, chosen, 4, n_validation=2)
+    assert draw.subjects == tuple(sorted(chosen)) and str(draw.budget) == "2"
+    assert len(draw.validation) == 2 and set(draw.validation) <= set(split.finetune_pool)
+    assert not set(draw.validation) & set(chosen) and draw.labelled_windows is None
+    pool = len(split.finetune_pool)
+    for subjects, message in (
+        ([split.test[0]], r"subjects: expected subjects of the fine-tuning pool \(no test"),
+        ([chosen[0], chosen[0]], "subjects: expected at least one subject, each once"),
+        ([], "subjects: expected at least one subject, each once"),
+        (
+            list(split.finetune_pool[:-1]),
+            f"budgets: expected at most {pool - 2} labelled subjects",
+        ),
+    ):
+        with pytest.raises(InputError, match=message):
+            draw_named_labels(split, subjects, 0, n_validation=2)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         LabelDraw,
         StageSample,
         draw_labels,
+        draw_named_labels,
         sample_windows_per_stage,
     )
     from partnd.datasets.montage_union import MontageUnion
@@ -42,6 +43,7 @@ _EXPORTS: dict[str, str] = {
     "LabelDraw": ".label_budget",
     "StageSample": ".label_budget",
     "draw_labels": ".label_budget",
+    "draw_named_labels": ".label_budget",
     "sample_windows_per_stage": ".label_budget",
     "PretrainingPools": ".pools",
     "make_pretraining_pools": ".pools",
@@ -86,6 +88,7 @@ __all__ = [
     "SubjectSplit",
     "create_store",
     "draw_labels",
+    "draw_named_labels",
     "from_braindecode",
     "instance_normalize",
     "make_pretraining_pools",

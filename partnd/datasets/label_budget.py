@@ -22,6 +22,8 @@ subjects' windows (Banville et al. 2021 count labels per class). Written ``"2"``
   unlabelled context (label ``-1``).
 
 Labelled and validation subjects are therefore never shared, and neither is ever a test subject.
+:func:`draw_named_labels` is the draw of labelled subjects given by name: their validation
+subjects are drawn as a subject budget's are.
 
 :func:`sample_windows_per_stage` draws ``k`` windows of every stage uniformly without replacement
 from the labelled windows of the given records. A stage with fewer than ``k`` windows there gives
@@ -51,6 +53,7 @@ __all__ = [
     "LabelDraw",
     "StageSample",
     "draw_labels",
+    "draw_named_labels",
     "sample_windows_per_stage",
 ]
 
@@ -348,14 +351,7 @@ def draw_labels(
     check(isinstance(seed, int | np.integer), "seed", "an int", seed)
     check(n_validation >= 0, "n_validation", "an int >= 0", n_validation)
     if budget.subjects is not None:
-        pool = len(split.finetune_pool)
-        check(
-            budget.subjects + n_validation <= pool,
-            "budgets",
-            f"at most {pool - n_validation} labelled subjects (the fine-tuning pool of {pool} "
-            f"keeps {n_validation} validation subjects)",
-            str(budget),
-        )
+        _check_validation_left(split, budget, n_validation)
         training = tuple(sorted(split.finetune_order(int(seed))[: budget.subjects]))
         validation = _validation(split, training, int(seed), n_validation)
         return LabelDraw(budget, int(seed), training, validation)
@@ -376,6 +372,57 @@ def draw_labels(
     subject_of = {r: info.subject_id for r, info in split.records.items()}
     subjects = tuple(sorted({subject_of[r] for r in sample.records}))
     return LabelDraw(budget, int(seed), subjects, validation, sample)
+
+
+def draw_named_labels(
+    split: SubjectSplit, subjects: Sequence[str], seed: int, *, n_validation: int
+) -> LabelDraw:
+    """The draw whose labelled subjects are named: every labelled window of ``subjects``, and
+    ``n_validation`` validation subjects drawn from the rest of the fine-tuning pool as
+    :func:`draw_labels` draws a subject budget's (naming the seed's first ``n`` subjects of
+    :meth:`SubjectSplit.finetune_order` gives :func:`draw_labels`' draw of budget ``n``).
+
+    Args:
+        split: The subject split (test subjects and fine-tuning pool).
+        subjects: The labelled subjects: distinct subjects of the fine-tuning pool.
+        seed: Seed of the validation draw.
+        n_validation: Validation subjects to draw.
+
+    Returns:
+        The :class:`LabelDraw` of the subject budget ``len(subjects)``.
+
+    Raises:
+        InputError: ``subjects`` outside the fine-tuning pool (test subjects among them), repeated
+            or none, or fewer than ``n_validation`` pool subjects left outside them.
+    """
+    check(not isinstance(subjects, str), "subjects", "a sequence of subject ids", repr(subjects))
+    named = tuple(sorted(str(subject) for subject in subjects))
+    check(
+        bool(named) and len(set(named)) == len(named),
+        "subjects",
+        "at least one subject, each once",
+        list(named),
+    )
+    outside = sorted(set(named) - set(split.finetune_pool))
+    check(not outside, "subjects", "subjects of the fine-tuning pool (no test subject)", outside)
+    check(isinstance(seed, int | np.integer), "seed", "an int", seed)
+    check(n_validation >= 0, "n_validation", "an int >= 0", n_validation)
+    budget = LabelBudget(subjects=len(named))
+    _check_validation_left(split, budget, n_validation)
+    return LabelDraw(budget, int(seed), named, _validation(split, named, int(seed), n_validation))
+
+
+def _check_validation_left(split: SubjectSplit, budget: LabelBudget, n_validation: int) -> None:
+    """Refuse a subject budget that leaves fewer than ``n_validation`` pool subjects."""
+    assert budget.subjects is not None
+    pool = len(split.finetune_pool)
+    check(
+        budget.subjects + n_validation <= pool,
+        "budgets",
+        f"at most {pool - n_validation} labelled subjects (the fine-tuning pool of {pool} "
+        f"keeps {n_validation} validation subjects)",
+        str(budget),
+    )
 
 
 def _validation(
