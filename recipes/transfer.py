@@ -27,10 +27,14 @@ checkpoint, and a finished run is read back. The subjects are fixed by ``seed`` 
 ``config.json`` before anything trains; a resumed run with other arguments is refused.
 
 **Subjects.** The target's test subjects are ``test_subjects``, or half of its labelled subjects
-drawn with ``seed`` (:func:`~partnd.datasets.make_subject_split`). The labels come from the other
-labelled subjects: ``labelled_subjects`` by name, or a budget ``labels`` (``1``: the nights of one
-subject; ``"w20"``: 20 windows of each stage) drawn with ``seed``. ``validation_subjects`` more
-of them (at most those left) select the checkpoint. No test subject may appear in a pool store.
+not named in ``labelled_subjects``, drawn with ``seed``
+(:func:`~partnd.datasets.make_subject_split`). The labels come from the other labelled subjects,
+drawn as the sample-efficiency studies draw them (:func:`~partnd.datasets.draw_labels` on that
+split, with ``seed``): a budget ``labels`` of any :class:`~partnd.datasets.LabelBudget` form
+(``1``: every labelled night of one subject; ``"1n"``: one labelled night; ``"w20"``: 20 windows
+of each stage), or ``labelled_subjects`` by name (:func:`~partnd.datasets.draw_named_labels`).
+``validation_subjects`` more of them (at most those the budget leaves) select the checkpoint. No
+test subject may appear in a pool store.
 """
 
 from __future__ import annotations
@@ -46,11 +50,11 @@ from torch import nn
 
 from partnd._validation import check, renamed_arguments
 from partnd.datasets import SleepNightDataset, SleepSequenceDataset
-from partnd.datasets.label_budget import LabelBudget, sample_windows_per_stage
+from partnd.datasets.label_budget import LabelBudget, LabelDraw, draw_labels, draw_named_labels
 from partnd.datasets.montage_union import MontageUnion
 from partnd.datasets.segments import as_segment_dataset
 from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
-from partnd.datasets.splits import make_subject_split, records_from_store
+from partnd.datasets.splits import SubjectSplit, make_subject_split, records_from_store
 from partnd.datasets.store import SleepStore
 from partnd.engine.config import FinetuneConfig, PretrainConfig
 from partnd.engine.run_dir import RunDir
@@ -71,8 +75,6 @@ CHANNEL_OPTIONS: dict[str, Any] = {"subset_sampling": True}
 
 #: Fields left out of the comparison of a resumed run's arguments (they change no result).
 _VOLATILE = ("progress", "device")
-
-_SUBJECT_STREAM = 7  # seeds the order of the target's fine-tuning subjects
 
 
 @dataclass(frozen=True)
@@ -108,17 +110,6 @@ class TransferResult:
     predictions: dict[str, Path]
 
 
-@dataclass(frozen=True)
-class _Subjects:
-    """The target's subjects: labelled (with the drawn windows of a window budget), validation
-    and test."""
-
-    labelled: tuple[str, ...]
-    validation: tuple[str, ...]
-    test: tuple[str, ...]
-    windows: dict[str, list[int]] | None
-
-
 def _store(path: str | Path, argument: str) -> Path:
     """An existing sleep store path (absolute), refused by ``argument`` otherwise."""
     resolved = Path(path).expanduser().resolve()
@@ -140,7 +131,7 @@ def _names(values: Sequence[str] | None, argument: str) -> list[str] | None:
     return names
 
 
-def _draw_subjects(
+def _draw_labels(
     target: Path,
     *,
     labels: LabelBudget,
@@ -148,16 +139,16 @@ def _draw_subjects(
     test_subjects: list[str] | None,
     validation_subjects: int,
     seed: int,
-) -> _Subjects:
-    """The target's labelled, validation and test subjects (see the module docstring)."""
+) -> tuple[SubjectSplit, LabelDraw]:
+    """The target's subject split (its test subjects) and the draw of its labelled and
+    validation subjects, as the studies draw them (see the module docstring)."""
     infos = records_from_store(target)
     labelled_pool = sorted({info.subject_id for info in infos if info.labelled})
-    known = set(labelled_pool)
     for argument, names in (
         ("test_subjects", test_subjects),
         ("labelled_subjects", labelled_subjects),
     ):
-        unknown = sorted(set(names or ()) - known)
+        unknown = sorted(set(names or ()) - set(labelled_pool))
         check(
             not unknown,
             argument,
@@ -170,58 +161,42 @@ def _draw_subjects(
         "a store with at least 2 labelled subjects (one to label, one to test)",
         f"{len(labelled_pool)} in {target}",
     )
-    rng = np.random.default_rng([seed, _SUBJECT_STREAM])
-    if labelled_subjects is not None:
-        overlap = sorted(set(labelled_subjects) & set(test_subjects or ()))
-        check(not overlap, "labelled_subjects", "subjects that are not test subjects", overlap)
-        rest = [
-            s for s in labelled_pool if s not in set(labelled_subjects) | set(test_subjects or ())
-        ]
-        rest = [rest[i] for i in rng.permutation(len(rest))]
-        validation = sorted(rest[:validation_subjects])
-        test = sorted(test_subjects or rest[validation_subjects:])
+    named = set(labelled_subjects or ())
+    overlap = sorted(named & set(test_subjects or ()))
+    check(not overlap, "labelled_subjects", "subjects that are not test subjects", overlap)
+    if test_subjects is None:
+        left = [subject for subject in labelled_pool if subject not in named]
         check(
-            bool(test),
+            bool(left),
             "test_subjects",
-            "target subjects left to test on (after the labelled and validation subjects)",
+            "target subjects left to test on (after the labelled subjects)",
             "none",
         )
-        return _Subjects(tuple(sorted(labelled_subjects)), tuple(validation), tuple(test), None)
-    if test_subjects is None:
-        split = make_subject_split(target, n_test_subjects=0.5, finetune_sizes=(1,), seed=seed)
-        test_subjects = list(split.test)
-    test = sorted(test_subjects)
-    check(bool(test), "test_subjects", "at least one test subject", "none")
-    rest = [subject for subject in labelled_pool if subject not in set(test)]
-    order = [rest[i] for i in rng.permutation(len(rest))]
+        if len(left) > 1:
+            others = [info for info in infos if info.subject_id not in named]
+            left = list(
+                make_subject_split(others, n_test_subjects=0.5, finetune_sizes=(1,), seed=seed).test
+            )
+        test_subjects = left
+    split = make_subject_split(infos, test_subjects=test_subjects, finetune_sizes=(1,), seed=seed)
+    pool = len(split.finetune_pool)
+    if labelled_subjects is not None:
+        n_validation = min(validation_subjects, pool - len(labelled_subjects))
+        with renamed_arguments({"subjects": "labelled_subjects"}):
+            return split, draw_named_labels(
+                split, labelled_subjects, seed, n_validation=n_validation
+            )
     if labels.subjects is not None:
         check(
-            labels.subjects <= len(rest),
+            labels.subjects <= pool,
             "labels",
-            f"at most {len(rest)} labelled subjects (the target's labelled subjects that are not "
-            f"test subjects: {', '.join(rest) or 'none'})",
+            f"at most {pool} labelled subjects (the target's labelled subjects that are not "
+            f"test subjects: {', '.join(split.finetune_pool)})",
             str(labels),
         )
-        labelled = sorted(order[: labels.subjects])
-        validation = sorted(order[labels.subjects : labels.subjects + validation_subjects])
-        return _Subjects(tuple(labelled), tuple(validation), tuple(test), None)
-    assert labels.windows_per_stage is not None
-    validation = sorted(order[: min(validation_subjects, max(len(order) - 1, 0))])
-    source = [subject for subject in order if subject not in set(validation)]
-    check(
-        bool(source),
-        "labels",
-        "target subjects left to draw labelled windows from (after the test subjects)",
-        "none",
-    )
-    subject_of = {info.record_id: info.subject_id for info in infos}
-    records = sorted(
-        info.record_id for info in infos if info.labelled and info.subject_id in source
-    )
-    sample = sample_windows_per_stage(target, records, labels.windows_per_stage, seed=seed)
-    windows = {record: [int(i) for i in indices] for record, indices in sample.windows.items()}
-    labelled = sorted({subject_of[record] for record in windows})
-    return _Subjects(tuple(labelled), tuple(validation), tuple(test), windows)
+    n_validation = min(validation_subjects, pool - (labels.subjects or 1))
+    with renamed_arguments({"budgets": "labels", "budget": "labels"}):
+        return split, draw_labels(split, target, labels, seed, n_validation=n_validation)
 
 
 def _refuse_test_subjects_in_the_pool(pool: list[Path], test: Sequence[str]) -> None:
@@ -260,7 +235,7 @@ def _labelled_data(
     config: FinetuneConfig,
     normalize: str,
     *,
-    windows: Mapping[str, Sequence[int]] | None = None,
+    windows: Mapping[str, np.ndarray] | None = None,
     evaluation: bool = False,
     progress: bool = False,
 ) -> Any:
@@ -326,11 +301,13 @@ def transfer(
         pool: Sleep stores to pretrain on (every window, labelled or not), of any montages.
         target: The sleep store to fine-tune, test and predict on.
         out_dir: The run directory.
-        labels: The label budget (instead of ``labelled_subjects``): a number of target
-            subjects (their labelled nights; default 1) or ``"w20"`` (20 windows of each stage).
+        labels: The label budget (instead of ``labelled_subjects``), any
+            :class:`~partnd.datasets.LabelBudget` form: a number of target subjects (their
+            labelled nights; default 1), ``"1n"`` (one labelled night) or ``"w20"`` (20 windows
+            of each stage).
         labelled_subjects: The target subjects to label, by name.
-        test_subjects: The target subjects to test on (default: half of its labelled subjects,
-            drawn with ``seed``).
+        test_subjects: The target subjects to test on (default: half of its labelled subjects
+            not in ``labelled_subjects``, drawn with ``seed``).
         validation_subjects: Further target subjects that select the checkpoint (as many as are
             left, up to this; 0: the last weights are kept).
         method: The pretraining objective (``"part_windows"``, ``"part"``, ``"mae"``, ...).
@@ -381,7 +358,7 @@ def transfer(
     check(isinstance(seed, int) and not isinstance(seed, bool), "seed", "an int", repr(seed))
     check(vote in VOTES, "vote", f"one of {list(VOTES)}", repr(vote))
     run = RunDir.check(out_dir, resume=resume, overwrite=overwrite)
-    subjects = _draw_subjects(
+    split, draw = _draw_labels(
         target_path,
         labels=budget,
         labelled_subjects=_names(labelled_subjects, "labelled_subjects"),
@@ -389,7 +366,7 @@ def transfer(
         validation_subjects=validation_subjects,
         seed=seed,
     )
-    _refuse_test_subjects_in_the_pool(stores, subjects.test)
+    _refuse_test_subjects_in_the_pool(stores, split.test)
     settings = {
         "channel_mode": "set",
         "channel_options": CHANNEL_OPTIONS,
@@ -416,10 +393,11 @@ def transfer(
         "pool": [str(path) for path in stores],
         "target": str(target_path),
         "labels": None if labelled_subjects is not None else budget.to_json(),
-        "labelled_subjects": list(subjects.labelled),
-        "labelled_windows": subjects.windows,
-        "validation_subjects": list(subjects.validation),
-        "test_subjects": list(subjects.test),
+        "labelled_subjects": list(draw.subjects),
+        "labelled_windows": None if draw.sample is None else draw.sample.to_dict()["windows"],
+        "labelled_nights": None if draw.nights is None else sorted(draw.nights),
+        "validation_subjects": list(draw.validation),
+        "test_subjects": list(split.test),
         "seed": seed,
         "vote": vote,
         "preset": preset,
@@ -472,27 +450,23 @@ def transfer(
     else:
         _say(
             progress,
-            f"fine-tuning on {len(subjects.labelled)} labelled subject(s) of {target_path.name} "
+            f"fine-tuning on {len(draw.subjects)} labelled subject(s) of {target_path.name} "
             f"-> {finetune_dir}",
         )
-        info = {record.record_id: record for record in records_from_store(store)}
-
-        def records_of(names: Sequence[str]) -> list[str]:
-            return sorted(r for r, i in info.items() if i.labelled and i.subject_id in set(names))
-
+        windows = draw.labelled_windows
         train = _labelled_data(
             target_path,
-            records_of(subjects.labelled),
+            [r for r in split.records_of(draw.subjects) if windows is None or r in windows],
             finetune_config,
             normalize,
-            windows=subjects.windows,
+            windows=windows,
             progress=progress,
         )
         val = None
-        if subjects.validation:
+        if draw.validation:
             val = _labelled_data(
                 target_path,
-                records_of(subjects.validation),
+                split.records_of(draw.validation),
                 finetune_config,
                 normalize,
                 evaluation=True,
@@ -517,7 +491,7 @@ def transfer(
         )
 
     model = load_classifier(finetune_dir)
-    trained = set(subjects.labelled) | set(subjects.validation)
+    trained = set(draw.subjects) | set(draw.validation)
     records = [
         record
         for record in store.record_ids()
@@ -533,14 +507,15 @@ def transfer(
         prediction.write_csv(folder / f"{record}.csv")
         if edf:
             prediction.write_edf(folder / f"{record}.edf")
-    run.write_result(_test_report(store, predictions, subjects, seed, folder))
+    run.write_result(_test_report(store, predictions, draw, split.test, seed, folder))
     return _result(run, pretrain_dir, finetune_dir)
 
 
 def _test_report(
     store: SleepStore,
     predictions: Mapping[str, Prediction],
-    subjects: _Subjects,
+    draw: LabelDraw,
+    test: Sequence[str],
     seed: int,
     folder: Path,
 ) -> dict[str, Any]:
@@ -549,7 +524,7 @@ def _test_report(
     truth, predicted, groups = [], [], []
     for record, prediction in predictions.items():
         subject = str(store.record_attrs(record)["subject_id"])
-        if subject not in set(subjects.test):
+        if subject not in set(test):
             continue
         stages = store.stages(record).astype(np.int64)
         scored = stages >= 0
@@ -568,9 +543,9 @@ def _test_report(
         "kappa": kappa,
         "kappa_interval": interval,
         "n_test_windows": len(y_true),
-        "labelled_subjects": list(subjects.labelled),
-        "validation_subjects": list(subjects.validation),
-        "test_subjects": list(subjects.test),
+        "labelled_subjects": list(draw.subjects),
+        "validation_subjects": list(draw.validation),
+        "test_subjects": list(test),
         "predictions": {record: f"{folder.name}/{record}.csv" for record in predictions},
     }
 

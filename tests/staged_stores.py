@@ -11,10 +11,13 @@ from partnd.datasets.store import STAGE_NAMES, create_store, write_record
 __all__ = ["write_staged_store"]
 
 
-def write_staged_store(path: Path, channels: list[str], seed: int = 0, records: int = 3) -> Path:
+def write_staged_store(
+    path: Path, channels: list[str], seed: int = 0, records: int = 3, nights: int = 1
+) -> Path:
     """Records of 48 windows (300 samples at 10 Hz) whose stage sets the frequency of a noisy
     oscillation, on every channel (each its own phase), in bouts of 4 to 8 windows as in a
-    hypnogram; records ``r0``, ``r1``, ... of subjects ``s{seed}-0``, ``s{seed}-1``, ..."""
+    hypnogram; records ``r0``, ``r1``, ... of subjects ``s{seed}-0``, ``s{seed}-1``, ..., each
+    subject ``nights`` consecutive records."""
     create_store(
         path,
         sfreq=10.0,
@@ -38,6 +41,6 @@ def write_staged_store(path: Path, channels: list[str], seed: int = 0, records: 
             signal.astype(np.float32),
             stages.astype(np.int8),
             np.arange(48) * 30.0,
-            attrs={"subject_id": f"s{seed}-{index}", "split": "training"},
+            attrs={"subject_id": f"s{seed}-{index // nights}", "split": "training"},
         )
     return path

@@ -11,10 +11,12 @@ import pytest
 
 from partnd._validation import InputError
 from partnd.cli.commands import main
+from partnd.datasets.label_budget import LabelBudget, draw_labels, draw_named_labels
+from partnd.datasets.splits import make_subject_split
 from partnd.datasets.store import SleepStore
 from partnd.models import NightClassifier
 from partnd.models.serialization import load_classifier
-from partnd.recipes.transfer import transfer
+from partnd.recipes.transfer import _draw_labels, transfer
 from tests.staged_stores import write_staged_store
 
 SPECTRAL = {"frontend": "spectral", "frontend_options": {"standardize": True}}
@@ -116,6 +118,63 @@ def test_a_resumed_transfer_skips_the_finished_pretraining(
         run(pool, target, out, labels="w4")
 
 
+def draw(target: Path, labels: int | str = 1, seed: int = 0, **named: list[str] | None):
+    """The one command's split and draw of ``target`` (1 validation subject)."""
+    subjects = {"labelled_subjects": None, "test_subjects": None, **named}
+    budget = LabelBudget.parse(labels)
+    return _draw_labels(target, labels=budget, validation_subjects=1, seed=seed, **subjects)
+
+
+def test_the_one_command_draws_its_labels_as_the_studies_do(tmp_path: Path) -> None:
+    """Every budget form, drawn by draw_labels on the target's split: the same draw as a
+    sample-efficiency study's for that split, seed and budget."""
+    target = write_staged_store(tmp_path / "t.zarr", ["C4-A1"], seed=2, records=12, nights=2)
+    for seed in (0, 1):
+        split = make_subject_split(target, n_test_subjects=0.5, finetune_sizes=(1,), seed=seed)
+        for budget in (1, 2, "1n", "3n", "w4"):
+            ours, drawn = draw(target, budget, seed)
+            assert ours == split  # half of the six subjects tested
+            studied = draw_labels(split, target, budget, seed, n_validation=1)
+            assert drawn.to_dict() == studied.to_dict()
+            assert not (set(drawn.subjects) | set(drawn.validation)) & set(split.test)
+            assert not set(drawn.subjects) & set(drawn.validation)
+    _, nights = draw(target, "3n", 0)
+    assert nights.nights is not None and len(nights.nights) == 3
+    store = SleepStore(target)
+    for record, windows in nights.nights.items():  # whole nights: every labelled window
+        np.testing.assert_array_equal(windows, np.flatnonzero(store.stages(record) >= 0))
+    # named test subjects: held out as given, never labelled or validation
+    for budget in (1, "1n", "3n", "w4"):
+        split, drawn = draw(target, budget, test_subjects=["s2-4", "s2-1"])
+        assert split.test == ("s2-1", "s2-4")
+        assert not ({"s2-1", "s2-4"} & (set(drawn.subjects) | set(drawn.validation)))
+        named = make_subject_split(target, test_subjects=["s2-1", "s2-4"], finetune_sizes=(1,))
+        assert drawn.to_dict() == draw_labels(named, target, budget, 0, n_validation=1).to_dict()
+    # named labelled subjects: their validation subject drawn as a subject budget's
+    split, drawn = draw(target, labelled_subjects=["s2-5"], test_subjects=["s2-0"])
+    assert drawn == draw_named_labels(split, ["s2-5"], 0, n_validation=1)
+    assert drawn.subjects == ("s2-5",) and drawn.validation[0] not in {"s2-0", "s2-5"}
+    split, drawn = draw(target, labelled_subjects=["s2-5", "s2-2"])  # tests half of the others
+    assert len(split.test) == 2 and not {"s2-5", "s2-2"} & set(split.test)
+    assert drawn.subjects == ("s2-2", "s2-5") and len(drawn.validation) == 1
+
+
+def test_transfer_fine_tunes_on_one_labelled_night(tmp_path: Path) -> None:
+    pool = [write_staged_store(tmp_path / "p.zarr", ["F3-M2", "O2-M1"], seed=0, records=2)]
+    target = write_staged_store(tmp_path / "t.zarr", ["C4-A1"], seed=2, records=8, nights=2)
+    out = tmp_path / "run"
+    result = run(pool, target, out, labels="1n", validation_subjects=0)
+    config = json.loads((out / "config.json").read_text())
+    assert config["labels"] == "1n" and config["labelled_windows"] is None
+    (night,) = config["labelled_nights"]
+    store = SleepStore(target)
+    assert result.labelled_subjects == (store.record_attrs(night)["subject_id"],)
+    assert result.validation_subjects == () and len(result.test_subjects) == 2
+    # the labelled subject's other night is neither tested nor predicted
+    assert len(result.predictions) == 6 and result.n_test_windows == 4 * 48
+    assert -1.0 <= result.kappa <= 1.0
+
+
 def test_transfer_refuses_bad_input_by_name(
     stores: tuple[list[Path], Path], tmp_path: Path
 ) -> None:
@@ -133,6 +192,14 @@ def test_transfer_refuses_bad_input_by_name(
         run(pool, target, out, labelled_subjects=["s2-0"], test_subjects=["s2-0", "s2-1"])
     with pytest.raises(InputError, match="labels: expected no label budget when labelled_subj"):
         run(pool, target, out, labels=1, labelled_subjects=["s2-0"])
+    with pytest.raises(InputError, match=r"labels: expected at most 1 labelled nights"):
+        run(pool, target, out, labels="2n")  # 4 one-night subjects: 2 tested, 1 validates
+    with pytest.raises(InputError, match=r"labels: expected a number of labelled subjects .*1n"):
+        run(pool, target, out, labels="2x")
+    with pytest.raises(InputError, match="test_subjects: expected between 1 and 3 of the 4"):
+        run(pool, target, out, test_subjects=["s2-0", "s2-1", "s2-2", "s2-3"])
+    with pytest.raises(InputError, match="test_subjects: expected target subjects left to test"):
+        run(pool, target, out, labelled_subjects=["s2-0", "s2-1", "s2-2", "s2-3"])
     with pytest.raises(InputError, match="pretrain_overrides: expected channel_mode 'set'"):
         run(pool, target, out, pretrain_overrides={**PRETRAIN, "channel_mode": "fixed"})
     with pytest.raises(InputError, match="target: expected sleep store directories"):
@@ -160,8 +227,8 @@ def test_the_transfer_command_trains_a_voting_night_classifier_and_refuses_in_on
     assert result["labelled_subjects"] == ["s2-3"] and "s2-3" not in result["test_subjects"]
     record = next(iter(result["predictions"]))
     assert (out / "predictions" / f"{record}.edf").is_file()
-    assert main([*base, "--out", str(tmp_path / "bad"), "--labels", "9"]) == 2
-    error = capsys.readouterr().err.strip()
-    assert error.startswith("partnd transfer: error: --labels: expected at most 2") and (
-        "\n" not in error
-    )
+    for labels, what in (("9", "2 labelled subjects"), ("9n", "1 labelled nights")):
+        assert main([*base, "--out", str(tmp_path / "bad"), "--labels", labels]) == 2
+        error = capsys.readouterr().err.strip()
+        assert error.startswith(f"partnd transfer: error: --labels: expected at most {what}")
+        assert "\n" not in error

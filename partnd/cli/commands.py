@@ -793,8 +793,9 @@ def _transfer_main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, required=True, help="run directory")
     parser.add_argument(
         "--labels",
-        help="label budget: a number of target subjects (their labelled nights; default 1) or "
-        "wK (K windows of each stage, e.g. w20)",
+        help="label budget, drawn as the studies draw theirs: a number of target subjects "
+        "(their labelled nights; default 1), Kn (K labelled nights, e.g. 1n) or wK (K windows "
+        "of each stage, e.g. w20)",
     )
     parser.add_argument(
         "--labelled-subjects", help="comma-separated target subjects to label (instead of --labels)"
@@ -802,7 +803,7 @@ def _transfer_main(argv: list[str]) -> int:
     parser.add_argument(
         "--test-subjects",
         help="comma-separated target subjects to test on (default: half of its labelled "
-        "subjects, drawn with --seed)",
+        "subjects not in --labelled-subjects, drawn with --seed)",
     )
     parser.add_argument(
         "--validation-subjects",
