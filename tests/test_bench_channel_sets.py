@@ -1,0 +1,114 @@
+"""``benchmarks/bench_channel_sets.py kappa``: the night classifier of every channel mode
+trained on one draw of a tiny generated store (paired kappas, finished runs reused), and the
+window arm, still the default."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from partnd.cohort.pc18_cohort import make_pc18_cohort
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+MODES = ["fixed", "set", "set-dropout", "set-plain"]
+#: a tiny night classifier: test-sized encoders, crops of 20 windows, fp32
+TINY = {
+    "encoder": "vit_test",
+    "encoder_overrides": {},
+    "temporal_encoder": "temporal_test",
+    "night_crop": 20,
+    "warmup_steps": 1,
+    "precision": "fp32",
+    "log_every_steps": 1,
+}
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch):
+    """The benchmarks import each other by name, as when run as scripts."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import bench_channel_sets
+
+    yield bench_channel_sets
+    for name in ("bench_channel_sets", "bench_objective_step"):
+        sys.modules.pop(name, None)
+
+
+@pytest.fixture
+def cohort(tmp_path: Path) -> Path:
+    """Six generated nights of 15 min: three test subjects, three to label and validate on."""
+    return make_pc18_cohort(
+        tmp_path / "cohort", n_records=6, hours=0.25, seed=1, progress=False
+    ).root
+
+
+def test_night_arm_trains_every_mode_on_one_draw_and_reports_paired_kappas(
+    bench, cohort: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    argv = ["kappa", "--arm", "night", "--src", str(cohort), "--store", str(tmp_path / "s.zarr")]
+    argv += ["--out", str(out), "--draws", "0", "--subjects", "1", "--steps", "3"]
+    argv += ["--batch-size", "2", "--eval-every", "3", "--overrides", json.dumps(TINY)]
+    bench.main([*argv, "--modes", *MODES])
+
+    report = json.loads((out / "kappa.json").read_text())
+    settings = report["settings"]
+    assert settings["arm"] == "night" and settings["steps"] == 3 and settings["batch_size"] == 2
+    assert settings["channel_options"] == {
+        "set": {"subset_sampling": True},
+        "set-dropout": {"channel_dropout": 0.5},
+        "set-plain": {},
+    }
+    (row,) = report["rows"]
+    assert row["draw"] == 0 and len(row["subjects"]) == 1
+    assert not set(row["subjects"]) & set(row["validation"])
+    for mode in MODES:
+        names = ["val_kappa", "kappa"] + (["subset_kappa"] if mode != "fixed" else [])
+        for name in names:
+            value = row[f"{mode}_{name}"]
+            assert math.isfinite(value) and -1.0 <= value <= 1.0, (mode, name, value)
+            assert report["means"][mode][name] == pytest.approx(value)  # one draw
+        assert f"{mode}_subset_kappa" in row or mode == "fixed"
+        config = json.loads((out / f"draw0-{mode}" / "config.json").read_text())
+        assert config["context"] == "night" and config["min_steps"] == 3
+        assert config["channel_mode"] == ("fixed" if mode == "fixed" else "set")
+    for mode in MODES[1:]:  # paired: the same draw's difference
+        (difference,) = report["differences"][mode]["per_draw"]
+        assert difference["kappa"] == pytest.approx(row[f"{mode}_kappa"] - row["fixed_kappa"])
+        assert difference["val_kappa"] == pytest.approx(
+            row[f"{mode}_val_kappa"] - row["fixed_val_kappa"]
+        )
+    table = (out / "kappa.md").read_text()
+    assert "| set-plain − fixed |" not in table and "| set-plain | mean |" in table
+    assert table.count(f"| 0 | {row['subjects'][0]} | ") == len(MODES)
+
+    # a second command reuses the finished runs: nothing is trained again
+    finished = {mode: (out / f"draw0-{mode}.json").stat().st_mtime_ns for mode in MODES}
+    bench.main([*argv, "--modes", "fixed", "set"])
+    assert {m: (out / f"draw0-{m}.json").stat().st_mtime_ns for m in MODES} == finished
+    again = json.loads((out / "kappa.json").read_text())
+    assert again["rows"][0]["set_kappa"] == row["set_kappa"]
+    assert list(again["means"]) == ["fixed", "set"]
+
+
+def test_window_arm_is_the_default_and_takes_the_step_and_batch_options(
+    bench, cohort: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    window = {key: TINY[key] for key in ("encoder", "encoder_overrides", "precision")}
+    argv = ["kappa", "--src", str(cohort), "--store", str(tmp_path / "s.zarr"), "--out", str(out)]
+    argv += ["--subjects", "1", "--steps", "2", "--batch-size", "8", "--eval-every", "2"]
+    bench.main([*argv, "--overrides", json.dumps(window), "--modes", "set", "--vote-subsets", "2"])
+    report = json.loads((out / "kappa.json").read_text())
+    assert report["settings"]["arm"] == "window" and report["differences"] == {}
+    config = json.loads((out / "draw0-set" / "config.json").read_text())
+    assert config["context"] is None and config["batch_size"] == 8 and config["min_steps"] == 2
+    assert config["channel_options"] == {"subset_sampling": True}
+    row = report["rows"][0]
+    kappas = ("val_kappa", "kappa", "subset_kappa", "vote_kappa", "subset_vote_kappa")
+    assert all(-1.0 <= row[f"set_{name}"] <= 1.0 for name in kappas)
+    assert "fixed_kappa" not in row
