@@ -290,7 +290,7 @@ def kappa_markdown(report: dict[str, Any]) -> str:
     subset = " + ".join(settings["subset"])
 
     def cell(value: float | None) -> str:
-        return "" if value is None else f"{value:.3f}"
+        return "—" if value is None else f"{value:.3f}"
 
     lines = [
         f"{settings['arm']} arm from scratch, labelled subjects per draw: {settings['subjects']}, "
