@@ -311,6 +311,8 @@ class StudyCells:
         }
         if night:
             settings["night_crop"] = config.night_crop
+        if config.probe_steps:
+            settings["probe_steps"] = config.probe_steps
         return predictions, {**settings, **_reference_note(method)}
 
     def predict_test(self, model: Any, config: FinetuneConfig) -> np.ndarray:

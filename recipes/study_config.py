@@ -357,8 +357,9 @@ class StudyConfig:
         evaluations every ``eval_every_steps`` and ``patience``: :meth:`pretrain_config` of
         ``part`` on a pool, the objectives on single windows' settings), and the study's
         fine-tuning loss (class weights, label smoothing, augmentations) as a from-scratch
-        encoder trains with it (a position embedding, no layer-wise decay). ``patience_start``
-        is the pretext error's (a held-out kappa is maximised), so it is dropped."""
+        encoder trains with it (a position embedding, no layer-wise decay, no linear-probe
+        phase). ``patience_start`` is the pretext error's (a held-out kappa is maximised), so
+        it is dropped."""
         pretraining = self.pretrain_config("part", pool=True)
         schedule = {
             item.name: getattr(pretraining, item.name)
@@ -377,6 +378,7 @@ class StudyConfig:
             pos_mask_ratio=0.0,
             layer_decay=None,
             patience_start=None,
+            probe_steps=0,
         )
 
     def finetune_config(
@@ -390,7 +392,8 @@ class StudyConfig:
         the ``eeg_sleep`` preset and the scale's protocol for everyone (the sequence or night
         arm's changes on top, then what the arm changes at this budget, :func:`budget_settings`),
         then the study's overrides (every arm's, then the sequence or night arm's); from-scratch
-        baselines get no layer-wise decay and their own position-embedding choice."""
+        baselines get no layer-wise decay, no linear-probe phase (``probe_steps``: there is no
+        pretrained encoder to hold fixed) and their own position-embedding choice."""
         scale = SCALES[self.scale]
         arm_overrides = {"sequence": self.sequence_overrides, "night": self.night_overrides}
         values = {
@@ -404,8 +407,10 @@ class StudyConfig:
         if method in SCRATCH_METHODS:
             values["layer_decay"] = None
             values["pos_embed"] = SCRATCH_METHODS[method]
+            values["probe_steps"] = 0  # no pretrained encoder to hold: the study's LP-FT a no-op
         if method in STAGERS:  # the same protocol; the architecture is braindecode's
             values["layer_decay"] = None
+            values["probe_steps"] = 0
             values["stager"] = method
         return FinetuneConfig.preset(
             "eeg_sleep", seed=seed, device=self.device, progress=self.progress, **values

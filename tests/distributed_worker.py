@@ -3,7 +3,7 @@
 Usage::
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 \\
-        tests/distributed_worker.py OUT RESULTS [nan | heads | compiled]
+        tests/distributed_worker.py OUT RESULTS [nan | heads | compiled | probe]
 
 Every rank trains on the same generated data and writes its final weights to
 ``RESULTS/rank{RANK}.pt``, so the test can check that the ranks ended identical. With ``nan``, one
@@ -13,7 +13,9 @@ group itself (``pretrain`` reuses it) and pretrains once per ablation head (with
 once per other method (PART across windows reads each item as a segment of 4 windows of 20
 samples); it writes ``RESULTS/{name}_rank{RANK}.pt``. With ``compiled``, it pretrains PART once
 eager and once compiled (``compile="default"``, the ``aot_eager`` backend: the engine's tracing
-without code generation) and writes ``RESULTS/{eager,compiled}_rank{RANK}.pt``.
+without code generation) and writes ``RESULTS/{eager,compiled}_rank{RANK}.pt``. With ``probe``,
+it fine-tunes an encoder with a linear-probe phase (``probe_steps``) and writes
+``RESULTS/probe_rank{RANK}.pt``.
 """
 
 import os
@@ -26,7 +28,9 @@ import torch.distributed as dist
 
 from partnd._validation import InputError
 from partnd.engine import compilation
-from partnd.engine.config import PretrainConfig
+from partnd.engine.config import FinetuneConfig, PretrainConfig
+from partnd.finetuning.training import finetune
+from partnd.models import create_encoder
 from partnd.pretraining import pretrain
 
 ABLATION_HEADS = ("pairwise_mlp", "mlp")
@@ -93,6 +97,34 @@ def run_compiled(data: np.ndarray, out_dir: Path, results: Path, rank: int) -> N
         dist.destroy_process_group()
 
 
+def run_probe(data: np.ndarray, out_dir: Path, results: Path, rank: int) -> None:
+    """Fine-tune a (seeded, untrained) encoder with 2 probe steps, stopped inside the probe phase
+    and run through it, in one process group (DDP built again when the encoder is released)."""
+    dist.init_process_group(backend="gloo")
+    try:
+        torch.manual_seed(5)
+        encoder = create_encoder("vit_test", in_chans=2, patch_size=20, ndim=1)
+        labels = [index % 3 for index in range(len(data))]
+        config = FinetuneConfig.preset(
+            "test", patch_size=20, epochs=2, batch_size=4, probe_steps=2, progress=False
+        )
+        runs = {"probe": {"max_steps": 2}, "full": {}}
+        saved: dict[str, object] = {"encoder": encoder.state_dict()}
+        for name, overrides in runs.items():
+            result = finetune(
+                encoder,
+                data,
+                train_labels=labels,
+                num_classes=3,
+                out_dir=out_dir / name,
+                config=config.replace(**overrides),
+            )
+            saved[name] = result.model.state_dict()
+        torch.save(saved, results / f"probe_rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
 def main() -> None:
     out_dir, results = Path(sys.argv[1]), Path(sys.argv[2])
     rank = int(os.environ["RANK"])
@@ -103,6 +135,9 @@ def main() -> None:
         return
     if sys.argv[3:] == ["compiled"]:
         run_compiled(data, out_dir, results, rank)
+        return
+    if sys.argv[3:] == ["probe"]:
+        run_probe(data, out_dir, results, rank)
         return
     if sys.argv[3:] == ["nan"]:
         data[7, 0, 3] = np.nan

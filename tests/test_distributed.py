@@ -127,3 +127,23 @@ def test_two_process_pretrain_of_a_compiled_model(tmp_path: Path) -> None:
     }
     assert len(losses["compiled"]) == len(losses["eager"]) > 0
     torch.testing.assert_close(losses["compiled"], losses["eager"], rtol=1e-4, atol=0.0)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_two_process_finetune_through_a_linear_probe_phase(tmp_path: Path) -> None:
+    """The encoder held for the probe steps joins DDP's gradient reduction when released: the
+    ranks stay identical on either side of the boundary."""
+    results = tmp_path / "ranks"
+    done = run_torchrun(tmp_path / "runs", results, "probe")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ranks = [torch.load(results / f"probe_rank{rank}.pt", weights_only=False) for rank in (0, 1)]
+    for run in ("probe", "full"):
+        for name, value in ranks[0][run].items():
+            assert torch.equal(value, ranks[1][run][name]), (run, name)
+    encoder = ranks[0]["encoder"]
+    for name, value in encoder.items():
+        assert torch.equal(ranks[0]["probe"][f"encoder.{name}"], value), name
+    assert not torch.equal(
+        ranks[0]["full"]["encoder.blocks.0.attn.qkv.weight"], encoder["blocks.0.attn.qkv.weight"]
+    )

@@ -664,6 +664,17 @@ class FinetuneConfig(TrainConfig):
             ``context="night"``, on crops of ``night_crop`` windows); from scratch only, by the
             same engine, labels, augmentations and checkpoint selection.
         stager_overrides: Keyword arguments of the braindecode class (e.g. ``{"depth": 4}``).
+        probe_steps: Linear probe, then fine-tune (LP-FT, Kumar et al. 2022): for the first this
+            many optimiser steps the parameters that came from the pretrained encoder are held
+            fixed (no gradient, no weight decay, no optimiser state) while the new ones train:
+            the classifier, a fresh position embedding, a sequence or night classifier's fresh
+            temporal transformer (a pretrained one, PART across windows', is held with the
+            window encoder). Then every parameter trains; the pretrained ones start their AdamW
+            moments then. The learning-rate schedule is the run's, counted from step 0 (the
+            encoder joins at the scheduled rate of step ``probe_steps``: a ``warmup_steps``
+            beyond ``probe_steps`` lets it join on a rising rate). ``0`` (the default): every
+            parameter trains from the first step. Needs a pretrained encoder (from scratch
+            there is nothing pretrained to hold).
     """
 
     encoder: str = "vit_eeg_12m"
@@ -685,10 +696,18 @@ class FinetuneConfig(TrainConfig):
     stager_overrides: dict[str, Any] = field(default_factory=dict)
     channel_mode: Literal["fixed", "set"] = "fixed"
     channel_options: dict[str, Any] = field(default_factory=dict)
+    probe_steps: int = 0
 
     def _validate(self) -> None:
         super()._validate()
         self._check_encoder_preset(self.encoder)
+        self._positive("probe_steps", strict=False)
+        check(
+            self.stager is None or self.probe_steps == 0,
+            self._arg("probe_steps"),
+            "0 with a braindecode stager (it trains from scratch: nothing pretrained to hold)",
+            f"{self.probe_steps} with stager={self.stager!r}",
+        )
         if self.stager is not None:
             # a leaf module: braindecode itself is imported when a stager is built
             from partnd.models.braindecode_stagers import NIGHT_STAGERS, list_stagers

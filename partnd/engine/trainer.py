@@ -39,7 +39,7 @@ import signal
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -294,6 +294,13 @@ class Trainer:
         learning_rate: The schedule (:data:`LearningRate`; each group gets the rate times its
             ``lr_scale``); ``None``: linear warm-up to the peak rate, then cosine decay to
             ``config.min_lr`` (:class:`~partnd.engine.optim.WarmupCosineSchedule`).
+        freeze: Names of ``model``'s parameters held fixed for the first ``freeze_steps``
+            optimiser steps (a linear probe's pretrained encoder). They are in the optimiser
+            from the start but take no gradient then (``requires_grad`` off), so AdamW skips
+            them: no update, no decoupled weight decay, no moment or step count; the schedule
+            runs on unchanged. A run resumed at step ``k`` holds them exactly when
+            ``k < freeze_steps``.
+        freeze_steps: Optimiser steps during which ``freeze`` is held (0: none).
     """
 
     def __init__(
@@ -312,7 +319,15 @@ class Trainer:
         checkpoint_extra: dict[str, Any] | None = None,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         learning_rate: LearningRate | None = None,
+        freeze: Collection[str] = (),
+        freeze_steps: int = 0,
     ) -> None:
+        check(
+            isinstance(freeze_steps, int) and freeze_steps >= 0,
+            "freeze_steps",
+            "an int >= 0",
+            repr(freeze_steps),
+        )
         check(select_mode in ("max", "min"), "select_mode", "'max' or 'min'", repr(select_mode))
         check(
             config.patience is None or (evaluate is not None and select_metric is not None),
@@ -421,10 +436,15 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.ema = ModelEMA(self.model, config.ema_decay) if config.ema_decay else None
         compile_module(self.model, self.compile_mode)  # after the EMA copy, which stays eager
+        named = dict(self.model.named_parameters())
+        unknown = sorted(set(freeze) - set(named))
+        check(not unknown, "freeze", "names of the model's parameters", f"unknown {unknown}")
+        self.freeze_steps = freeze_steps
+        self._freezable = [named[name] for name in sorted(freeze)]
+        self._frozen = False
         self.train_model: nn.Module = self.model
-        if context.is_distributed:
-            device_ids = [self.device] if self.device.type == "cuda" else None
-            self.train_model = DistributedDataParallel(self.model, device_ids=device_ids)
+        self._wrapped_frozen: bool | None = None  # the model is not wrapped for DDP yet
+        self._hold_frozen(step=0)
         self.generator = torch.Generator(device=self.device)
         self.state = TrainState()
         self._epoch_metrics: dict[str, torch.Tensor] = {}
@@ -436,6 +456,23 @@ class Trainer:
             else None
         )
         self._seed_fresh()
+
+    def _hold_frozen(self, step: int) -> None:
+        """Hold ``freeze`` fixed before optimiser step ``step`` (0-based) when it is below
+        ``freeze_steps``, release it from then on; under DDP, wrap the model again at a change
+        (DDP reduces the gradients of the parameters that required one when it was built)."""
+        self._set_frozen(step < self.freeze_steps and bool(self._freezable))
+        if self.context.is_distributed and self._wrapped_frozen != self._frozen:
+            device_ids = [self.device] if self.device.type == "cuda" else None
+            self.train_model = DistributedDataParallel(self.model, device_ids=device_ids)
+            self._wrapped_frozen = self._frozen
+
+    def _set_frozen(self, frozen: bool) -> None:
+        """Turn the gradients of ``freeze`` off (``frozen``) or back on."""
+        if frozen != self._frozen:
+            for param in self._freezable:
+                param.requires_grad_(not frozen)
+            self._frozen = frozen
 
     @property
     def eval_model(self) -> nn.Module:
@@ -571,6 +608,7 @@ class Trainer:
         when a batch was unreadable or the loss is not finite, before any gradient is applied, or
         after this step when a rank was asked to stop.
         """
+        self._hold_frozen(self.state.step)
         metrics: dict[str, torch.Tensor] = {}
         set_progress = getattr(self.model, "set_training_progress", None)
         if callable(set_progress):  # e.g. DropPos decays its smoothing over the run
@@ -729,6 +767,7 @@ class Trainer:
                     self._save(epoch_end=False)  # stopped by max_steps: keep a resumable state
         finally:
             logger.close()
+            self._set_frozen(False)  # the model leaves as it came; the next step holds it again
         return logger.history
 
     @contextlib.contextmanager

@@ -43,6 +43,7 @@ from partnd.engine.config import FinetuneConfig
 from partnd.engine.session import open_session
 from partnd.engine.trainer import Trainer, TrainTask
 from partnd.evaluation.metrics import ClassificationReport, classification_metrics
+from partnd.finetuning.pretrained_parameters import parameter_shapes, pretrained_parameter_names
 from partnd.finetuning.sequence import (
     SequenceClassificationTask,
     as_sequence_dataset,
@@ -440,6 +441,9 @@ class _Setup:
         data_shape: ``in_chans`` and ``spatial_shape`` of one window.
         num_val_items: Validation items.
         fingerprints: What identifies the training and validation data (resume checks).
+        pretrained_parameters: Names of the model's parameters that came from the pretrained
+            encoder (:func:`~partnd.finetuning.pretrained_parameters.pretrained_parameter_names`;
+            none from scratch): what ``FinetuneConfig.probe_steps`` holds fixed.
     """
 
     model: nn.Module
@@ -452,6 +456,7 @@ class _Setup:
     data_shape: dict[str, Any]
     num_val_items: int
     fingerprints: dict[str, Any]
+    pretrained_parameters: tuple[str, ...] = ()
 
 
 def _build_stager(
@@ -543,12 +548,14 @@ def _window_setup(
     model: PatchClassifier | WindowStager
     signal = train_set.info
     channel_set = False
+    pretrained: tuple[str, ...] = ()
     if config.stager is not None:
         stager = _build_stager(config, num_classes, train_set.info)
         assert isinstance(stager, WindowStager)  # FinetuneConfig pairs stagers and contexts
         model, architecture = stager, {"stager": stager.spec()}
     else:
         patch = "FinetuneConfig.patch_size" if backbone is None else "encoder"
+        shapes = None if backbone is None else parameter_shapes(backbone)
         backbone = _prepare_encoder(backbone, preset, config, spec, train_set.info)
         _check_fits(backbone, spec, "train_dataset", patch)
         model = PatchClassifier(
@@ -560,6 +567,8 @@ def _window_setup(
             global_pool=config.global_pool,
             copy_encoder=False,
         )
+        if shapes is not None:
+            pretrained = pretrained_parameter_names(model, model.encoder, shapes)
         architecture = encoder_spec(model.encoder)
         channel_set = backbone.channel_mode == "set"
         if channel_set:
@@ -598,6 +607,7 @@ def _window_setup(
             "train_dataset": data_fingerprint(train_set),
             "val_dataset": None if val_set is None else data_fingerprint(val_set),
         },
+        pretrained_parameters=pretrained,
     )
 
 
@@ -659,10 +669,12 @@ def _sequence_setup(
         check_stage_codes(val_set.window_labels(), num_classes, "val_dataset")
     model: ContextClassifier | NightStager
     channel_set = False
+    pretrained: tuple[str, ...] = ()
     if config.stager is not None:
         model = cast(NightStager, _build_stager(config, num_classes, signal))
         architecture = {"stager": model.spec()}
     else:
+        shapes = None if backbone is None else parameter_shapes(backbone)
         model = build_sequence_classifier(
             backbone,
             config,
@@ -671,6 +683,10 @@ def _sequence_setup(
             window_samples=train_set.n_times,
             ch_names=train_set.ch_names,
         )
+        if shapes is not None:
+            hierarchical = isinstance(backbone, HierarchicalEncoder)
+            holder = model.encoder if hierarchical else model.encoder.window
+            pretrained = pretrained_parameter_names(model, holder, shapes)
         architecture = encoder_spec(model.encoder.window)
         channel_set = model.encoder.window.channel_mode == "set"
         if channel_set:
@@ -705,6 +721,7 @@ def _sequence_setup(
             "train_dataset": sequence_fingerprint(train_set),
             "val_dataset": None if val_set is None else sequence_fingerprint(val_set),
         },
+        pretrained_parameters=pretrained,
     )
 
 
@@ -805,6 +822,13 @@ def finetune(
             "trained from scratch)",
             repr(encoder),
         )
+        check(
+            config.probe_steps == 0 or backbone is not None,
+            "FinetuneConfig.probe_steps",
+            "0 when training from scratch (it holds a pretrained encoder fixed while the new "
+            "parameters train; pass a pretrained encoder)",
+            f"{config.probe_steps} with encoder={encoder!r}",
+        )
         device = str(session.context.device)
         torch.manual_seed(config.seed)
         if config.context is None:
@@ -854,6 +878,8 @@ def finetune(
             context=session.context,
             run_dir=session.run_dir,
             layer_decay=config.layer_decay,
+            freeze=setup.pretrained_parameters if config.probe_steps else (),
+            freeze_steps=config.probe_steps,
             evaluate=setup.validate,
             select_metric=SELECT_METRIC if setup.validate is not None else None,
             checkpoint_extra={
