@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from partnd._validation import InputError
+from partnd.engine import compilation
 from partnd.engine.config import FinetuneConfig
 from partnd.engine.distributed import DistributedContext
 from partnd.engine.trainer import Trainer
@@ -154,6 +155,28 @@ def test_resume_inside_the_probe_phase_equals_an_uninterrupted_run(tmp_path: Pat
         assert torch.equal(value, resumed[name]), name
     assert not torch.equal(
         full["encoder.blocks.0.mlp.fc1.weight"], cut.state_dict()["encoder.blocks.0.mlp.fc1.weight"]
+    )
+
+
+def test_a_compiled_model_is_held_then_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compiled forward and backward follow the held parameters (a graph traced while they
+    took no gradient must not serve once they do): the eager run's weights, within rounding."""
+    monkeypatch.setattr(compilation, "BACKEND", "aot_eager")
+    torch._dynamo.reset()
+    encoder = pretrained_window_encoder()
+    config = window_config(probe_steps=3, epochs=2)
+    eager = tuned(encoder, tmp_path / "eager", config).state_dict()
+    compiled = tuned(encoder, tmp_path / "compiled", config.replace(compile="default"))
+    probed = tuned(encoder, tmp_path / "probe", config.replace(compile="default", max_steps=3))
+    for name, value in encoder.state_dict().items():
+        assert torch.equal(probed.state_dict()[f"encoder.{name}"], value), name
+    for name, value in eager.items():
+        torch.testing.assert_close(compiled.state_dict()[name], value, rtol=1e-3, atol=1e-5)
+    assert not torch.equal(
+        compiled.state_dict()["encoder.blocks.0.attn.qkv.weight"],
+        encoder.state_dict()["blocks.0.attn.qkv.weight"],
     )
 
 

@@ -7,6 +7,8 @@
   sequence task extends.
 - :mod:`partnd.finetuning.sequence`: the sequence and night classifiers' data, task and whole-night
   prediction.
+- :mod:`partnd.finetuning.pretrained_parameters`: which parameters of a classifier came from its
+  pretrained encoder (what ``FinetuneConfig.probe_steps`` holds fixed).
 """
 
 __all__: list[str] = []
