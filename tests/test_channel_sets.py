@@ -189,7 +189,12 @@ def test_a_saved_set_model_carries_its_montage_and_reads_another_store(tmp_path:
         evaluate(model, str(unknown), device="cpu")
 
 
-def test_a_set_night_classifier_reads_a_subset_of_its_channels(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "channel_pool", ["mean", "attention"], ids=["mean pooling", "attention pooling"]
+)
+def test_a_set_night_classifier_reads_a_subset_of_its_channels(
+    tmp_path: Path, channel_pool: str
+) -> None:
     from partnd.datasets.nights import SleepNightDataset
     from partnd.finetuning.training import evaluate, finetune
     from partnd.models import NightClassifier
@@ -208,11 +213,15 @@ def test_a_set_night_classifier_reads_a_subset_of_its_channels(tmp_path: Path) -
             temporal_encoder="temporal_test",
             max_steps=4,
             channel_mode="set",
-            channel_options={"channel_dropout": 0.3},
+            channel_options={"channel_dropout": 0.3, "channel_pool": channel_pool},
         ),
     )
     model = result.model
     assert isinstance(model, NightClassifier) and model.signal_info.channel_mode == "set"
+    front = model.encoder.window.patch_embed
+    assert isinstance(front, ChannelSetPatchEmbed) and (front.pool is None) == (
+        channel_pool == "mean"
+    )
     assert model.signal_info.ch_names == ("F3-M2", "C4-M1", "O2-M1")
     report = evaluate(model, SleepNightDataset(subset, context=1, progress=False), device="cpu")
     assert report.n == 48 and model.encoder.in_chans == 2

@@ -85,10 +85,12 @@ def method_settings(method: str, spatial: tuple[int, ...]) -> dict[str, object]:
 
 #: Front-end cases beyond the registered names: case -> (front-end, its options). The channel-set
 #: front-end tokenises each channel with ``linear`` and is laid out in derivations named by
-#: :func:`frontend_overrides` (its items may lack channels: NaN).
+#: :func:`frontend_overrides` (its items may lack channels: NaN); ``channel_set_attention`` pools
+#: its channel tokens by attention instead of the mean.
 FRONTEND_VARIANTS = {
     "spectral_std": ("spectral", {"standardize": True}),
     "channel_set": ("channel_set", {}),
+    "channel_set_attention": ("channel_set", {"channel_pool": "attention"}),
 }
 #: Derivations of the channel-set front-end's layout, the first ``in_chans`` of them.
 DERIVATIONS = ("C4-M1", "O2-M1", "F3-M2")
@@ -410,16 +412,17 @@ def test_on_white_noise_every_objective_stays_at_its_floor(method: str, frontend
         assert last["nmse"] > 0.85, last
 
 
+@pytest.mark.parametrize("frontend", ["channel_set", "channel_set_attention"])
 @pytest.mark.parametrize(("method", "ndim"), [(m, n) for m in METHODS for n in (1, 2)])
 def test_items_with_different_channel_sets_train_with_the_channel_set_encoder(
-    method: str, ndim: int
+    method: str, ndim: int, frontend: str
 ) -> None:
     """Items of one batch hold different channel sets (NaN marks a channel an item lacks): the
-    loss and every gradient stay finite."""
+    loss and every gradient stay finite, with either pooling over channels."""
     if method in WINDOW_METHODS and ndim > 1:
         pytest.skip("PART across windows reads 1-D segments")
     spatial = shape_of(ndim)
-    model = build(method, spatial, in_chans=3, frontend="channel_set")
+    model = build(method, spatial, in_chans=3, frontend=frontend)
     x = torch.randn(4, 3, *spatial, generator=seeded(5))
     x[0, 2] = float("nan")
     x[1, :2] = float("nan")

@@ -252,6 +252,13 @@ class TrainConfig:
             expected = f"a finite {expected[2:]}"
         check(ok, self._arg(name), expected, repr(value))
 
+    def _check_channel_options(self, options: dict[str, Any]) -> None:
+        """Refuse unknown channel-set ``options`` and values no front-end accepts (e.g.
+        ``channel_pool``) when the config is made, naming the field ``channel_options``."""
+        from partnd.models.channel_set import check_channel_options  # no import cycle
+
+        check_channel_options(options, self._arg("channel_options"))
+
     def _check_encoder_preset(self, name: str) -> None:
         """Refuse an unknown ``encoder`` preset ``name`` when the config is made, not when the
         encoder is built (after the run directory was claimed and the data read)."""
@@ -453,7 +460,8 @@ class PretrainConfig(TrainConfig):
             see :class:`partnd.models.channel_set.ChannelSetPatchEmbed`), so the encoder can be
             fine-tuned and applied on stores of other montages.
         channel_options: Options of the channel-set front-end (``channel_dropout``,
-            ``subset_sampling``, ``frequencies``).
+            ``subset_sampling``, ``frequencies``, ``channel_pool``: ``"mean"`` (default) or
+            ``"attention"``, ``channel_pool_heads``).
         patch_size: ViT patch extent P (one int for all dimensions or one per dimension).
         num_patches: Patches drawn per example; ``None`` means ``prod(spatial / P)``.
         scale_range: If set, each box side is drawn in ``[lo * P, hi * P]`` (the scale/aspect
@@ -574,6 +582,7 @@ class PretrainConfig(TrainConfig):
             "'fixed' or 'set'",
             repr(self.channel_mode),
         )
+        self._check_channel_options(self.channel_options)
         sizes = (self.patch_size,) if isinstance(self.patch_size, int) else self.patch_size
         check(
             all(size > 0 for size in sizes),
@@ -655,7 +664,8 @@ class FinetuneConfig(TrainConfig):
             configured front-end, embedded by electrode positions, averaged over channels), so
             the classifier also reads stores of another montage. A given encoder brings its own.
         channel_options: Options of the channel-set front-end (``channel_dropout``,
-            ``subset_sampling``, ``frequencies``).
+            ``subset_sampling``, ``frequencies``, ``channel_pool``: ``"mean"`` (default) or
+            ``"attention"``, ``channel_pool_heads``).
         night_crop: Night classifier: consecutive windows of a record per training crop (a
             shorter record is one padded crop); prediction reads whole records whatever it is.
         stager: Train one of the field's deep stagers from braindecode instead of a ViT
@@ -733,6 +743,7 @@ class FinetuneConfig(TrainConfig):
             "'fixed' or 'set'",
             repr(self.channel_mode),
         )
+        self._check_channel_options(self.channel_options)
         check(
             0.0 <= self.label_smoothing < 1.0,
             self._arg("label_smoothing"),

@@ -7,18 +7,27 @@ per-channel tokenizer (any fixed front-end with ``in_chans=1``, e.g. the standar
 adds a channel embedding computed from the positions of the derivation's two electrodes
 (:mod:`partnd.models.electrodes`; LaBraM and EEGPT look a learned embedding up by name, here it is
 a learned function of where the electrodes sit, so an unseen derivation such as Fpz-Cz is
-embedded between its neighbours), mixes the two with a residual GELU layer, and averages the
-mixed tokens over the channels present. The transformer then sees one token per patch, as with
-a fixed front-end, so every objective, classifier and sampler runs unchanged and the sequence is
-not C times longer (BIOT's all-channels-in-one-sequence design would cost C^2 more attention).
+embedded between its neighbours), mixes the two with a residual GELU layer, and pools the
+mixed tokens over the channels present: a mean by default, or attention pooling
+(``channel_pool="attention"``, :mod:`partnd.models.channel_pool`). The transformer then sees
+one token per patch, as with a fixed front-end, so every objective, classifier and sampler runs
+unchanged and the sequence is not C times longer (BIOT's all-channels-in-one-sequence design
+would cost C^2 more attention).
 
 **Layout and absent channels.** The items are laid out in a named channel layout
 (``channels``; :meth:`ViTEncoder.read_channels` switches it, no weight depends on it). A channel
 an item lacks is NaN in that item (braindecode's ``pad_channels_collate`` pads with zeros and
 passes a mask; a NaN marks the channel inside the tensor itself, so the mask travels through
 every sampler, crop and objective with the values): it takes no part in the token, and a
-patch with no channel present gets the zero token. The mean over channels makes the token
-independent of the layout's order (a permutation of channels and data gives the same output).
+patch with no channel present gets the zero token. Either pooling makes the token independent
+of the layout's order (a permutation of channels and data gives the same output).
+
+**Pooling.** ``channel_pool="mean"`` (the default, and what a model saved without the option
+reads as) weighs every present channel alike. ``channel_pool="attention"`` weighs them by a
+softmax over the present channels of learned per-head scores
+(:class:`~partnd.models.channel_pool.ChannelAttentionPool`, ``channel_pool_heads`` heads,
+default 4): a convex combination of the channel tokens, so one present channel gives its own
+token exactly; it starts as the mean and adds ``H * D`` parameters.
 
 **Training-time channel sampling.** ``channel_dropout = p`` drops every present channel of an
 item with probability ``p`` in training (at least one is kept); ``subset_sampling`` keeps a
@@ -38,6 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from partnd._validation import check
+from partnd.models.channel_pool import CHANNEL_POOLS, ChannelAttentionPool, mean_over_channels
 from partnd.models.electrodes import derivation_positions
 from partnd.models.frontends import FRONTENDS, build_frontend
 
@@ -47,13 +57,20 @@ __all__ = [
     "ChannelSetPatchEmbed",
     "build_channel_set",
     "channel_features",
+    "check_channel_options",
 ]
 
 #: The front-end name of :class:`ChannelSetPatchEmbed` in a ViTEncoder's architecture.
 CHANNEL_SET = "channel_set"
 
 #: Options of the channel-set front-end beyond its layout and tokenizer.
-CHANNEL_OPTIONS = ("frequencies", "channel_dropout", "subset_sampling")
+CHANNEL_OPTIONS = (
+    "frequencies",
+    "channel_dropout",
+    "subset_sampling",
+    "channel_pool",
+    "channel_pool_heads",
+)
 
 #: Scale from metres to the unit of the position features (a head radius is about 0.1 m).
 _HEAD_RADIUS = 0.1
@@ -88,14 +105,18 @@ def channel_features(names: Sequence[str], frequencies: int) -> Tensor:
 
 
 class ChannelSetPatchEmbed(nn.Module):
-    """Per-channel tokens, a channel embedding from electrode positions, a mean over channels.
+    """Per-channel tokens, a channel embedding from electrode positions, a pool over channels.
 
     For a patch ``x: [C, *P]`` of the layout ``channels``, with ``S`` the channels present (not
     NaN, and kept by training-time sampling)::
 
         t_c = tokenizer(x_c)                                # [D], shared, in_chans=1
         e_c = Linear(channel_features(channels[c]))         # [D]
-        token = mean_{c in S} (t_c + Linear(GELU(t_c + e_c)))  # [D]; zeros when S is empty
+        m_c = t_c + Linear(GELU(t_c + e_c))                 # [D]
+        token = mean_{c in S} m_c                           # [D]; zeros when S is empty
+
+    or, with ``channel_pool="attention"``, ``token = sum_{c in S} w_c m_c`` with per-head weights
+    ``w_c`` from a softmax over S (:class:`~partnd.models.channel_pool.ChannelAttentionPool`).
 
     The residual keeps the tokenizer's scale (a one-channel layout starts as that front-end)
     while the channel embedding modulates the token through the GELU.
@@ -111,6 +132,9 @@ class ChannelSetPatchEmbed(nn.Module):
         channel_dropout: Probability of dropping each present channel of an item in training.
         subset_sampling: In training, keep a random subset of a random size of each item's
             present channels.
+        channel_pool: How the channel tokens become one token, one of
+            :data:`~partnd.models.channel_pool.CHANNEL_POOLS`: ``"mean"`` or ``"attention"``.
+        channel_pool_heads: Heads of the attention pooling (a divisor of ``embed_dim``).
     """
 
     def __init__(
@@ -125,6 +149,8 @@ class ChannelSetPatchEmbed(nn.Module):
         frequencies: int = 4,
         channel_dropout: float = 0.0,
         subset_sampling: bool = False,
+        channel_pool: str = "mean",
+        channel_pool_heads: int = 4,
     ) -> None:
         super().__init__()
         check(
@@ -151,6 +177,12 @@ class ChannelSetPatchEmbed(nn.Module):
             "'channel_dropout' in [0, 1)",
             repr(channel_dropout),
         )
+        check(
+            channel_pool in CHANNEL_POOLS,
+            "frontend_options",
+            f"'channel_pool' one of {list(CHANNEL_POOLS)}",
+            repr(channel_pool),
+        )
         self.patch_size = tuple(int(size) for size in patch_size)
         self.frequencies = frequencies
         self.channel_dropout = float(channel_dropout)
@@ -165,6 +197,13 @@ class ChannelSetPatchEmbed(nn.Module):
         width = 2 * 3 * (1 + 2 * frequencies) + 1
         self.channel_embed = nn.Linear(width, embed_dim)
         self.mix = nn.Linear(embed_dim, embed_dim)
+        #: The attention pooling, or ``None`` for the mean (no parameters, so the state of a
+        #: mean-pooling model is what it was before the option existed).
+        self.pool = (
+            ChannelAttentionPool(embed_dim, channel_pool_heads)
+            if channel_pool == "attention"
+            else None
+        )
         #: [C, features] fixed position features of the layout; recomputed, not saved.
         self.features: Tensor
         self.register_buffer("features", torch.zeros(0, width), persistent=False)
@@ -205,7 +244,7 @@ class ChannelSetPatchEmbed(nn.Module):
         Every channel is tokenised (no data-dependent shapes, so no host synchronisation); an
         absent channel is first filled with the patch's first present channel, so that running
         statistics of the tokenizer (the standardised spectrum's) see only real signals, and its
-        token is then left out of the mean.
+        token is then left out of the pooling.
         """
         batch, count, chans = patches.shape[:3]
         check(
@@ -228,14 +267,15 @@ class ChannelSetPatchEmbed(nn.Module):
         tokens = tokens.view(batch, count, chans, -1)
         embedding = self.channel_embed(self.features).to(tokens.dtype)  # [C, D]
         mixed = tokens + self.mix(F.gelu(tokens + embedding))  # [B, N, C, D]
-        weights = present.to(mixed.dtype)
-        total = (mixed * weights.unsqueeze(-1)).sum(dim=2)
-        return total / weights.sum(dim=2, keepdim=True).clamp(min=1.0)
+        if self.pool is None:
+            return mean_over_channels(mixed, present)
+        return self.pool(mixed, present)
 
     def extra_repr(self) -> str:
         return (
             f"channels={list(self.channels)}, channel_dropout={self.channel_dropout}, "
-            f"subset_sampling={self.subset_sampling}"
+            f"subset_sampling={self.subset_sampling}, "
+            f"channel_pool={'mean' if self.pool is None else 'attention'}"
         )
 
 
@@ -257,3 +297,29 @@ def build_channel_set(
         f"unknown {', '.join(unknown)}",
     )
     return ChannelSetPatchEmbed(in_chans, patch_size, embed_dim, **given)
+
+
+def check_channel_options(options: Mapping[str, Any], argument: str = "channel_options") -> None:
+    """Refuse unknown channel-set options, and a ``channel_pool`` or ``channel_pool_heads`` that
+    no front-end accepts, naming ``argument`` (e.g. ``"FinetuneConfig.channel_options"``), when a
+    configuration is made rather than when its encoder is built.
+
+    Raises:
+        InputError: Naming the option and what it accepts.
+    """
+    unknown = sorted(set(options) - set(CHANNEL_OPTIONS))
+    check(not unknown, argument, f"options among {list(CHANNEL_OPTIONS)}", unknown)
+    pool = options.get("channel_pool", "mean")
+    check(
+        pool in CHANNEL_POOLS,
+        argument,
+        f"'channel_pool' one of {list(CHANNEL_POOLS)}",
+        repr(pool),
+    )
+    heads = options.get("channel_pool_heads", 4)
+    check(
+        isinstance(heads, int) and not isinstance(heads, bool) and heads >= 1,
+        argument,
+        "'channel_pool_heads' an int >= 1 (a divisor of the token width)",
+        repr(heads),
+    )

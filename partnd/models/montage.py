@@ -18,7 +18,7 @@ from typing import Any
 from torch import nn
 
 from partnd._validation import check
-from partnd.models.channel_set import CHANNEL_OPTIONS, CHANNEL_SET
+from partnd.models.channel_set import CHANNEL_SET, check_channel_options
 from partnd.models.vit import ViTEncoder
 from partnd.signal_info import SignalInfo
 
@@ -61,19 +61,19 @@ def channel_set_overrides(
     Args:
         overrides: Keyword overrides of an encoder preset (``create_encoder``).
         channels: The training data's channel names.
-        options: ``frequencies``, ``channel_dropout``, ``subset_sampling`` (see
-            :class:`ChannelSetPatchEmbed`).
+        options: ``frequencies``, ``channel_dropout``, ``subset_sampling``, ``channel_pool``,
+            ``channel_pool_heads`` (see :class:`ChannelSetPatchEmbed`).
         argument: Name of ``options`` in error messages.
 
     Returns:
         The new overrides.
 
     Raises:
-        InputError: For data without channel names, or an unknown option.
+        InputError: For data without channel names, an unknown option or a value that no
+            front-end accepts.
     """
     given = dict(options or {})
-    unknown = sorted(set(given) - set(CHANNEL_OPTIONS))
-    check(not unknown, argument, f"options among {list(CHANNEL_OPTIONS)}", unknown)
+    check_channel_options(given, argument)
     check(
         channels is not None,
         "channel_mode",
