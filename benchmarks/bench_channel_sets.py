@@ -10,7 +10,8 @@ Two measurements:
   ``--subjects`` labelled subjects, the demo's window arm (``--arm window``) or night classifier
   (``--arm night``) from scratch, trained once per mode (``--modes``) with the same budget, seed
   and data: ``fixed`` (today's encoder) and the channel-set variants ``set`` (subset sampling),
-  ``set-dropout`` (channel dropout only) and ``set-plain`` (neither), to choose one on
+  ``set-dropout`` (channel dropout only), ``set-plain`` (neither) and ``set-attention``
+  (``set`` pooling its channels by attention, ``channel_pool="attention"``), to choose one on
   validation. Reports each run's validation kappa (the selected checkpoint's) and test kappa,
   the set models' test kappa given only ``--subset`` channels (the fixed model refuses them),
   the means over the draws and each set variant's paired differences to ``fixed``
@@ -98,15 +99,17 @@ def step_benchmark(args: argparse.Namespace) -> None:
 
 #: The channel-set variants ``kappa`` can train besides ``fixed``: only the options of the
 #: channel-set front-end differ (``set``'s come from ``--subset-sampling`` and
-#: ``--channel-dropout``, ``set-dropout``'s rate from ``--dropout-rate``).
-SET_MODES = ("set", "set-dropout", "set-plain")
+#: ``--channel-dropout``, ``set-dropout``'s rate from ``--dropout-rate``; ``set-attention`` is
+#: ``set`` with attention pooling over the channels).
+SET_MODES = ("set", "set-dropout", "set-plain", "set-attention")
 MODES = ("fixed", *SET_MODES)
 
 
 def mode_configs(fixed: FinetuneConfig, args: argparse.Namespace) -> dict[str, FinetuneConfig]:
     """The configuration of every mode: ``fixed`` (today's encoder), and the channel-set
     encoder with subset sampling (``set``), with channel dropout only (``set-dropout``) or with
-    neither (``set-plain``); everything else is ``fixed``'s."""
+    neither (``set-plain``), and ``set`` pooling its channels by attention (``set-attention``);
+    everything else is ``fixed``'s."""
     options: dict[str, dict[str, Any]] = {
         "set": {"subset_sampling": args.subset_sampling},
         "set-dropout": {"channel_dropout": args.dropout_rate},
@@ -114,6 +117,7 @@ def mode_configs(fixed: FinetuneConfig, args: argparse.Namespace) -> dict[str, F
     }
     if args.channel_dropout > 0:
         options["set"]["channel_dropout"] = args.channel_dropout
+    options["set-attention"] = {**options["set"], "channel_pool": "attention"}
     configs = {"fixed": fixed}
     for mode, channel_options in options.items():
         configs[mode] = fixed.replace(channel_mode="set", channel_options=channel_options)

@@ -14,7 +14,7 @@ import pytest
 from partnd.cohort.pc18_cohort import make_pc18_cohort
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-MODES = ["fixed", "set", "set-dropout", "set-plain"]
+MODES = ["fixed", "set", "set-dropout", "set-plain", "set-attention"]
 #: a tiny night classifier: test-sized encoders, crops of 20 windows, fp32
 TINY = {
     "encoder": "vit_test",
@@ -62,6 +62,7 @@ def test_night_arm_trains_every_mode_on_one_draw_and_reports_paired_kappas(
         "set": {"subset_sampling": True},
         "set-dropout": {"channel_dropout": 0.5},
         "set-plain": {},
+        "set-attention": {"subset_sampling": True, "channel_pool": "attention"},
     }
     (row,) = report["rows"]
     assert row["draw"] == 0 and len(row["subjects"]) == 1
