@@ -44,9 +44,9 @@ import numpy as np
 
 from partnd._validation import check
 from partnd.cli.errors import OptionNames
-from partnd.engine.config import FinetuneConfig
 from partnd.engine.run_dir import RunDir
 from partnd.objectives import list_objectives
+from partnd.recipes.night_options import add_night_set_argument, night_overrides
 from partnd.recipes.report_files import write_table
 from partnd.recipes.sleep_report import (
     default_reference,
@@ -388,16 +388,7 @@ def add_study_arguments(
         "epochs of its training subjects' windows: 2 steps on 300 windows at batch 64 run 5; "
         "each cell records the steps it ran)",
     )
-    parser.add_argument(
-        "--night-set",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="a fine-tuning config field of the night arm (repeatable; values are JSON), "
-        "applied last: e.g. probe_steps=100 holds a pretrained encoder for the first 100 steps "
-        "(linear probe, then fine-tune; a no-op for the rows trained from scratch). Saved with "
-        "the study: a study directory keeps the values it was made with",
-    )
+    add_night_set_argument(parser)
     add_run_arguments(parser)
 
 
@@ -434,18 +425,6 @@ def _pretrain_budget(args: argparse.Namespace) -> dict[str, int]:
     return budget
 
 
-def _night_overrides(assignments: Sequence[str]) -> dict[str, Any]:
-    """The night arm's :class:`FinetuneConfig` fields of ``--night-set FIELD=VALUE`` options."""
-    values: dict[str, Any] = {}
-    for item in assignments:
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        check(bool(sep) and bool(key), "--night-set", "FIELD=VALUE", repr(item))
-        FinetuneConfig.check_field_names([key], "--night-set")
-        values[key] = FinetuneConfig.parse_value(key, text)
-    return values
-
-
 def study_from_args(
     args: argparse.Namespace, rows: Sequence[tuple[str, str]] = (), **settings: Any
 ) -> SleepStudy:
@@ -468,7 +447,7 @@ def study_from_args(
         if args.finetune_steps is None
         else {"min_steps": args.finetune_steps},
         sequence_overrides={} if args.context is None else {"context": args.context},
-        night_overrides=_night_overrides(args.night_set),
+        night_overrides=night_overrides(args.night_set),
         normalize=args.normalize,
         frontend=args.frontend,
         budgets=None if args.budgets is None else tuple(args.budgets),

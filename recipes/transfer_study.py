@@ -39,6 +39,9 @@ Commands (each skips what is finished)::
 
     python -m partnd.recipes.transfer_study run --out runs/transfer --target sleep-edf \\
         --sources pc18 nsrr --budgets w20 1n 2n 4n --draws 5 --jobs 2
+    python -m partnd.recipes.transfer_study run --out runs/transfer_1n --budgets 1n \\
+        --labelled-sources pc18 --methods part_windows mae --pools mixed \\
+        --night-set min_steps=150 --night-set eval_every_steps=25
     python -m partnd.recipes.transfer_study cells --out runs/transfer
     python -m partnd.recipes.transfer_study report --out runs/transfer
 
@@ -78,6 +81,7 @@ from partnd.models.serialization import (
 )
 from partnd.objectives import list_objectives
 from partnd.objectives.registry import registered
+from partnd.recipes.night_options import add_night_set_argument, night_overrides
 from partnd.recipes.sleep_study import SleepStudy
 from partnd.recipes.study_cell_store import save_npy
 from partnd.recipes.study_cells import StudyCells
@@ -131,8 +135,12 @@ PRETRAINED_METHODS = ("part_windows", "mae")
 Row = tuple[str, str, str | None]
 
 
-def transfer_rows(pretrained: Sequence[str] = PRETRAINED_METHODS) -> list[Row]:
-    """The rows of the study (module table), ``pretrained`` methods on both pools."""
+def transfer_rows(
+    pretrained: Sequence[str] = PRETRAINED_METHODS, pools: Sequence[str] = TRANSFER_POOLS
+) -> list[Row]:
+    """The rows of the study (module table), ``pretrained`` methods on each of ``pools``."""
+    for pool in pools:
+        check(pool in TRANSFER_POOLS, "pools", f"pools among {TRANSFER_POOLS}", repr(pool))
     rows: list[Row] = [
         ("supervised", "night", None),
         ("classical", "window", None),
@@ -141,7 +149,7 @@ def transfer_rows(pretrained: Sequence[str] = PRETRAINED_METHODS) -> list[Row]:
         (SOURCE_SUPERVISED, ZERO_SHOT, None),
         (SOURCE_SUPERVISED, "night", None),
     ]
-    return rows + [(m, "night", pool) for pool in TRANSFER_POOLS for m in pretrained]
+    return rows + [(m, "night", pool) for pool in pools for m in pretrained]
 
 
 def transfer_cells(study: TransferStudy, rows: Sequence[Row]) -> list[Cell]:
@@ -492,6 +500,8 @@ OPTIONS = OptionNames(
         "sources": "--sources",
         "labelled_sources": "--labelled-sources",
         "draws": "--draws",
+        "night_overrides": "--night-set",
+        "pools": "--pools",
         "target_records": "--target-records",
         "source_records": "--source-records",
         "hours": "--hours",
@@ -532,6 +542,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=list(PRETRAINED_METHODS),
         help="self-supervised methods pretrained on the mixed pool and on the target's nights",
     )
+    parser.add_argument(
+        "--pools",
+        nargs="+",
+        default=list(TRANSFER_POOLS),
+        help="the unlabelled pools the methods are pretrained on (mixed: every source and the "
+        "target's non-test nights; target: the target's non-test nights only)",
+    )
     parser.add_argument("--scale", choices=sorted(SCALES), default="demo", help="study scale")
     parser.add_argument("--target-records", type=int, default=16, help="nights of the target")
     parser.add_argument("--source-records", type=int, default=8, help="nights of each source")
@@ -539,6 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed of the split and cohorts")
     parser.add_argument("--n-jobs", type=int, default=1, help="cohort and ingest workers")
     parser.add_argument("--jobs", type=int, default=1, help="run: cells in parallel processes")
+    add_night_set_argument(parser)
     add_worker_arguments(parser)
     add_run_arguments(parser)
     return parser
@@ -553,6 +571,7 @@ def config_from_args(args: argparse.Namespace) -> TransferConfig:
         labelled_sources=None if args.labelled_sources is None else tuple(args.labelled_sources),
         budgets=tuple(args.budgets),
         draws=args.draws,
+        night_overrides=night_overrides(args.night_set),
         scale=args.scale,
         target_records=args.target_records,
         source_records=args.source_records,
@@ -570,8 +589,8 @@ def _run_stage(args: argparse.Namespace) -> None:
 
     for method in args.methods:
         check(method in list_objectives(), "--methods", f"objectives {list_objectives()}", method)
+    rows = transfer_rows(args.methods, args.pools)
     study = TransferStudy(config_from_args(args), overwrite=args.overwrite)
-    rows = transfer_rows(args.methods)
     cells = transfer_cells(study, rows)
     if args.stage == "cells":
         print("\n".join(format_cell(cell) for cell in cells))

@@ -245,6 +245,36 @@ def test_cells_command_lists_every_row_budget_and_draw(
     assert lines.index("supervised:night:w20:0") < lines.index("supervised:night:1n:0")
 
 
+def test_pools_and_night_set_options_choose_rows_and_night_fields(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "s"
+    argv = ["cells", "--out", str(out), "--budgets", "1n", "--draws", "2", "--methods", "mae"]
+    argv += ["--pools", "mixed", "--night-set", "min_steps=150", "--night-set", "probe_steps=5"]
+    assert transfer_study.main(argv) == 0
+    lines = capsys.readouterr().out.split()
+    assert len(lines) == 7 * 2  # six label rows and MAE on the mixed pool, two draws
+    assert "mae:night:1n:1:mixed" in lines and not any(line.endswith(":target") for line in lines)
+    settings = json.loads((out / "study.json").read_text())
+    assert settings["night_overrides"] == {"min_steps": 150, "probe_steps": 5}
+    study = TransferStudy(
+        transfer_study.config_from_args(transfer_study.build_parser().parse_args(argv))
+    )
+    night = study.config.finetune_config("mae", 0, "night", study.budgets[0])
+    assert night.min_steps == 150 and night.probe_steps == 5
+    scratch = study.config.finetune_config("supervised", 0, "night", study.budgets[0])
+    assert scratch.min_steps == 150 and scratch.probe_steps == 0  # nothing pretrained to hold
+    assert transfer_rows(["mae"], ["target"])[-1] == ("mae", "night", "target")
+    with pytest.raises(InputError, match=r"pools: expected pools among \('mixed', 'target'\)"):
+        transfer_rows(["mae"], ["both"])
+    for bad in (["--pools", "both"], ["--night-set", "probe_steps"]):
+        command = ["cells", "--out", str(tmp_path / "bad"), *bad]
+        status = run_recipe(
+            "ts", lambda argv=command: transfer_study.main(argv), transfer_study.OPTIONS
+        )
+        assert status == 2 and not (tmp_path / "bad").exists()
+
+
 @pytest.mark.slow
 def test_tiny_transfer_study_end_to_end_and_resumed(tmp_path: Path) -> None:
     """Every row on a Sleep-EDF-like target from PC18 and headband sources, interrupted after
