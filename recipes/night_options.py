@@ -23,7 +23,9 @@ def add_night_set_argument(parser: argparse.ArgumentParser) -> None:
         help="a fine-tuning config field of the night arm (repeatable; values are JSON), "
         "applied last: e.g. min_steps=150 trains every night classifier for 150 steps, "
         "probe_steps=100 holds a pretrained encoder for the first 100 steps (linear probe, then "
-        "fine-tune; a no-op for the rows trained from scratch). Saved with the study: a study "
+        "fine-tune; a no-op for the rows trained from scratch), pretrained_levels=temporal "
+        "starts a part_windows night classifier from its pretrained temporal level only (and "
+        "a fresh window encoder). Saved with the study: a study "
         "directory keeps the values it was made with",
     )
 

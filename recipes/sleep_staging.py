@@ -455,7 +455,7 @@ def study_from_args(
         channels=args.channels,
         **settings,
     )
-    config.check_settings([method for method, _ in rows])
+    config.check_settings([method for method, _ in rows], rows)
     return SleepStudy(config, overwrite=args.overwrite)
 
 

@@ -313,6 +313,8 @@ class StudyCells:
             settings["night_crop"] = config.night_crop
         if config.probe_steps:
             settings["probe_steps"] = config.probe_steps
+        if config.pretrained_levels != "all":
+            settings["pretrained_levels"] = config.pretrained_levels
         return predictions, {**settings, **_reference_note(method)}
 
     def predict_test(self, model: Any, config: FinetuneConfig) -> np.ndarray:

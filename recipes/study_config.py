@@ -33,6 +33,7 @@ __all__ = [
     "CLASSICAL_METHODS",
     "POOL_CEILING",
     "SCRATCH_METHODS",
+    "TEMPORAL_LEVEL_METHODS",
     "StudyConfig",
     "available_methods",
     "method_arms",
@@ -48,6 +49,10 @@ CLASSICAL_METHODS: dict[str, tuple[str, ...]] = {
     "classical": ("window", "sequence"),
     "yasa_pretrained": ("sequence",),
 }
+
+#: The methods whose pretraining gives a temporal level too (a hierarchical encoder: PART across
+#: windows), the only ones a sequence or night row keeps with ``pretrained_levels="temporal"``.
+TEMPORAL_LEVEL_METHODS = ("part_windows",)
 
 
 def available_methods() -> list[str]:
@@ -230,15 +235,30 @@ class StudyConfig:
         FinetuneConfig.check_field_names(self.sequence_overrides, "sequence_overrides")
         FinetuneConfig.check_field_names(self.night_overrides, "night_overrides")
 
-    def check_settings(self, methods: Sequence[str] = ()) -> None:
+    def check_settings(
+        self, methods: Sequence[str] = (), rows: Sequence[tuple[str, str]] = ()
+    ) -> None:
         """Build the configurations the study trains with (every arm's fine-tuning, for every
         seed and budget; the pretraining of ``methods``, on the pools too), so that a bad setting
         (``context=0``, ``night_crop=0``, a step budget of 0, a pool's ``patience=0``...) is
-        refused before anything is written, not when its row trains.
+        refused before anything is written, not when its row trains; and refuse
+        ``pretrained_levels="temporal"`` for a sequence or night row of ``rows`` (``(method,
+        arm)`` pairs) whose pretraining has no temporal level.
 
         Raises:
             InputError: Naming the configuration field (``FinetuneConfig.context``...).
         """
+        for method, arm in rows:
+            if arm in ("sequence", "night") and method in pretrained_methods():
+                levels = self.finetune_config(method, self.seed, arm).pretrained_levels
+                check(
+                    levels != "temporal" or method in TEMPORAL_LEVEL_METHODS,
+                    "FinetuneConfig.pretrained_levels",
+                    f"'all' or 'window' for the row {method}:{arm} (its pretraining has no "
+                    "temporal level; 'temporal' keeps that of "
+                    f"{', '.join(TEMPORAL_LEVEL_METHODS)})",
+                    repr(levels),
+                )
         if POOL_CEILING in methods:
             check(
                 self.pools is not None,
@@ -393,7 +413,8 @@ class StudyConfig:
         arm's changes on top, then what the arm changes at this budget, :func:`budget_settings`),
         then the study's overrides (every arm's, then the sequence or night arm's); from-scratch
         baselines get no layer-wise decay, no linear-probe phase (``probe_steps``: there is no
-        pretrained encoder to hold fixed) and their own position-embedding choice."""
+        pretrained encoder to hold fixed), every level (``pretrained_levels="all"``: none is
+        pretrained) and their own position-embedding choice."""
         scale = SCALES[self.scale]
         arm_overrides = {"sequence": self.sequence_overrides, "night": self.night_overrides}
         values = {
@@ -408,9 +429,11 @@ class StudyConfig:
             values["layer_decay"] = None
             values["pos_embed"] = SCRATCH_METHODS[method]
             values["probe_steps"] = 0  # no pretrained encoder to hold: the study's LP-FT a no-op
+            values["pretrained_levels"] = "all"  # nor pretrained levels to choose from
         if method in STAGERS:  # the same protocol; the architecture is braindecode's
             values["layer_decay"] = None
             values["probe_steps"] = 0
+            values["pretrained_levels"] = "all"
             values["stager"] = method
         return FinetuneConfig.preset(
             "eeg_sleep", seed=seed, device=self.device, progress=self.progress, **values

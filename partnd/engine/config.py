@@ -685,6 +685,15 @@ class FinetuneConfig(TrainConfig):
             beyond ``probe_steps`` lets it join on a rising rate). ``0`` (the default): every
             parameter trains from the first step. Needs a pretrained encoder (from scratch
             there is nothing pretrained to hold).
+        pretrained_levels: Which levels of a sequence or night classifier start from the
+            pretrained encoder: ``"all"`` (the default) every level it brings (a pretrained
+            window encoder gets a fresh temporal transformer; PART across windows' hierarchical
+            encoder brings both levels); ``"window"`` the window encoder only, under a fresh
+            ``temporal_encoder``; ``"temporal"`` the temporal level only (its token
+            projection, [CLS] token, blocks, norm and slot embeddings) over a freshly
+            initialised window encoder of the pretrained one's architecture, drawn from
+            ``seed``. Not ``"all"`` needs a pretrained encoder and a context; ``"temporal"`` a
+            pretrained temporal level. ``probe_steps`` holds only the levels kept.
     """
 
     encoder: str = "vit_eeg_12m"
@@ -707,11 +716,19 @@ class FinetuneConfig(TrainConfig):
     channel_mode: Literal["fixed", "set"] = "fixed"
     channel_options: dict[str, Any] = field(default_factory=dict)
     probe_steps: int = 0
+    pretrained_levels: Literal["all", "window", "temporal"] = "all"
 
     def _validate(self) -> None:
         super()._validate()
         self._check_encoder_preset(self.encoder)
         self._positive("probe_steps", strict=False)
+        check(
+            self.pretrained_levels == "all" or (self.context is not None and self.stager is None),
+            self._arg("pretrained_levels"),
+            "'all' for a single-window classifier or a braindecode stager (only a sequence or "
+            "night classifier has a window and a temporal level to choose from)",
+            f"{self.pretrained_levels!r} with context={self.context!r}, stager={self.stager!r}",
+        )
         check(
             self.stager is None or self.probe_steps == 0,
             self._arg("probe_steps"),

@@ -12,7 +12,8 @@ context=L)`` and ``finetune(..., context="night")`` use.
 * :func:`build_sequence_classifier`: a :class:`~partnd.models.SequenceClassifier` (or, for
   ``context="night"``, a :class:`~partnd.models.NightClassifier`) from scratch, on a pretrained
   window encoder (fresh temporal encoder), or on a pretrained hierarchical encoder (window and
-  temporal encoders, e.g. PART across windows).
+  temporal encoders, e.g. PART across windows; ``FinetuneConfig.pretrained_levels`` keeps one
+  of its levels only).
 * :func:`predict_nights`: every window of every night of a selection predicted with its context
   (each run of consecutive windows whole, see
   :meth:`~partnd.models.SequenceClassifier.predict_night`; a night classifier reads each record
@@ -47,6 +48,7 @@ from partnd.datasets.sleep_windows import InMemoryWindows, SleepWindowDataset
 from partnd.engine.config import FinetuneConfig
 from partnd.engine.distributed import resolve_device
 from partnd.evaluation.metrics import ClassificationReport, classification_metrics
+from partnd.finetuning.pretrained_levels import check_pretrained_levels, keep_pretrained_levels
 from partnd.finetuning.tasks import ClassificationTask
 from partnd.models import create_encoder
 from partnd.models.braindecode_stagers import NightStager
@@ -334,7 +336,8 @@ def build_sequence_classifier(
         encoder: ``None`` (from scratch: ``config.encoder`` with ``config.encoder_overrides`` and
             ``config.patch_size`` per window), a pretrained window encoder (a fresh
             ``config.temporal_encoder`` on top) or a pretrained hierarchical encoder (both
-            levels kept).
+            levels kept); ``config.pretrained_levels`` chooses which of its levels are kept
+            (:func:`~partnd.finetuning.pretrained_levels.keep_pretrained_levels`).
         config: The fine-tuning configuration (``context`` set).
         num_classes: Number of classes K.
         in_chans: Channels of the data.
@@ -348,6 +351,10 @@ def build_sequence_classifier(
     context = config.context
     check(context is not None, "FinetuneConfig.context", "a number of windows or 'night'", "None")
     assert context is not None
+    if encoder is not None:
+        encoder = keep_pretrained_levels(encoder, config.pretrained_levels, config.seed)
+    else:
+        check_pretrained_levels(config.pretrained_levels, None, None)
     if encoder is not None and ch_names is not None:
         read_data_channels(encoder, SignalInfo(len(ch_names), (window_samples,), tuple(ch_names)))
     if isinstance(encoder, HierarchicalEncoder):

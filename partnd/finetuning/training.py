@@ -43,6 +43,7 @@ from partnd.engine.config import FinetuneConfig
 from partnd.engine.session import open_session
 from partnd.engine.trainer import Trainer, TrainTask
 from partnd.evaluation.metrics import ClassificationReport, classification_metrics
+from partnd.finetuning.pretrained_levels import check_pretrained_levels, kept_parameter_shapes
 from partnd.finetuning.pretrained_parameters import parameter_shapes, pretrained_parameter_names
 from partnd.finetuning.sequence import (
     SequenceClassificationTask,
@@ -197,10 +198,15 @@ def _load_backbone(
 
 
 def _check_architecture(
-    backbone: ViTEncoder | HierarchicalEncoder | None, encoder: Any, overrides: dict[str, Any]
+    backbone: ViTEncoder | HierarchicalEncoder | None,
+    encoder: Any,
+    overrides: dict[str, Any],
+    *,
+    temporal_kept: bool = True,
 ) -> None:
     """Refuse architecture fields of ``overrides`` that would be ignored: any with pretrained
-    weights (they bring their own), a preset other than the positional ``encoder``'s name."""
+    weights (they bring their own; a hierarchical encoder's temporal level unless it is not
+    kept, ``temporal_kept=False``), a preset other than the positional ``encoder``'s name."""
     if backbone is None:
         named = encoder if isinstance(encoder, str) else None
         preset = overrides.get("encoder", named)
@@ -215,7 +221,8 @@ def _check_architecture(
     patch = overrides.get("patch_size", window.patch_size)
     patch = tuple(patch) if isinstance(patch, Sequence) else (patch,) * len(window.patch_size)
     fields = ["encoder", "encoder_overrides"]
-    if isinstance(backbone, HierarchicalEncoder):  # it brings its temporal transformer too
+    brings_temporal = isinstance(backbone, HierarchicalEncoder) and temporal_kept
+    if brings_temporal:  # it brings its temporal transformer too
         fields += ["temporal_encoder", "temporal_overrides"]
     ignored: list[str] = [name for name in fields if name in overrides]
     ignored += [] if patch == tuple(window.patch_size) else ["patch_size"]
@@ -223,7 +230,7 @@ def _check_architecture(
         not ignored,
         f"FinetuneConfig.{ignored[0]}" if ignored else "",
         "no architecture setting with pretrained weights (they bring their own encoder"
-        f"{' and temporal transformer' if isinstance(backbone, HierarchicalEncoder) else ''} "
+        f"{' and temporal transformer' if brings_temporal else ''} "
         f"and patch size {tuple(window.patch_size)})",
         ", ".join(repr(overrides[name]) for name in ignored),
     )
@@ -674,7 +681,9 @@ def _sequence_setup(
         model = cast(NightStager, _build_stager(config, num_classes, signal))
         architecture = {"stager": model.spec()}
     else:
-        shapes = None if backbone is None else parameter_shapes(backbone)
+        shapes = None
+        if backbone is not None:
+            shapes = kept_parameter_shapes(backbone, config.pretrained_levels)
         model = build_sequence_classifier(
             backbone,
             config,
@@ -684,9 +693,7 @@ def _sequence_setup(
             ch_names=train_set.ch_names,
         )
         if shapes is not None:
-            hierarchical = isinstance(backbone, HierarchicalEncoder)
-            holder = model.encoder if hierarchical else model.encoder.window
-            pretrained = pretrained_parameter_names(model, holder, shapes)
+            pretrained = pretrained_parameter_names(model, model.encoder, shapes)
         architecture = encoder_spec(model.encoder.window)
         channel_set = model.encoder.window.channel_mode == "set"
         if channel_set:
@@ -810,7 +817,10 @@ def finetune(
             repr(class_names),
         )
     backbone = _load_backbone(encoder)
-    _check_architecture(backbone, encoder, overrides)
+    levels = overrides.get(
+        "pretrained_levels", "all" if config is None else config.pretrained_levels
+    )
+    _check_architecture(backbone, encoder, overrides, temporal_kept=levels != "window")
     with open_session(
         FinetuneConfig, config, overrides, out_dir=out_dir, resume=resume, overwrite=overwrite
     ) as session:
@@ -829,6 +839,7 @@ def finetune(
             "parameters train; pass a pretrained encoder)",
             f"{config.probe_steps} with encoder={encoder!r}",
         )
+        check_pretrained_levels(config.pretrained_levels, backbone, encoder)
         device = str(session.context.device)
         torch.manual_seed(config.seed)
         if config.context is None:

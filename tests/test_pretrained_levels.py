@@ -1,0 +1,257 @@
+"""Which levels of a night classifier start from the pretrained encoder
+(``FinetuneConfig.pretrained_levels``): both, the window encoder only, or the temporal level only
+over a fresh window encoder drawn from the run's seed."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from partnd._validation import InputError
+from partnd.engine.config import FinetuneConfig
+from partnd.finetuning.sequence import build_sequence_classifier
+from partnd.finetuning.training import finetune
+from partnd.models import (
+    HierarchicalEncoder,
+    NightClassifier,
+    create_encoder,
+    create_temporal_encoder,
+)
+from partnd.models.serialization import encoder_from_spec, encoder_spec
+from partnd.recipes import sleep_staging
+from partnd.recipes.study_config import StudyConfig
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SEED = 3
+
+
+def night_config(**overrides: Any) -> FinetuneConfig:
+    values = {
+        "patch_size": 10,
+        "context": "night",
+        "night_crop": 4,
+        "temporal_encoder": "temporal_test",
+        "batch_size": 2,
+        "weight_decay": 0.05,
+        "seed": SEED,
+    }
+    return FinetuneConfig.preset("test", **{**values, **overrides})
+
+
+def pretrained_hierarchical() -> HierarchicalEncoder:
+    """PART across windows' encoder as it is saved: a window ViT with tile slots under a temporal
+    ViT with slot and mask embeddings, both drawn from other seeds than the runs'."""
+    torch.manual_seed(7)
+    window = create_encoder("vit_test", in_chans=3, patch_size=10, ndim=1)
+    torch.manual_seed(11)
+    temporal = create_temporal_encoder(
+        window.embed_dim, "temporal_test", num_positions=4, pos_mask_ratio=0.5
+    )
+    return HierarchicalEncoder(window, temporal, 50)
+
+
+def built(encoder: Any, config: FinetuneConfig) -> NightClassifier:
+    """The night classifier ``finetune`` starts from (the global seed set as it sets it)."""
+    torch.manual_seed(config.seed)
+    model = build_sequence_classifier(encoder, config, num_classes=5, in_chans=3, window_samples=50)
+    assert isinstance(model, NightClassifier)
+    return model
+
+
+def level(model: NightClassifier, name: str) -> dict[str, torch.Tensor]:
+    return getattr(model.encoder, name).state_dict()
+
+
+def assert_same(first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]) -> None:
+    assert first.keys() == second.keys()
+    for name, value in first.items():
+        assert torch.equal(value, second[name]), name
+
+
+def assert_all_differ(first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]) -> None:
+    """Every random weight matrix of ``first`` differs from ``second``'s (norms start at 1)."""
+    matrices = [name for name, value in first.items() if value.dim() >= 2]
+    assert matrices
+    for name in matrices:
+        assert not torch.equal(first[name], second[name]), name
+
+
+def test_all_is_todays_night_classifier_bit_for_bit(gappy_store: Path, tmp_path: Path) -> None:
+    pretrained = pretrained_hierarchical()
+    torch.manual_seed(SEED)
+    today = NightClassifier(copy.deepcopy(pretrained), 5)
+    assert_same(
+        built(pretrained, night_config(pretrained_levels="all")).state_dict(), today.state_dict()
+    )
+    runs = [
+        finetune(
+            pretrained,
+            str(gappy_store),
+            num_classes=5,
+            out_dir=tmp_path / name,
+            config=night_config(max_steps=2, **levels),
+        ).model.state_dict()
+        for name, levels in (("default", {}), ("all", {"pretrained_levels": "all"}))
+    ]
+    assert_same(*runs)
+
+
+def test_window_keeps_the_window_encoder_under_a_fresh_temporal_level(
+    gappy_store: Path, tmp_path: Path
+) -> None:
+    pretrained = pretrained_hierarchical()
+    model = built(pretrained, night_config(pretrained_levels="window"))
+    assert_same(level(model, "window"), pretrained.window.state_dict())
+    on_window = built(pretrained.window, night_config())  # today's night classifier on a window
+    assert_same(model.state_dict(), on_window.state_dict())
+    assert_all_differ(
+        level(model, "temporal"), level(built(pretrained, night_config()), "temporal")
+    )
+    assert model.encoder.temporal.pos_mask_token is None  # a fresh one, never pretrained with one
+    # the same run as on the window encoder alone, and its temporal preset is the config's
+    runs = [
+        finetune(
+            encoder,
+            str(gappy_store),
+            num_classes=5,
+            out_dir=tmp_path / name,
+            config=night_config(max_steps=2, pretrained_levels=levels),
+            temporal_overrides={"depth": 2},
+        ).model
+        for name, encoder, levels in (
+            ("window", pretrained, "window"),
+            ("plain", pretrained.window, "all"),
+        )
+    ]
+    assert len(runs[0].encoder.temporal.blocks) == 2
+    assert_same(runs[0].state_dict(), runs[1].state_dict())
+
+
+def test_temporal_keeps_the_temporal_level_over_a_fresh_window_encoder() -> None:
+    pretrained = pretrained_hierarchical()
+    model = built(pretrained, night_config(pretrained_levels="temporal"))
+    everything = built(pretrained, night_config())
+    # the temporal level as the night classifier keeps it (mask folded in, slot table dropped),
+    # and the classifier's other fresh parts drawn as with "all"
+    assert_same(level(model, "temporal"), level(everything, "temporal"))
+    for name, value in everything.state_dict().items():
+        if not name.startswith("encoder.window."):
+            assert torch.equal(model.state_dict()[name], value), name
+    torch.manual_seed(SEED)
+    fresh = encoder_from_spec(encoder_spec(pretrained.window))
+    assert_same(level(model, "window"), fresh.state_dict())
+    assert_all_differ(level(model, "window"), pretrained.window.state_dict())
+    other_seed = built(pretrained, night_config(pretrained_levels="temporal", seed=SEED + 1))
+    assert_all_differ(level(other_seed, "window"), level(model, "window"))
+
+
+def held_names(run: Path, model: torch.nn.Module) -> set[str]:
+    """The parameters without AdamW state after a run that stopped inside its probe phase."""
+    checkpoint = torch.load(run / "checkpoints" / "last.pt", weights_only=False)
+    optimizer = checkpoint["optimizer"]
+    names = {
+        index: name
+        for group in optimizer["param_groups"]
+        for index, name in zip(group["params"], group["param_names"], strict=True)
+    }
+    trained = {names[index] for index in optimizer["state"]}
+    return {name for name, _ in model.named_parameters()} - trained
+
+
+@pytest.mark.parametrize(
+    ("levels", "held_level"), [("temporal", "encoder.temporal."), ("window", "encoder.window.")]
+)
+def test_probe_steps_hold_only_the_levels_kept(
+    gappy_store: Path, tmp_path: Path, levels: str, held_level: str
+) -> None:
+    pretrained = pretrained_hierarchical()
+    config = night_config(probe_steps=2, epochs=4, pretrained_levels=levels)
+    run = tmp_path / levels
+    model = finetune(
+        pretrained, str(gappy_store), num_classes=5, out_dir=run, config=config, max_steps=2
+    ).model
+    held = held_names(run, model)
+    level_names = {name for name, _ in model.named_parameters() if name.startswith(held_level)}
+    assert held == level_names and held
+    start = built(pretrained, config)  # held: not one bit moved
+    for name in held:
+        assert torch.equal(model.state_dict()[name], start.state_dict()[name]), name
+
+
+def test_meaningless_levels_are_refused(gappy_store: Path, tmp_path: Path) -> None:
+    field = r"^FinetuneConfig\.pretrained_levels: expected "
+    with pytest.raises(
+        InputError, match=field + re.escape("'all' | 'window' | 'temporal', got 'both'")
+    ):
+        night_config(pretrained_levels="both")
+    with pytest.raises(InputError, match=field + "'all' for a single-window classifier"):
+        FinetuneConfig.preset("test", pretrained_levels="window")
+    with pytest.raises(InputError, match=field + "'all' for a single-window classifier"):
+        FinetuneConfig.preset(
+            "test", stager="usleep", context="night", pretrained_levels="temporal"
+        )
+
+    def run(encoder: Any, levels: str, name: str) -> None:
+        finetune(
+            encoder,
+            str(gappy_store),
+            num_classes=5,
+            out_dir=tmp_path / name,
+            config=night_config(max_steps=1, pretrained_levels=levels),
+        )
+
+    with pytest.raises(InputError, match=field + "'all' when training from scratch"):
+        run(None, "window", "scratch")
+    with pytest.raises(InputError, match=field + "'all' when training from scratch"):
+        run("vit_test", "temporal", "preset")
+    window = pretrained_hierarchical().window
+    with pytest.raises(InputError, match=field + "'all' or 'window' for a pretrained window"):
+        run(window, "temporal", "window_only")
+    with pytest.raises(InputError, match=field + "'all' when training from scratch"):
+        build_sequence_classifier(
+            None,
+            night_config(pretrained_levels="temporal"),
+            num_classes=5,
+            in_chans=3,
+            window_samples=50,
+        )
+    assert not any((tmp_path / name / "checkpoints").exists() for name in ("scratch", "preset"))
+    # a temporal preset is refused where the pretrained temporal level is kept
+    with pytest.raises(InputError, match=r"^FinetuneConfig\.temporal_overrides: expected no arch"):
+        finetune(
+            pretrained_hierarchical(),
+            str(gappy_store),
+            num_classes=5,
+            out_dir=tmp_path / "kept",
+            config=night_config(pretrained_levels="temporal"),
+            temporal_overrides={"depth": 2},
+        )
+
+
+def test_the_study_sets_it_for_pretrained_night_rows_only(tmp_path: Path) -> None:
+    def study(out: str, rows: list[tuple[str, str]], *night_set: str) -> StudyConfig:
+        options = [item for value in night_set for item in ("--night-set", value)]
+        args = sleep_staging.build_parser("t").parse_args(["all", "--out", out, *options])
+        return sleep_staging.study_from_args(args, rows).config
+
+    rows = [("part_windows", "night"), ("supervised", "night"), ("part_windows", "probe")]
+    config = study(str(tmp_path / "temporal"), rows, "pretrained_levels=temporal")
+    assert config.settings["night_overrides"] == {"pretrained_levels": "temporal"}
+    assert config.finetune_config("part_windows", 0, "night").pretrained_levels == "temporal"
+    assert config.finetune_config("part_windows", 0, "window").pretrained_levels == "all"
+    assert config.finetune_config("supervised", 0, "night").pretrained_levels == "all"
+    assert config.finetune_config("usleep", 0, "night").pretrained_levels == "all"
+    refused = str(tmp_path / "refused")
+    message = r"^FinetuneConfig\.pretrained_levels: expected 'all' or 'window' for the row part:n"
+    with pytest.raises(InputError, match=message):
+        study(refused, [("part", "night"), *rows], "pretrained_levels=temporal")
+    assert not Path(refused).exists()  # refused before the study directory is claimed
+    window = StudyConfig(out=tmp_path, night_overrides={"pretrained_levels": "window"})
+    window.check_settings(["part", "mae"], [("part", "night"), ("mae", "night")])
+    assert window.finetune_config("mae", 0, "night").pretrained_levels == "window"
