@@ -241,24 +241,13 @@ class StudyConfig:
         """Build the configurations the study trains with (every arm's fine-tuning, for every
         seed and budget; the pretraining of ``methods``, on the pools too), so that a bad setting
         (``context=0``, ``night_crop=0``, a step budget of 0, a pool's ``patience=0``...) is
-        refused before anything is written, not when its row trains; and refuse
-        ``pretrained_levels="temporal"`` for a sequence or night row of ``rows`` (``(method,
-        arm)`` pairs) whose pretraining has no temporal level.
+        refused before anything is written, not when its row trains; and refuse what
+        :meth:`check_pretrained_levels` refuses for ``rows`` (``(method, arm)`` pairs).
 
         Raises:
             InputError: Naming the configuration field (``FinetuneConfig.context``...).
         """
-        for method, arm in rows:
-            if arm in ("sequence", "night") and method in pretrained_methods():
-                levels = self.finetune_config(method, self.seed, arm).pretrained_levels
-                check(
-                    levels != "temporal" or method in TEMPORAL_LEVEL_METHODS,
-                    "FinetuneConfig.pretrained_levels",
-                    f"'all' or 'window' for the row {method}:{arm} (its pretraining has no "
-                    "temporal level; 'temporal' keeps that of "
-                    f"{', '.join(TEMPORAL_LEVEL_METHODS)})",
-                    repr(levels),
-                )
+        self.check_pretrained_levels(rows)
         if POOL_CEILING in methods:
             check(
                 self.pools is not None,
@@ -282,6 +271,26 @@ class StudyConfig:
                     if arm in method_arms(method):
                         for budget in budgets:
                             self.finetune_config(method, seed, arm, budget)
+
+    def check_pretrained_levels(self, rows: Sequence[tuple[str, str]]) -> None:
+        """Refuse ``pretrained_levels="temporal"`` for a sequence or night row of ``rows``
+        (``(method, arm)`` pairs) whose pretraining has no temporal level (not one of
+        :data:`TEMPORAL_LEVEL_METHODS`), before its cells train.
+
+        Raises:
+            InputError: Naming ``FinetuneConfig.pretrained_levels`` and the row.
+        """
+        for method, arm in rows:
+            if arm in ("sequence", "night") and method in pretrained_methods():
+                levels = self.finetune_config(method, self.seed, arm).pretrained_levels
+                check(
+                    levels != "temporal" or method in TEMPORAL_LEVEL_METHODS,
+                    "FinetuneConfig.pretrained_levels",
+                    f"'all' or 'window' for the row {method}:{arm} (its pretraining has no "
+                    "temporal level; 'temporal' keeps that of "
+                    f"{', '.join(TEMPORAL_LEVEL_METHODS)})",
+                    repr(levels),
+                )
 
     @property
     def normalization(self) -> str:

@@ -590,7 +590,9 @@ def _run_stage(args: argparse.Namespace) -> None:
     for method in args.methods:
         check(method in list_objectives(), "--methods", f"objectives {list_objectives()}", method)
     rows = transfer_rows(args.methods, args.pools)
-    study = TransferStudy(config_from_args(args), overwrite=args.overwrite)
+    config = config_from_args(args)
+    config.check_pretrained_levels([(method, arm) for method, arm, _ in rows])
+    study = TransferStudy(config, overwrite=args.overwrite)
     cells = transfer_cells(study, rows)
     if args.stage == "cells":
         print("\n".join(format_cell(cell) for cell in cells))

@@ -23,8 +23,9 @@ from partnd.models import (
     create_temporal_encoder,
 )
 from partnd.models.serialization import encoder_from_spec, encoder_spec
-from partnd.recipes import sleep_staging
+from partnd.recipes import sleep_staging, transfer_study
 from partnd.recipes.study_config import StudyConfig
+from partnd.recipes.study_directory import run_recipe
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -255,3 +256,18 @@ def test_the_study_sets_it_for_pretrained_night_rows_only(tmp_path: Path) -> Non
     window = StudyConfig(out=tmp_path, night_overrides={"pretrained_levels": "window"})
     window.check_settings(["part", "mae"], [("part", "night"), ("mae", "night")])
     assert window.finetune_config("mae", 0, "night").pretrained_levels == "window"
+
+
+def test_the_transfer_study_refuses_temporal_for_rows_without_a_temporal_level(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    def cells(out: Path, method: str) -> int:
+        argv = ["cells", "--out", str(out), "--budgets", "1n", "--draws", "1"]
+        argv += ["--methods", method, "--pools", "mixed"]
+        argv += ["--night-set", "pretrained_levels=temporal"]
+        return run_recipe("ts", lambda: transfer_study.main(argv), transfer_study.OPTIONS)
+
+    assert cells(tmp_path / "mae", "mae") == 2 and not (tmp_path / "mae").exists()
+    assert "FinetuneConfig.pretrained_levels" in capsys.readouterr().err
+    assert cells(tmp_path / "pw", "part_windows") == 0
+    assert "part_windows:night:1n:0:mixed" in capsys.readouterr().out.split()
