@@ -679,12 +679,13 @@ class FinetuneConfig(TrainConfig):
             fixed (no gradient, no weight decay, no optimiser state) while the new ones train:
             the classifier, a fresh position embedding, a sequence or night classifier's fresh
             temporal transformer (a pretrained one, PART across windows', is held with the
-            window encoder). Then every parameter trains; the pretrained ones start their AdamW
-            moments then. The learning-rate schedule is the run's, counted from step 0 (the
-            encoder joins at the scheduled rate of step ``probe_steps``: a ``warmup_steps``
-            beyond ``probe_steps`` lets it join on a rising rate). ``0`` (the default): every
-            parameter trains from the first step. Needs a pretrained encoder (from scratch
-            there is nothing pretrained to hold).
+            window encoder; only the levels ``pretrained_levels`` keeps are held). Then every
+            parameter trains; the pretrained ones start their AdamW moments then. The
+            learning-rate schedule is the run's, counted from step 0 (the encoder joins at the
+            scheduled rate of step ``probe_steps``: a ``warmup_steps`` beyond ``probe_steps``
+            lets it join on a rising rate). ``0`` (the default): every parameter trains from
+            the first step. Needs a pretrained encoder (from scratch there is nothing
+            pretrained to hold).
         pretrained_levels: Which levels of a sequence or night classifier start from the
             pretrained encoder: ``"all"`` (the default) every level it brings (a pretrained
             window encoder gets a fresh temporal transformer; PART across windows' hierarchical

@@ -9,6 +9,8 @@
   prediction.
 - :mod:`partnd.finetuning.pretrained_parameters`: which parameters of a classifier came from its
   pretrained encoder (what ``FinetuneConfig.probe_steps`` holds fixed).
+- :mod:`partnd.finetuning.pretrained_levels`: which levels of a sequence or night classifier
+  start from the pretrained encoder (``FinetuneConfig.pretrained_levels``).
 """
 
 __all__: list[str] = []

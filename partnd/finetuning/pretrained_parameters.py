@@ -40,8 +40,8 @@ def pretrained_parameter_names(
     Args:
         model: The classifier.
         holder: The submodule of ``model`` that holds the pretrained encoder's copy (a window
-            classifier's ``encoder``, a sequence or night classifier's ``encoder.window`` on a
-            pretrained window encoder, its ``encoder`` on a pretrained hierarchical one).
+            classifier's ``encoder``; a sequence or night classifier's ``encoder``, with the
+            shapes of :func:`~partnd.finetuning.pretrained_levels.kept_parameter_shapes`).
         pretrained: :func:`parameter_shapes` of the pretrained encoder before the build.
 
     Returns:
