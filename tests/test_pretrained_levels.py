@@ -26,6 +26,7 @@ from partnd.models.serialization import encoder_from_spec, encoder_spec
 from partnd.recipes import sleep_staging, transfer_study
 from partnd.recipes.study_config import StudyConfig
 from partnd.recipes.study_directory import run_recipe
+from tests.finetune_helpers import optimiser_state_names, tiny_night_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -33,16 +34,7 @@ SEED = 3
 
 
 def night_config(**overrides: Any) -> FinetuneConfig:
-    values = {
-        "patch_size": 10,
-        "context": "night",
-        "night_crop": 4,
-        "temporal_encoder": "temporal_test",
-        "batch_size": 2,
-        "weight_decay": 0.05,
-        "seed": SEED,
-    }
-    return FinetuneConfig.preset("test", **{**values, **overrides})
+    return tiny_night_config(**{"seed": SEED, **overrides})
 
 
 def pretrained_hierarchical() -> HierarchicalEncoder:
@@ -154,15 +146,7 @@ def test_temporal_keeps_the_temporal_level_over_a_fresh_window_encoder() -> None
 
 def held_names(run: Path, model: torch.nn.Module) -> set[str]:
     """The parameters without AdamW state after a run that stopped inside its probe phase."""
-    checkpoint = torch.load(run / "checkpoints" / "last.pt", weights_only=False)
-    optimizer = checkpoint["optimizer"]
-    names = {
-        index: name
-        for group in optimizer["param_groups"]
-        for index, name in zip(group["params"], group["param_names"], strict=True)
-    }
-    trained = {names[index] for index in optimizer["state"]}
-    return {name for name, _ in model.named_parameters()} - trained
+    return {name for name, _ in model.named_parameters()} - optimiser_state_names(run)
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ from partnd.models import (
 )
 from partnd.recipes import sleep_staging
 from partnd.recipes.study_config import StudyConfig
+from tests.finetune_helpers import optimiser_state_names, tiny_night_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -65,18 +66,6 @@ def initial_classifier(encoder: nn.Module, config: FinetuneConfig) -> PatchClass
     """The window classifier ``finetune`` starts from (its fresh parts drawn as it draws them)."""
     torch.manual_seed(config.seed)
     return PatchClassifier(copy.deepcopy(encoder), 3, spatial_shape=(200,), copy_encoder=False)
-
-
-def optimiser_state_names(run: Path) -> set[str]:
-    """Names of the parameters the run's last checkpoint holds AdamW state for."""
-    checkpoint = torch.load(run / "checkpoints" / "last.pt", weights_only=False)
-    optimizer = checkpoint["optimizer"]
-    names = {
-        index: name
-        for group in optimizer["param_groups"]
-        for index, name in zip(group["params"], group["param_names"], strict=True)
-    }
-    return {names[index] for index in optimizer["state"]}
 
 
 WINDOW_NEW = {"encoder.head.weight", "encoder.head.bias", "encoder.pos_embed"}
@@ -219,24 +208,12 @@ def test_probe_steps_is_refused_where_it_means_nothing(tmp_path: Path) -> None:
         )
 
 
-def night_config(**overrides: Any) -> FinetuneConfig:
-    values = {
-        "patch_size": 10,
-        "context": "night",
-        "night_crop": 4,
-        "temporal_encoder": "temporal_test",
-        "batch_size": 2,
-        "weight_decay": 0.05,
-    }
-    return FinetuneConfig.preset("test", **{**values, **overrides})
-
-
 def test_a_night_classifier_holds_its_pretrained_window_encoder(
     gappy_store: Path, tmp_path: Path
 ) -> None:
     window = pretrained_window_encoder(in_chans=3, patch_size=10)
     original = window.state_dict()
-    config = night_config(probe_steps=3, epochs=4)
+    config = tiny_night_config(probe_steps=3, epochs=4)
     probed = finetune(
         window,
         str(gappy_store),
@@ -274,7 +251,7 @@ def test_a_pretrained_temporal_level_is_held_with_the_window_level(
     )
     pretrained = HierarchicalEncoder(window, temporal, 50)
     original = pretrained.state_dict()
-    config = night_config(probe_steps=2, epochs=2)
+    config = tiny_night_config(probe_steps=2, epochs=2)
     run = tmp_path / "probe"
     model = finetune(
         pretrained, str(gappy_store), num_classes=5, out_dir=run, config=config, max_steps=2

@@ -1,0 +1,40 @@
+"""Helpers of the fine-tuning option tests (linear probe then fine-tune, pretrained levels): a
+tiny night classifier's config and the parameters a run's optimiser holds state for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from partnd.engine.config import FinetuneConfig
+
+__all__ = ["optimiser_state_names", "tiny_night_config"]
+
+
+def tiny_night_config(**overrides: Any) -> FinetuneConfig:
+    """The ``test`` preset as a night classifier: 10-sample tiles, crops of 4 windows, the test
+    temporal encoder, batches of 2, weight decay 0.05 (so a held parameter that decayed would
+    show); ``overrides`` last."""
+    values = {
+        "patch_size": 10,
+        "context": "night",
+        "night_crop": 4,
+        "temporal_encoder": "temporal_test",
+        "batch_size": 2,
+        "weight_decay": 0.05,
+    }
+    return FinetuneConfig.preset("test", **{**values, **overrides})
+
+
+def optimiser_state_names(run: Path) -> set[str]:
+    """Names of the parameters the run's last checkpoint holds AdamW state for."""
+    checkpoint = torch.load(run / "checkpoints" / "last.pt", weights_only=False)
+    optimizer = checkpoint["optimizer"]
+    names = {
+        index: name
+        for group in optimizer["param_groups"]
+        for index, name in zip(group["params"], group["param_names"], strict=True)
+    }
+    return {names[index] for index in optimizer["state"]}
