@@ -124,11 +124,7 @@ def run_pool_ceiling(stage: PoolStage, pool: str) -> Path:
     run.write_result(
         {
             "method": POOL_CEILING,
-            "pool": pool,
-            "hours": round(stage.plan.hours(pool), 3),
-            "nights": len(stage.plan.records(pool)),
-            "held_out_nights": len(stage.plan.held_out),
-            "held_out_hours": round(stage.plan.held_out_hours, 3),
+            **stage.pool_summary(pool),
             "labelled_windows": len(train),
             "held_out_labelled_windows": len(held_out),
             "records": read,

@@ -125,6 +125,17 @@ class PoolStage:
         self.study = study
         self.config = study.config
 
+    def pool_summary(self, pool: str) -> dict[str, Any]:
+        """What a pretraining's result records of its pool: its name, hours and nights, and the
+        held-out nights and hours it is validated on."""
+        return {
+            "pool": pool,
+            "hours": round(self.plan.hours(pool), 3),
+            "nights": len(self.plan.records(pool)),
+            "held_out_nights": len(self.plan.held_out),
+            "held_out_hours": round(self.plan.held_out_hours, 3),
+        }
+
     @cached_property
     def store(self) -> SleepStore:
         """The store of the unlabelled nights (created from ``pool_src`` on first use)."""
@@ -247,11 +258,7 @@ class PoolStage:
         run.write_result(
             {
                 "method": method,
-                "pool": pool,
-                "hours": round(self.plan.hours(pool), 3),
-                "nights": len(self.plan.records(pool)),
-                "held_out_nights": len(self.plan.held_out),
-                "held_out_hours": round(self.plan.held_out_hours, 3),
+                **self.pool_summary(pool),
                 "cap": meta["total_steps"],
                 "steps_per_epoch": meta["steps_per_epoch"],
                 "selected": result.selected,

@@ -1,5 +1,6 @@
-"""Helpers of the fine-tuning option tests (linear probe then fine-tune, pretrained levels): a
-tiny night classifier's config and the parameters a run's optimiser holds state for."""
+"""Helpers of the fine-tuning tests: the tiny training settings of the study tests, a tiny night
+classifier's config (linear probe then fine-tune, pretrained levels) and the parameters a run's
+optimiser holds state for."""
 
 from __future__ import annotations
 
@@ -10,7 +11,21 @@ import torch
 
 from partnd.engine.config import FinetuneConfig
 
-__all__ = ["optimiser_state_names", "tiny_night_config"]
+__all__ = ["TINY", "optimiser_state_names", "tiny_night_config"]
+
+#: Study tests' pretraining and fine-tuning settings: the test encoder, batches of 4, fp32, a
+#: 1-step warm-up and a metrics line every step.
+TINY = {
+    "encoder": "vit_test",
+    "encoder_overrides": {},
+    "batch_size": 4,
+    "lr": 2e-3,
+    "lr_reference_batch": None,
+    "warmup_epochs": 0.0,
+    "warmup_steps": 1,
+    "precision": "fp32",
+    "log_every_steps": 1,
+}
 
 
 def tiny_night_config(**overrides: Any) -> FinetuneConfig:

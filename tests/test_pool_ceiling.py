@@ -16,18 +16,8 @@ from partnd.models.serialization import load_encoder
 from partnd.recipes import sample_efficiency, study_ceiling
 from partnd.recipes.sample_efficiency_report import ceiling_rows, mark_references
 from partnd.recipes.sleep_study import SleepStudy, StudyConfig
+from tests.finetune_helpers import TINY
 
-TINY = {
-    "encoder": "vit_test",
-    "encoder_overrides": {},
-    "batch_size": 4,
-    "lr": 2e-3,
-    "lr_reference_batch": None,
-    "warmup_epochs": 0.0,
-    "warmup_steps": 1,
-    "precision": "fp32",
-    "log_every_steps": 1,
-}
 PRETRAIN = {**TINY, "epochs": 1, "min_steps": 6, "num_pairs": 16}
 POOL = {"eval_every_steps": 2, "patience": 2}
 FINETUNE = {**TINY, "epochs": 1, "min_steps": 4, "eval_every_steps": 2, "batch_size": 8}

@@ -18,18 +18,8 @@ from partnd.recipes import sample_efficiency
 from partnd.recipes.sleep_study import SleepStudy, StudyConfig
 from partnd.recipes.study_directory import run_recipe
 from partnd.recipes.study_pretraining import StudyPretraining
+from tests.finetune_helpers import TINY
 
-TINY = {
-    "encoder": "vit_test",
-    "encoder_overrides": {},
-    "batch_size": 4,
-    "lr": 2e-3,
-    "lr_reference_batch": None,
-    "warmup_epochs": 0.0,
-    "warmup_steps": 1,
-    "precision": "fp32",
-    "log_every_steps": 1,
-}
 #: pretraining: a 6-step cap, the held-out error every 2 steps, stopped after 2 without a better
 PRETRAIN = {
     **TINY,
