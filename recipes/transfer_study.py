@@ -538,9 +538,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--draws", type=int, default=5, help="draws (seeds) of every budget")
     parser.add_argument(
         "--methods",
-        nargs="+",
+        nargs="*",
         default=list(PRETRAINED_METHODS),
-        help="self-supervised methods pretrained on the mixed pool and on the target's nights",
+        help="self-supervised methods pretrained on the mixed pool and on the target's nights "
+        "(none after the option: only the rows that pretrain nothing and the source rows)",
     )
     parser.add_argument(
         "--pools",

@@ -265,6 +265,19 @@ def test_pools_and_night_set_options_choose_rows_and_night_fields(
     scratch = study.config.finetune_config("supervised", 0, "night", study.budgets[0])
     assert scratch.min_steps == 150 and scratch.probe_steps == 0  # nothing pretrained to hold
     assert transfer_rows(["mae"], ["target"])[-1] == ("mae", "night", "target")
+    bare = ["cells", "--out", str(tmp_path / "bare"), "--budgets", "1n", "--draws", "1"]
+    assert transfer_study.main([*bare, "--methods"]) == 0  # nothing pretrained
+    assert capsys.readouterr().out.split() == [
+        f"{row}:1n:0"
+        for row in (
+            "supervised:night",
+            "classical:window",
+            "classical:sequence",
+            "yasa_pretrained:sequence",
+            "source_supervised:zeroshot",
+            "source_supervised:night",
+        )
+    ]
     with pytest.raises(InputError, match=r"pools: expected pools among \('mixed', 'target'\)"):
         transfer_rows(["mae"], ["both"])
     for bad in (["--pools", "both"], ["--night-set", "probe_steps"]):
