@@ -28,8 +28,10 @@ import argparse
 import contextlib
 import dataclasses
 import functools
+import importlib
 import json
 import shutil
+import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -52,6 +54,7 @@ __all__ = [
     "check_worker_options",
     "check_workers",
     "format_cell",
+    "importable_class",
     "row_tasks",
     "run_tasks",
 ]
@@ -232,6 +235,22 @@ def _run_reopened(
     return _run_task(kind(config), task, index)
 
 
+def importable_class(kind: type) -> type:
+    """``kind``, or the same class from its module's importable name when ``kind`` was defined in
+    a module run as ``python -m package.module`` (``__main__``).
+
+    Worker processes receive the study's class by pickling; pickle sends a ``__main__`` class by
+    value, with everything it holds (a ``cached_property``'s lock cannot be pickled), while the
+    class of an importable module is sent by name and imported in the worker.
+    """
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if kind.__module__ != "__main__" or main_spec is None:
+        return kind
+    module = importlib.import_module(main_spec.name)
+    resolved: type = getattr(module, kind.__qualname__)
+    return resolved
+
+
 def _make_shared_data(study: SleepStudy, tasks: Sequence[StudyTask]) -> None:
     """Build what the processes of ``tasks`` share (:meth:`SleepStudy.build_shared_data`)."""
     study.build_shared_data(
@@ -375,7 +394,7 @@ def run_tasks(
     else:
         config = dataclasses.replace(study.config, progress=False)
         finished = parallel_map_unordered(
-            functools.partial(_run_reopened, type(study), config),
+            functools.partial(_run_reopened, importable_class(type(study)), config),
             list(enumerate(todo)),
             n_jobs=jobs,
             backend=backend,

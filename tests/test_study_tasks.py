@@ -4,6 +4,10 @@ writes the same cells as one."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -164,3 +168,55 @@ def test_the_command_names_jobs_and_leaves_no_study_behind(
         ["--backend", "dask", "--scheduler", "tcp://h:1"]
     )
     assert (args.backend, args.scheduler) == ("dask", "tcp://h:1")
+
+
+def test_a_study_class_of_a_module_run_with_python_m_reaches_the_workers_by_name(
+    tmp_path: Path,
+) -> None:
+    """``python -m partnd.recipes.transfer_study run --jobs 2`` failed to send its tasks: the
+    study class of a module run as ``__main__`` was pickled by value, with its
+    ``cached_property``'s lock. ``importable_class`` sends the class of the module's real name."""
+    module = tmp_path / "study_kind_module.py"
+    module.write_text(
+        textwrap.dedent(
+            """
+            import functools
+            import pickle
+
+            import cloudpickle
+
+            from partnd.recipes.study_tasks import importable_class
+
+
+            class Kind:
+                @functools.cached_property
+                def cached(self):
+                    return 1
+
+
+            if __name__ == "__main__":
+                try:
+                    cloudpickle.dumps(Kind)
+                except (TypeError, pickle.PicklingError) as error:
+                    print("by value:", type(error).__name__)
+                resolved = importable_class(Kind)
+                print("module:", resolved.__module__)
+                print("round trip:", pickle.loads(cloudpickle.dumps(resolved)) is resolved)
+                print("importable unchanged:", importable_class(dict) is dict)
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "study_kind_module"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split("\n")[:4] == [
+        "by value: TypeError",
+        "module: study_kind_module",
+        "round trip: True",
+        "importable unchanged: True",
+    ]
