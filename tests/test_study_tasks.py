@@ -214,8 +214,11 @@ def test_a_study_class_of_a_module_run_with_python_m_reaches_the_workers_by_name
         text=True,
         check=True,
     )
-    assert done.stdout.split("\n")[:4] == [
-        "by value: TypeError",
+    lines = done.stdout.split("\n")
+    if sys.version_info < (3, 12):  # cached_property holds a lock until Python 3.12
+        assert lines[0] == "by value: TypeError"
+        lines = lines[1:]
+    assert lines[:3] == [
         "module: study_kind_module",
         "round trip: True",
         "importable unchanged: True",
