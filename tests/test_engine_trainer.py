@@ -20,6 +20,7 @@ from partnd.engine.distributed import DistributedContext
 from partnd.engine.run_dir import RunDir
 from partnd.engine.sampler import ResumableBatchSampler, epoch_order
 from partnd.engine.trainer import (
+    START_EPOCH,
     LearningRate,
     NonFiniteLossError,
     Trainer,
@@ -288,6 +289,75 @@ def test_eval_every_steps_spaces_the_evaluations_and_always_runs_the_last(tmp_pa
     trainer.fit()
     assert evaluated == [(0, 4), (3, 16), (6, 28)]
     assert trainer.state.best_epoch == 6 and trainer.state.evaluated_step == 28
+
+
+def test_evaluate_start_offers_the_starting_weights_and_keeps_them_when_no_step_beats_them(
+    tmp_path: Path,
+) -> None:
+    evaluated: list[tuple[int, int]] = []
+
+    def evaluate(model: nn.Module, epoch: int) -> dict[str, float]:
+        evaluated.append((epoch, trainer.state.step))
+        return {"cohen_kappa": 0.9 if epoch == START_EPOCH else 0.5 + 0.1 * epoch}
+
+    trainer = make_trainer(tmp_path, RegressionTask(), epochs=3, evaluate_start=True)
+    start = trainer.model.weight.detach().clone()
+    trainer.evaluate, trainer.select_metric = evaluate, "cohen_kappa"
+    history = trainer.fit()
+    assert evaluated == [(START_EPOCH, 0), (0, 4), (1, 8), (2, 12)]
+    assert trainer.state.best_epoch == START_EPOCH and trainer.state.best_step == 0
+    best = load_checkpoint(tmp_path / "checkpoints" / "best.pt")
+    assert torch.equal(best["model"]["weight"], start)  # the starting weights, not the trained
+    assert not torch.equal(trainer.model.weight.detach(), start)
+    first = next(r for r in history if r["phase"] == "val")
+    assert first == {"phase": "val", "epoch": START_EPOCH, "step": 0, "cohen_kappa": 0.9}
+
+
+def test_evaluate_start_is_off_by_default_and_a_later_step_that_does_better_wins(
+    tmp_path: Path,
+) -> None:
+    evaluated: list[int] = []
+
+    def evaluate(model: nn.Module, epoch: int) -> dict[str, float]:
+        evaluated.append(epoch)
+        return {"cohen_kappa": 0.1 if epoch == START_EPOCH else 0.5 + 0.1 * epoch}
+
+    plain = make_trainer(tmp_path / "plain", RegressionTask(), epochs=2)
+    plain.evaluate, plain.select_metric = evaluate, "cohen_kappa"
+    plain.fit()
+    assert evaluated == [0, 1]
+    evaluated.clear()
+    trainer = make_trainer(tmp_path / "start", RegressionTask(), epochs=2, evaluate_start=True)
+    trainer.evaluate, trainer.select_metric = evaluate, "cohen_kappa"
+    trainer.fit()
+    assert evaluated == [START_EPOCH, 0, 1] and trainer.state.best_epoch == 1
+    # the start evaluation counts towards eval_every_steps' spacing
+    evaluated.clear()
+    spaced = make_trainer(
+        tmp_path / "spaced", RegressionTask(), epochs=4, evaluate_start=True, eval_every_steps=8
+    )
+    spaced.evaluate, spaced.select_metric = evaluate, "cohen_kappa"
+    spaced.fit()
+    assert evaluated == [START_EPOCH, 1, 3]
+
+
+def test_a_resumed_run_does_not_evaluate_its_start_again(tmp_path: Path) -> None:
+    evaluated: list[int] = []
+
+    def evaluate(model: nn.Module, epoch: int) -> dict[str, float]:
+        evaluated.append(epoch)
+        return {"cohen_kappa": 0.9 if epoch == START_EPOCH else 0.1}
+
+    first = make_trainer(tmp_path, RegressionTask(), epochs=3, max_steps=4, evaluate_start=True)
+    first.evaluate, first.select_metric = evaluate, "cohen_kappa"
+    first.fit()
+    assert evaluated == [START_EPOCH, 0]
+    evaluated.clear()
+    resumed = make_trainer(tmp_path, RegressionTask(), epochs=3, evaluate_start=True)
+    resumed.evaluate, resumed.select_metric = evaluate, "cohen_kappa"
+    resumed.fit(resume_from=tmp_path / "checkpoints" / "last.pt")
+    assert evaluated == [1, 2]
+    assert resumed.state.best_epoch == START_EPOCH and resumed.state.best_step == 0
 
 
 def batches(data: Any, rank: int, world_size: int = 2, seed: int = 5) -> ResumableBatchSampler:

@@ -166,6 +166,11 @@ class TrainConfig:
             the last epoch; ``None`` evaluates after every epoch. With a small labelled set an
             epoch is a few steps: this bounds the cost and the number of candidate checkpoints
             the selection chooses among.
+        evaluate_start: Also evaluate the starting weights, before the first step, as a
+            candidate of the checkpoint selection (logged as epoch -1, step 0). A run that starts
+            from a trained model (a classifier trained on another montage, fine-tuned on a few
+            labelled nights of this one) then keeps it when no step of the new training does
+            better on validation. Needs an evaluation (a validation set); ignored on resume.
         patience: Stop early once the metric the run selects its checkpoint on (validation
             kappa, a held-out pretext error) has not improved for this many evaluations in a
             row; the run then counts as finished and the best evaluation's weights are its
@@ -204,6 +209,7 @@ class TrainConfig:
     max_steps: int | None = None
     min_steps: int | None = None
     eval_every_steps: int | None = None
+    evaluate_start: bool = False
     patience: int | None = None
     patience_start: float | None = None
 

@@ -69,6 +69,7 @@ from partnd.engine.run_dir import RunDir
 from partnd.engine.sampler import ResumableBatchSampler, epoch_order
 
 __all__ = [
+    "START_EPOCH",
     "BatchReads",
     "EpochEvaluator",
     "LearningRate",
@@ -144,6 +145,10 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+#: The epoch the evaluation of the starting weights is logged and selected under
+#: (``TrainConfig.evaluate_start``): before the first epoch, 0.
+START_EPOCH = -1
 
 
 def _ignore_interrupts(worker_id: int) -> None:
@@ -668,21 +673,27 @@ class Trainer:
         self.state.epoch_metric_sums = {}
         self._epoch_metrics = {}
         if self.evaluate is not None and self._evaluation_due(epoch):
-            self.state.evaluated_step = self.state.step
-            metrics = self.evaluate(self.eval_model, epoch)
-            logger.log({"phase": "val", "epoch": epoch, "step": self.state.step, **metrics})
-            check(
-                self.select_metric is None or self.select_metric in metrics,
-                "select_metric",
-                f"one of the evaluation's metrics {sorted(metrics)}",
-                repr(self.select_metric),
-            )
-            value = metrics.get(self.select_metric) if self.select_metric else None
-            if value is not None:
-                self._select(float(value), metrics, epoch, logger)
+            self._evaluate(epoch, logger)
         every = self.config.checkpoint_every_epochs
         if (epoch + 1) % every == 0 or epoch + 1 == self.num_epochs or self.state.stopped_early:
             self._save(epoch_end=True)
+
+    def _evaluate(self, epoch: int, logger: MetricLogger) -> None:
+        """Evaluate the current weights after ``epoch`` (:data:`START_EPOCH`: the starting
+        weights), log the metrics and offer them to the checkpoint selection."""
+        assert self.evaluate is not None
+        self.state.evaluated_step = self.state.step
+        metrics = self.evaluate(self.eval_model, epoch)
+        logger.log({"phase": "val", "epoch": epoch, "step": self.state.step, **metrics})
+        check(
+            self.select_metric is None or self.select_metric in metrics,
+            "select_metric",
+            f"one of the evaluation's metrics {sorted(metrics)}",
+            repr(self.select_metric),
+        )
+        value = metrics.get(self.select_metric) if self.select_metric else None
+        if value is not None:
+            self._select(float(value), metrics, epoch, logger)
 
     def _select(
         self, value: float, metrics: dict[str, float], epoch: int, logger: MetricLogger
@@ -729,6 +740,12 @@ class Trainer:
             budget = min(budget, self.config.max_steps)
         return self.state.stopped_early and self.state.step < budget
 
+    def _start_evaluation_due(self) -> bool:
+        """Whether the starting weights are evaluated (``TrainConfig.evaluate_start``): on a
+        fresh run with an evaluation, not on a resumed one."""
+        fresh = self.state.step == 0 and self.state.evaluated_step is None
+        return self.config.evaluate_start and self.evaluate is not None and fresh
+
     def _evaluation_due(self, epoch: int) -> bool:
         """Whether the evaluation runs after ``epoch`` (see ``TrainConfig.eval_every_steps``)."""
         every, last = self.config.eval_every_steps, self.state.evaluated_step
@@ -756,6 +773,8 @@ class Trainer:
         )
         show = config.progress and self.context.is_main
         try:
+            if self._start_evaluation_due():
+                self._evaluate(START_EPOCH, logger)
             with self._stop_on_signals():
                 while self.state.epoch < self.num_epochs and not self.state.stopped_early:
                     if config.max_steps is not None and self.state.step >= config.max_steps:
