@@ -447,7 +447,9 @@ def _finetune_main(argv: list[str]) -> int:
         "--init-weights",
         type=Path,
         help="start the encoder from these weights: a pretrain run directory, encoder.pt or "
-        "checkpoint (omit to train from scratch)",
+        "checkpoint; or a sequence or night classifier's run directory, to train it further "
+        "whole (with --evaluate-start validation may keep it as it is); omit to train from "
+        "scratch",
     )
     parser.add_argument("--out", type=Path, required=True, help="run directory")
     _add_config_arguments(parser, FinetuneConfig, argv)

@@ -43,6 +43,7 @@ from partnd.engine.config import FinetuneConfig
 from partnd.engine.session import open_session
 from partnd.engine.trainer import Trainer, TrainTask
 from partnd.evaluation.metrics import ClassificationReport, classification_metrics
+from partnd.finetuning.classifier_start import start_from_classifier, trained_classifier
 from partnd.finetuning.pretrained_levels import check_pretrained_levels, kept_parameter_shapes
 from partnd.finetuning.pretrained_parameters import parameter_shapes, pretrained_parameter_names
 from partnd.finetuning.sequence import (
@@ -627,9 +628,11 @@ def _sequence_setup(
     class_names: Sequence[str] | None,
     config: FinetuneConfig,
     device: str,
+    start: ContextClassifier | None = None,
 ) -> _Setup:
     """The sequence classifier: ``config.context`` consecutive windows of a store's records (or
-    the night classifier: crops of ``config.night_crop`` windows, whole records to validate)."""
+    the night classifier: crops of ``config.night_crop`` windows, whole records to validate);
+    with ``start`` (a trained classifier, ``backbone`` its encoder) every weight of it."""
     assert config.context is not None
     night = config.context == "night"
     context = config.night_crop if night else int(config.context)
@@ -692,6 +695,13 @@ def _sequence_setup(
             window_samples=train_set.n_times,
             ch_names=train_set.ch_names,
         )
+        if start is not None:
+            start_from_classifier(
+                model,
+                start,
+                num_classes=num_classes,
+                pretrained_levels=config.pretrained_levels,
+            )
         if shapes is not None:
             pretrained = pretrained_parameter_names(model, model.encoder, shapes)
         architecture = encoder_spec(model.encoder.window)
@@ -733,7 +743,7 @@ def _sequence_setup(
 
 
 def finetune(
-    encoder: ViTEncoder | HierarchicalEncoder | str | Path | None,
+    encoder: ViTEncoder | HierarchicalEncoder | ContextClassifier | str | Path | None,
     train_dataset: Dataset[Any] | np.ndarray | torch.Tensor | str | Path | Sequence[Any],
     /,
     *,
@@ -768,6 +778,12 @@ def finetune(
             directory or ``encoder.pt``; ``None`` or an encoder preset name trains from scratch.
             A :class:`~partnd.models.HierarchicalEncoder` (or the run directory of PART across
             windows) gives a sequence or night classifier both its levels, a single-window one its
+            window encoder. A trained :class:`~partnd.models.SequenceClassifier` or
+            :class:`~partnd.models.NightClassifier` (or its run directory, or its
+            ``classifier.pt``) starts a classifier of its own kind whole: both levels, the head
+            and a night classifier's time-of-night embedding
+            (:mod:`partnd.finetuning.classifier_start`; ``FinetuneConfig.evaluate_start`` makes
+            it a candidate of the checkpoint selection); a single-window classifier gets its
             window encoder.
         train_dataset: Items ``(x [C, *spatial], label)``, or an array with ``train_labels``.
             A sequence or night classifier needs consecutive windows: a sleep store path, a
@@ -816,7 +832,12 @@ def finetune(
             f"{num_classes} names (one per class of num_classes)",
             repr(class_names),
         )
-    backbone = _load_backbone(encoder)
+    start = trained_classifier(encoder)
+    backbone = (
+        start.encoder
+        if start is not None
+        else _load_backbone(cast(ViTEncoder | HierarchicalEncoder | str | Path | None, encoder))
+    )
     levels = overrides.get(
         "pretrained_levels", "all" if config is None else config.pretrained_levels
     )
@@ -872,6 +893,7 @@ def finetune(
                 class_names=class_names,
                 config=config,
                 device=device,
+                start=start,
             )
             for labels, argument in ((train_labels, "train_labels"), (val_labels, "val_labels")):
                 check(
