@@ -33,6 +33,7 @@ from partnd.recipes.study_pools import preprocessed
 
 __all__ = [
     "PROFILE_NAMES",
+    "SOURCE_SUPERVISED",
     "TransferConfig",
     "cohort_seeds",
     "profile_name",
@@ -44,6 +45,9 @@ PROFILE_NAMES = ("pc18", *PROFILES)
 
 #: The channel set every neural row reads: a target of another montage than the sources.
 SET_MODE: dict[str, Any] = {"channel_mode": "set"}
+
+#: The row trained on the sources' labels (its zero-shot arm, and its night arm fine-tuned).
+SOURCE_SUPERVISED = "source_supervised"
 
 
 def profile_name(name: str, argument: str) -> str:
@@ -164,8 +168,13 @@ class TransferConfig(StudyConfig):
     ) -> FinetuneConfig:
         """The sleep study's fine-tuning configuration (:meth:`StudyConfig.finetune_config`), a
         channel-set model's for every row but the from-scratch ones, which train on the target's
-        channels as the sleep study trains them."""
+        channels as the sleep study trains them. The source-supervised row starts from a trained
+        classifier, so its starting weights are a candidate of the checkpoint selection
+        (``evaluate_start``): validation on the target keeps the source model when no step on
+        the target's labels does better."""
         config = super().finetune_config(method, seed, arm, budget)
+        if method == SOURCE_SUPERVISED:
+            config = config.replace(evaluate_start=True)
         return config if method in SCRATCH_METHODS else config.replace(**SET_MODE)
 
     @property

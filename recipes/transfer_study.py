@@ -29,8 +29,11 @@ The source-supervised model is a night classifier trained once on the labelled n
 source (``--labelled-sources`` names fewer), one night dataset per source store (a
 :class:`~partnd.datasets.MontageUnion` of whole nights); its checkpoint is chosen on held-out
 subjects of each source's own store, never on target labels. Its zero-shot cell
-predicts the target's test nights, and its fine-tuned cells start from its window and temporal
-encoders (``OUT/source_supervised/encoder``) as the pretrained rows start from theirs.
+predicts the target's test nights. Its fine-tuned cells start from the whole classifier
+(``OUT/source_supervised/run``: both levels, the stage head, the time-of-night embedding;
+:mod:`partnd.finetuning.classifier_start`), and its starting weights are a candidate of their
+checkpoint selection (``evaluate_start``): validation on the draw's target subjects keeps the
+source model when no step on the target's labels does better.
 
 Each cell is one of the sleep study's (``OUT/finetune/<method>/<arm>/b<B>_s<S>[_p<pool>]``),
 resumable and written atomically; ``OUT/pretrain_pools/<pool>/<method>`` holds the pretrainings.
@@ -74,11 +77,7 @@ from partnd.engine.run_dir import RunDir
 from partnd.finetuning.sequence import EVALUATION_CROP
 from partnd.finetuning.training import finetune
 from partnd.models import NightClassifier
-from partnd.models.serialization import (
-    TEMPORAL_ENCODER_FILE,
-    load_classifier,
-    save_hierarchical_encoder,
-)
+from partnd.models.serialization import CLASSIFIER_FILE, load_classifier
 from partnd.objectives import list_objectives
 from partnd.objectives.registry import registered
 from partnd.recipes.night_options import add_night_set_argument, night_overrides
@@ -105,6 +104,7 @@ from partnd.recipes.study_tasks import (
 from partnd.recipes.transfer_data import (
     PROFILE_NAMES,
     SET_MODE,
+    SOURCE_SUPERVISED,
     TransferConfig,
     cohort_seeds,
     profile_store,
@@ -122,8 +122,6 @@ __all__ = [
     "transfer_rows",
 ]
 
-#: The row trained on the sources' labels (its zero-shot arm, and its night arm fine-tuned).
-SOURCE_SUPERVISED = "source_supervised"
 #: The arm that predicts the target with the source-supervised model as it is.
 ZERO_SHOT = "zeroshot"
 #: The pretraining pools: every profile's unlabelled nights, and the target's only.
@@ -164,8 +162,8 @@ def transfer_cells(study: TransferStudy, rows: Sequence[Row]) -> list[Cell]:
 
 class SourceSupervision:
     """The night classifier trained on the labelled sources' nights (see the module docstring):
-    ``OUT/source_supervised/run`` (the engine run) and ``.../encoder`` (its window and temporal
-    encoders, which the fine-tuned cells start from; written last).
+    ``OUT/source_supervised/run``, the engine run whose ``classifier.pt`` (written last) the
+    zero-shot cells predict with and the fine-tuned cells start from.
 
     Args:
         study: The transfer study.
@@ -175,12 +173,11 @@ class SourceSupervision:
         self.study = study
         self.config = study.config
         self.run_dir = study.out / SOURCE_SUPERVISED / "run"
-        self.encoder_dir = study.out / SOURCE_SUPERVISED / "encoder"
 
     @property
     def done(self) -> bool:
-        """Whether the model is trained and its encoders saved."""
-        return (self.encoder_dir / TEMPORAL_ENCODER_FILE).is_file()
+        """Whether the model is trained (its ``classifier.pt`` written)."""
+        return (self.run_dir / CLASSIFIER_FILE).is_file()
 
     def finetune_config(self) -> FinetuneConfig:
         """The training configuration: the study's night classifier from scratch, on the
@@ -229,13 +226,13 @@ class SourceSupervision:
         return parts
 
     def run(self) -> Path:
-        """Train the model unless done (an interrupted run resumes), then save its encoders.
+        """Train the model unless done (an interrupted run resumes).
 
         Returns:
-            The encoder directory.
+            The run directory (holding ``classifier.pt``).
         """
         if self.done:
-            return self.encoder_dir
+            return self.run_dir
         config = self.finetune_config()
         resume = RunDir(self.run_dir).resumable
         result = finetune(
@@ -250,16 +247,13 @@ class SourceSupervision:
             overwrite=not resume and self.run_dir.exists(),
             **({"max_steps": None} if resume else {}),
         )
-        model = result.model
         check(
-            isinstance(model, NightClassifier),
+            isinstance(result.model, NightClassifier),
             "FinetuneConfig.context",
             "'night' (the source-supervised model is a night classifier)",
-            type(model).__name__,
+            type(result.model).__name__,
         )
-        assert isinstance(model, NightClassifier)
-        save_hierarchical_encoder(model.encoder, self.encoder_dir)
-        return self.encoder_dir
+        return self.run_dir
 
     def zero_shot(self, cells: StudyCells) -> np.ndarray:
         """[n_test] the model's predicted stage of every target test window, computed once
@@ -289,10 +283,10 @@ class TransferPretraining(StudyPretraining):
         return TRANSFER_POOLS
 
     def pretrain_dir(self, method: str, pool: str | None = None) -> Path:
-        """Run directory of ``method``'s pretraining on ``pool`` (the source-supervised model's
-        encoders for :data:`SOURCE_SUPERVISED`)."""
+        """Run directory of ``method``'s pretraining on ``pool`` (the source-supervised
+        classifier's run for :data:`SOURCE_SUPERVISED`)."""
         if method == SOURCE_SUPERVISED:
-            return self.source.encoder_dir
+            return self.source.run_dir
         if pool is None:
             return super().pretrain_dir(method)
         return self.out / "pretrain_pools" / pool / method
@@ -406,7 +400,7 @@ class TransferCells(StudyCells):
             return source.zero_shot(self), settings, ()
         predictions, settings, used = super()._predict(method, arm, draw, seed, cell, pool)
         if method == SOURCE_SUPERVISED:
-            settings["init"] = "source-supervised night classifier's encoders"
+            settings["init"] = "source-supervised night classifier, whole"
         return predictions, settings, used
 
 

@@ -13,6 +13,7 @@ import pytest
 from partnd._validation import InputError
 from partnd.cohort.profiles import PROFILES, plan_profile_cohort
 from partnd.datasets.label_budget import LabelBudget
+from partnd.engine.trainer import START_EPOCH
 from partnd.evaluation.bootstrap import bootstrap_metric, kappa_metric
 from partnd.finetuning.sequence import EVALUATION_CROP
 from partnd.recipes import transfer_study
@@ -334,6 +335,13 @@ def test_tiny_transfer_study_end_to_end_and_resumed(tmp_path: Path) -> None:
     run = json.loads((study.out / SOURCE_SUPERVISED / "run" / "metrics.json").read_text())
     assert run["n"] == scored
     assert np.array_equal(zero_shot[0].predictions, zero_shot[1].predictions)
+    # the fine-tuned source cells start from the whole source classifier, evaluated at step 0
+    for cell in cells:
+        if cell[0] == SOURCE_SUPERVISED and cell[1] == "night":
+            tuned = study.load_cell(*cell)
+            assert tuned.settings["init"] == "source-supervised night classifier, whole"
+            first = next(r for r in tuned.history if r["phase"] == "val")
+            assert (first["epoch"], first["step"]) == (START_EPOCH, 0)
     write_report(study, rows, cells)
     table = json.loads((study.out / "transfer_kappa.json").read_text())
     labels = {row["row"] for row in table}
@@ -388,3 +396,18 @@ def test_scratch_reads_the_target_channels_every_other_row_a_channel_set(tmp_pat
     source = TransferStudy(config).pretraining.source
     assert source.finetune_config().channel_mode == "set"
     assert source.finetune_config().context == "night"
+
+
+def test_the_source_row_starts_from_the_whole_source_classifier_and_may_keep_it(
+    tmp_path: Path,
+) -> None:
+    config = tiny_config(tmp_path / "s")
+    source = config.finetune_config(SOURCE_SUPERVISED, 0, "night", "1n")
+    assert source.evaluate_start  # the trained start is a candidate of the selection
+    for method in ("supervised", "part_windows", "mae"):
+        assert not config.finetune_config(method, 0, "night", "1n").evaluate_start
+    study = TransferStudy(config)
+    pretraining = study.pretraining
+    assert pretraining.pretrain_dir(SOURCE_SUPERVISED) == study.out / SOURCE_SUPERVISED / "run"
+    assert not pretraining.pretrained(SOURCE_SUPERVISED)  # no classifier.pt yet
+    assert not pretraining.source.finetune_config().evaluate_start  # trained from scratch
