@@ -14,10 +14,22 @@ train or validate on::
 ``partnd transfer --pool shhs.zarr,pc18.zarr --target edf.zarr --labels 1 --out runs/t`` is the
 same on the command line.
 
+**Supervised transfer.** With ``method="supervised"`` the pool's labels are used instead of its
+windows alone: a classifier (the fine-tuning configuration: a night classifier with
+``context="night"``) is trained on the labelled nights of every pool store, its checkpoint chosen
+on ``validation_subjects`` held-out subjects of each pool store. The target's fine-tuning then
+starts from that whole classifier (:mod:`partnd.finetuning.classifier_start`), and a sequence or
+night classifier's starting weights are a candidate of its checkpoint selection
+(``evaluate_start``): validation on the target keeps the pool's classifier when no step on the
+target's labels does better. The pool stores must be scored in the target's stages. In the
+transfer study this is the row that pays (``docs/results/channel_sets.md``).
+
 The run directory::
 
     config.json             the resolved run: stores, subjects, both configurations (first)
-    pretrain/run/           the pretraining run (encoder.pt); pretrain/result.json when finished
+    pretrain/run/           the pretraining run (encoder.pt), or with method="supervised" the
+                            classifier trained on the pool's labels (classifier.pt);
+                            pretrain/result.json when finished
     finetune/run/           the fine-tuning run (classifier.pt); finetune/result.json when finished
     predictions/<record>.csv (and .edf)   hypnograms of the target's other records
     result.json             the test kappa, its interval and the subjects (written last)
@@ -68,10 +80,13 @@ from partnd.models.serialization import load_classifier
 from partnd.objectives.registry import registered
 from partnd.pretraining import pretrain
 
-__all__ = ["TransferResult", "transfer"]
+__all__ = ["SUPERVISED", "TransferResult", "transfer"]
 
 #: Channel sampling of both stages: a model that has seen every subset of its channels.
 CHANNEL_OPTIONS: dict[str, Any] = {"subset_sampling": True}
+
+#: The ``method`` that trains a classifier on the pool's labelled nights instead of pretraining.
+SUPERVISED = "supervised"
 
 #: Fields left out of the comparison of a resumed run's arguments (they change no result).
 _VOLATILE = ("progress", "device")
@@ -83,7 +98,8 @@ class TransferResult:
 
     Attributes:
         run_dir: The run directory.
-        pretrain_dir: The pretraining run (its ``encoder.pt``).
+        pretrain_dir: The pretraining run (its ``encoder.pt``), or the run of the classifier
+            trained on the pool's labels (its ``classifier.pt``) with ``method="supervised"``.
         finetune_dir: The fine-tuning run (its ``classifier.pt``).
         model: The fine-tuned classifier.
         kappa: Cohen's kappa on the scored windows of the test subjects' records.
@@ -229,6 +245,84 @@ def _pretraining_data(pool: list[Path], config: PretrainConfig) -> MontageUnion:
         return MontageUnion(parts)
 
 
+def _check_pool_labels(pool: list[Path], stage_names: list[str], validation_subjects: int) -> None:
+    """Refuse, before anything is written, a pool that ``method="supervised"`` cannot train on:
+    a store scored in other stages than the target, or without labelled nights of more subjects
+    than the ``validation_subjects`` it holds out."""
+    for path in pool:
+        source = SleepStore(path)
+        check(
+            list(source.stage_names) == stage_names,
+            "pool",
+            f"stores scored in the target's stages {stage_names} (method='supervised')",
+            f"{path}: {list(source.stage_names)}",
+        )
+        labelled = source.record_ids(labelled_only=True)
+        subjects = {str(source.record_attrs(record)["subject_id"]) for record in labelled}
+        check(
+            len(subjects) > validation_subjects,
+            "pool",
+            f"stores with labelled nights of more than {validation_subjects} subject(s) "
+            "(method='supervised' trains on the pool's labels and holds out "
+            "validation_subjects of each store)",
+            f"{path} with {len(subjects)}",
+        )
+
+
+def _train_on_pool_labels(
+    pool: list[Path],
+    config: FinetuneConfig,
+    normalize: str,
+    *,
+    validation_subjects: int,
+    seed: int,
+    run_dir: Path,
+    stage_names: list[str],
+) -> dict[str, Any]:
+    """Train ``config``'s classifier on the labelled nights of every pool store (one dataset per
+    store, read as one :class:`MontageUnion`), choosing its checkpoint on
+    ``validation_subjects`` held-out subjects of each store (drawn with ``seed``); an
+    interrupted run resumes.
+
+    Returns:
+        ``pretrain/result.json``'s content: the held-out records of each store, the selected
+        checkpoint's validation report and the configuration.
+    """
+    train, val, held_out = [], [], {}
+    for path in pool:
+        source = SleepStore(path)
+        labelled = source.record_ids(labelled_only=True)
+        records: list[str] = []
+        if validation_subjects:
+            split = make_subject_split(
+                source, n_test_subjects=validation_subjects, finetune_sizes=(1,), seed=seed
+            )
+            records = list(split.test_records)
+            val.append(_labelled_data(path, records, config, normalize, evaluation=True))
+        held_out[str(path)] = records
+        kept = [record for record in labelled if record not in records]
+        train.append(_labelled_data(path, kept, config, normalize))
+    resumable = RunDir(run_dir).resumable
+    resumed: dict[str, Any] = {"progress": config.progress} if resumable else {}
+    result = finetune(
+        None,
+        train,
+        num_classes=len(stage_names),
+        val_dataset=val or None,
+        out_dir=run_dir,
+        config=None if resumable else config,
+        class_names=stage_names,
+        resume=resumable,
+        overwrite=not resumable and run_dir.exists(),
+        **resumed,
+    )
+    return {
+        "validation_records": held_out,
+        "best_metrics": result.best_metrics,
+        "config": result.config.to_dict(),
+    }
+
+
 def _labelled_data(
     target: Path,
     records: list[str],
@@ -298,7 +392,8 @@ def transfer(
     directory and how subjects are chosen.
 
     Args:
-        pool: Sleep stores to pretrain on (every window, labelled or not), of any montages.
+        pool: Sleep stores to pretrain on (every window, labelled or not), of any montages;
+            with ``method="supervised"``, stores whose labelled nights train a classifier.
         target: The sleep store to fine-tune, test and predict on.
         out_dir: The run directory.
         labels: The label budget (instead of ``labelled_subjects``), any
@@ -309,10 +404,14 @@ def transfer(
         test_subjects: The target subjects to test on (default: half of its labelled subjects
             not in ``labelled_subjects``, drawn with ``seed``).
         validation_subjects: Further target subjects that select the checkpoint (as many as are
-            left, up to this; 0: the last weights are kept).
-        method: The pretraining objective (``"part_windows"``, ``"part"``, ``"mae"``, ...).
+            left, up to this; 0: the last weights are kept); with ``method="supervised"`` also
+            the held-out subjects of each pool store that select the pool classifier's.
+        method: The pretraining objective (``"part_windows"``, ``"part"``, ``"mae"``, ...), or
+            :data:`SUPERVISED` (``"supervised"``): train a classifier on the pool's labelled
+            nights, then fine-tune it whole on the target (module docstring).
         preset: The preset of both configurations (:meth:`PretrainConfig.preset`).
-        pretrain_overrides: Pretraining config fields over the preset's.
+        pretrain_overrides: Pretraining config fields over the preset's (none with
+            ``method="supervised"``).
         finetune_overrides: Fine-tuning config fields over the preset's (``context=21`` or
             ``"night"`` for a sequence or night classifier).
         seed: Seed of the subject draws and of both trainings.
@@ -330,8 +429,10 @@ def transfer(
 
     Raises:
         InputError: A path that is not a sleep store, unknown subjects, a test subject in a pool
-            store, fewer target subjects than the budget asks for, or a resumed run given other
-            arguments.
+            store, fewer target subjects than the budget asks for, a resumed run given other
+            arguments; with ``method="supervised"``, pretraining overrides, or a pool store
+            without labelled nights, scored in other stages or with too few subjects to hold
+            some out.
     """
     check(
         isinstance(pool, Sequence) and not isinstance(pool, str | Path) and len(pool) > 0,
@@ -357,6 +458,14 @@ def transfer(
     )
     check(isinstance(seed, int) and not isinstance(seed, bool), "seed", "an int", repr(seed))
     check(vote in VOTES, "vote", f"one of {list(VOTES)}", repr(vote))
+    supervised = method == SUPERVISED
+    check(
+        not (supervised and pretrain_overrides),
+        "pretrain_overrides",
+        "none with method='supervised' (the pool's labels train a classifier configured by "
+        "finetune_overrides)",
+        repr(pretrain_overrides),
+    )
     run = RunDir.check(out_dir, resume=resume, overwrite=overwrite)
     split, draw = _draw_labels(
         target_path,
@@ -367,6 +476,9 @@ def transfer(
         seed=seed,
     )
     _refuse_test_subjects_in_the_pool(stores, split.test)
+    store = SleepStore(target_path)
+    if supervised:
+        _check_pool_labels(stores, list(store.stage_names), validation_subjects)
     settings = {
         "channel_mode": "set",
         "channel_options": CHANNEL_OPTIONS,
@@ -387,8 +499,13 @@ def transfer(
             "different montages)",
             repr(fields["channel_mode"]),
         )
-    pretrain_config = PretrainConfig.preset(preset, **pretrain_fields)
+    pretrain_config = None if supervised else PretrainConfig.preset(preset, **pretrain_fields)
     finetune_config = FinetuneConfig.preset(preset, **finetune_fields)
+    source_config = None
+    if supervised:
+        source_config = finetune_config
+        if finetune_config.context is not None and "evaluate_start" not in finetune_fields:
+            finetune_config = finetune_config.replace(evaluate_start=True)
     resolved = {
         "pool": [str(path) for path in stores],
         "target": str(target_path),
@@ -401,7 +518,9 @@ def transfer(
         "seed": seed,
         "vote": vote,
         "preset": preset,
-        "pretrain_config": pretrain_config.to_dict(),
+        "method": method,
+        "pretrain_config": None if pretrain_config is None else pretrain_config.to_dict(),
+        "source_config": None if source_config is None else source_config.to_dict(),
         "finetune_config": finetune_config.to_dict(),
     }
     if resume:
@@ -428,9 +547,23 @@ def transfer(
         _say(progress, f"finished earlier; reading {run.root / 'result.json'}")
         return _result(run, pretrain_dir, finetune_dir)
 
+    normalize = (pretrain_config or PretrainConfig.preset(preset)).normalize
     if RunDir(pretrain_dir.parent).finished():
         _say(progress, f"pretraining finished earlier ({pretrain_dir})")
+    elif source_config is not None:
+        _say(progress, f"training on the labels of {len(stores)} store(s) -> {pretrain_dir}")
+        summary = _train_on_pool_labels(
+            stores,
+            source_config,
+            normalize,
+            validation_subjects=validation_subjects,
+            seed=seed,
+            run_dir=pretrain_dir,
+            stage_names=list(store.stage_names),
+        )
+        RunDir(pretrain_dir.parent).write_result(summary)
     else:
+        assert pretrain_config is not None
         _say(progress, f"pretraining ({method}) on {len(stores)} store(s) -> {pretrain_dir}")
         data = _pretraining_data(stores, pretrain_config)
         if RunDir(pretrain_dir).resumable:
@@ -443,8 +576,6 @@ def transfer(
             {"channels": list(data.ch_names), "config": pretrained.config.to_dict()}
         )
 
-    store = SleepStore(target_path)
-    normalize = pretrain_config.normalize
     if RunDir(finetune_dir.parent).finished():
         _say(progress, f"fine-tuning finished earlier ({finetune_dir})")
     else:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zarr
 
 from partnd._validation import InputError
 from partnd.cli.commands import main
@@ -16,7 +17,7 @@ from partnd.datasets.splits import make_subject_split
 from partnd.datasets.store import SleepStore
 from partnd.models import NightClassifier
 from partnd.models.serialization import load_classifier
-from partnd.recipes.transfer import _draw_labels, transfer
+from partnd.recipes.transfer import SUPERVISED, _draw_labels, transfer
 from tests.staged_stores import write_staged_store
 
 SPECTRAL = {"frontend": "spectral", "frontend_options": {"standardize": True}}
@@ -232,3 +233,63 @@ def test_the_transfer_command_trains_a_voting_night_classifier_and_refuses_in_on
         error = capsys.readouterr().err.strip()
         assert error.startswith(f"partnd transfer: error: --labels: expected at most {what}")
         assert "\n" not in error
+
+
+NIGHT = {**FINETUNE, "context": "night", "night_crop": 16, "temporal_encoder": "temporal_test"}
+
+
+def test_supervised_transfer_trains_on_the_pools_labels_then_fine_tunes_the_whole_classifier(
+    stores: tuple[list[Path], Path], tmp_path: Path
+) -> None:
+    pool, target = stores
+    out = tmp_path / "run"
+    options = {"method": SUPERVISED, "pretrain_overrides": None, "labels": 1}
+    result = run(pool, target, out, finetune_overrides={**NIGHT, "max_steps": 6}, **options)
+    config = json.loads((out / "config.json").read_text())
+    assert config["method"] == SUPERVISED and config["pretrain_config"] is None
+    assert not config["source_config"]["evaluate_start"]  # the pool classifier starts fresh
+    assert config["finetune_config"]["evaluate_start"]  # the target's may keep it
+    # the pool classifier: every pool store's labelled nights but one held-out subject each
+    source = json.loads((out / "pretrain" / "result.json").read_text())
+    assert [len(records) for records in source["validation_records"].values()] == [1, 1]
+    assert list(source["validation_records"]) == [str(path) for path in pool]
+    trained = load_classifier(out / "pretrain" / "run")
+    assert isinstance(trained, NightClassifier)
+    assert trained.signal_info.ch_names == ("F3-M2", "C4-M1", "O2-M1", "Fpz-Cz", "Pz-Oz")
+    # the target's fine-tuning started from it whole, and was evaluated at step 0 first
+    history = [
+        json.loads(line)
+        for line in (out / "finetune" / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
+    first = next(record for record in history if record["phase"] == "val")
+    assert (first["epoch"], first["step"]) == (-1, 0)
+    assert (
+        isinstance(result.model, NightClassifier)
+        and result.pretrain_dir == out / "pretrain" / "run"
+    )
+    assert result.model.signal_info.ch_names[-2:] == ("C4-A1", "C3-A2")
+    assert np.isfinite(result.kappa) and len(result.predictions) == 2
+    # resumed: nothing is redone
+    stamp = (out / "pretrain" / "run" / "classifier.pt").stat().st_mtime_ns
+    again = run(
+        pool, target, out, finetune_overrides={**NIGHT, "max_steps": 6}, resume=True, **options
+    )
+    assert again.kappa == result.kappa
+    assert (out / "pretrain" / "run" / "classifier.pt").stat().st_mtime_ns == stamp
+
+
+def test_supervised_transfer_refuses_what_it_cannot_train_on(
+    stores: tuple[list[Path], Path], tmp_path: Path
+) -> None:
+    pool, target = stores
+    out = tmp_path / "refused"
+    options = {"method": SUPERVISED, "finetune_overrides": NIGHT}
+    with pytest.raises(InputError, match="pretrain_overrides: expected none with method='superv"):
+        run(pool, target, out, **options)
+    with pytest.raises(InputError, match=r"pool: expected stores with labelled nights of more"):
+        run(pool, target, out, pretrain_overrides=None, validation_subjects=2, **options)
+    other = write_staged_store(tmp_path / "other.zarr", ["C3-M2"], seed=5, records=2)
+    zarr.open_group(str(other), mode="r+").attrs["stage_names"] = ["Wake", "NREM", "REM"]
+    with pytest.raises(InputError, match=r"pool: expected stores scored in the target's stages"):
+        run([other], target, out, pretrain_overrides=None, **options)
+    assert not out.exists()  # nothing written for refused input

@@ -786,7 +786,9 @@ def _transfer_main(argv: list[str]) -> int:
         "encoder on a mixed pool of sleep stores (any montages), fine-tune it on a few labelled "
         "subjects of a target store, test it on the target's test subjects (Cohen's kappa with "
         "a subject-bootstrap interval) and write a hypnogram of every other target record. "
-        "Finished stages are kept: --resume continues an interrupted run.",
+        "With --method supervised the pool's labels train a classifier that the target's "
+        "labels then fine-tune. Finished stages are kept: --resume continues an interrupted "
+        "run.",
     )
     parser.add_argument("--pool", required=True, help="comma-separated sleep stores to pretrain on")
     parser.add_argument(
@@ -814,7 +816,10 @@ def _transfer_main(argv: list[str]) -> int:
         help="further target subjects that select the checkpoint (default 1; 0: none)",
     )
     parser.add_argument(
-        "--method", default="part_windows", help="pretraining objective (default part_windows)"
+        "--method",
+        default="part_windows",
+        help="pretraining objective (default part_windows), or supervised: train a classifier "
+        "on the pool's labelled nights instead, then fine-tune it whole on the target",
     )
     parser.add_argument(
         "--preset",
