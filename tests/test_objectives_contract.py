@@ -47,7 +47,7 @@ SHAPES = {1: (32,), 2: (16, 12), 3: (8, 8, 8)}
 #: Objectives over 1-D segments of whole windows (PART across windows, relative positioning,
 #: temporal shuffling): they read ndim 1 only, and learn from content that survives each
 #: window's own normalisation.
-WINDOW_METHODS = ("part_windows", "rp", "ts")
+WINDOW_METHODS = ("part_joint", "part_windows", "rp", "ts")
 #: Binary objectives (relative positioning, temporal shuffling): a content-free predictor is
 #: right half of the time.
 BINARY_METHODS = ("rp", "ts")
@@ -80,6 +80,7 @@ def method_settings(method: str, spatial: tuple[int, ...]) -> dict[str, object]:
         "temporal_encoder": "temporal_test",
         "pos_embed": True,
         "pos_mask_ratio": 0.5,
+        **({"num_patches": 3, "within_pairs": 4} if method == "part_joint" else {}),
     }
 
 
@@ -200,9 +201,17 @@ def position_field(batch: int, generator: torch.Generator) -> torch.Tensor:
 
 
 def test_registry_lists_the_paper_baselines() -> None:
-    assert {"part", "part_grid", "mae", "mp3", "droppos", "part_windows", "rp", "ts"} <= set(
-        METHODS
-    )
+    assert {
+        "part",
+        "part_grid",
+        "mae",
+        "mp3",
+        "droppos",
+        "part_windows",
+        "part_joint",
+        "rp",
+        "ts",
+    } <= set(METHODS)
 
 
 @pytest.mark.parametrize(("method", "ndim", "frontend"), method_ndims((1, 2, 3)))
@@ -642,8 +651,9 @@ def test_droppos_sigma_decays_linearly_to_one_hot() -> None:
 def test_objectives_are_listed_by_what_they_train_on() -> None:
     from partnd.objectives.registry import register_objective
 
-    assert list_objectives(data="segments") == ["part_windows", "rp", "ts"]
-    assert set(list_objectives(data="items")) == set(METHODS) - {"part_windows", "rp", "ts"}
+    segments = ["part_joint", "part_windows", "rp", "ts"]
+    assert list_objectives(data="segments") == segments
+    assert set(list_objectives(data="items")) == set(METHODS) - set(segments)
     with pytest.raises(ValueError, match="data"):
         register_objective("nope", lambda config, spec: None, "", data="images")  # type: ignore[arg-type,return-value]
     assert "nope" not in list_objectives()

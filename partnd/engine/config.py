@@ -530,6 +530,12 @@ class PretrainConfig(TrainConfig):
             encoder's features (patch tokens; across windows, the window embeddings), an
             anti-collapse option (:mod:`partnd.objectives.anti_collapse`); 0 (the default) is off.
         covariance_weight: The same for VICReg's covariance term.
+        within_weight: PART within and across windows (``part_joint``): weight of the
+            within-window PART loss (off-grid patches of ``patch_size``, ``num_patches`` of
+            them per drawn window; ``None`` patches: the window's tile count) added to the
+            across-windows loss.
+        within_pairs: ``part_joint``: within-window patch pairs per step (one set for the
+            batch).
     """
 
     method: str = "part"
@@ -567,6 +573,8 @@ class PretrainConfig(TrainConfig):
     tau_neg_windows: int = 30
     variance_weight: float = 0.0
     covariance_weight: float = 0.0
+    within_weight: float = 1.0
+    within_pairs: int = 256
 
     HEADS: ClassVar[tuple[str, ...]] = ("cross_attention", "pairwise_mlp", "mlp")
 
@@ -628,6 +636,8 @@ class PretrainConfig(TrainConfig):
         self._positive("tau_neg_windows")
         self._positive("variance_weight", strict=False)
         self._positive("covariance_weight", strict=False)
+        self._positive("within_weight")
+        self._positive("within_pairs")
 
 
 @dataclass(frozen=True)

@@ -480,6 +480,7 @@ class ViTEncoder(nn.Module):
         *,
         position_mask: Tensor | None = None,
         key_mask: Tensor | None = None,
+        without_positions: bool = False,
     ) -> Tensor:
         """Encode a patch set.
 
@@ -490,6 +491,10 @@ class ViTEncoder(nn.Module):
                 embedding (see :meth:`embed_positions`).
             key_mask: [B, N] bool, patch tokens removed from the keys and values of every
                 attention layer (MP3); they are still queries and outputs. [CLS] is always a key.
+            without_positions: Add no position embedding, even where the encoder has one
+                (``positions`` must then be ``None``): off-grid patches that have no slot, as
+                PART within the windows of ``part_joint`` encodes them with the window encoder
+                whose tile embedding the across-windows view uses.
 
         Returns:
             [B, 1 + N, D] normalised tokens, [CLS] first.
@@ -504,6 +509,12 @@ class ViTEncoder(nn.Module):
             patches,
         )
         tokens = self.patch_embed(patches)
+        check(
+            positions is None or not without_positions,
+            "positions",
+            "None with without_positions=True",
+            positions,
+        )
         if positions is not None:
             check(
                 tuple(positions.shape) == tuple(patches.shape[:2]),
@@ -512,7 +523,7 @@ class ViTEncoder(nn.Module):
                 positions,
             )
             tokens = tokens + self.embed_positions(positions, position_mask)
-        elif self.pos_embed is not None:
+        elif self.pos_embed is not None and not without_positions:
             raise InputError(
                 "positions: expected a [B, N] slot index tensor (the encoder has a position "
                 "embedding), got None"

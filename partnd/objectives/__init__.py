@@ -15,6 +15,8 @@ floors) and runs under the same engine (bf16, EMA, resume, DDP, logs).
 | ``droppos`` | :mod:`~partnd.objectives.droppos` | the slots of tokens whose position was dropped |
 | ``part_windows`` | :mod:`~partnd.objectives.part_windows` | shifts between whole windows of a |
 |  |  | segment of consecutive windows (PART across windows) |
+| ``part_joint`` | :mod:`~partnd.objectives.part_joint` | PART across windows plus PART within |
+|  |  | each drawn window, one shared window encoder |
 | ``rp`` | :mod:`~partnd.objectives.relative_positioning` | whether two windows of a segment |
 |  |  | are close or far (relative positioning, Banville et al. 2021) |
 | ``ts`` | :mod:`~partnd.objectives.temporal_shuffling` | whether a window lies between two |
@@ -41,6 +43,7 @@ from partnd.objectives.droppos import DropPosModel, DropPosOutput, build_droppos
 from partnd.objectives.mae import MAEModel, MAEOutput, build_mae
 from partnd.objectives.mp3 import MP3Model, MP3Output, build_mp3
 from partnd.objectives.part import PARTModel, PARTOutput, PatchSampler
+from partnd.objectives.part_joint import JointPART, build_part_joint
 from partnd.objectives.part_windows import CrossWindowPART, build_part_windows
 from partnd.objectives.registry import (
     ObjectiveSpec,
@@ -62,6 +65,7 @@ __all__ = [
     "DropPosModel",
     "DropPosOutput",
     "GridObjective",
+    "JointPART",
     "MAEModel",
     "MAEOutput",
     "MP3Model",
@@ -80,6 +84,7 @@ __all__ = [
     "build_mae",
     "build_mp3",
     "build_objective",
+    "build_part_joint",
     "build_part_windows",
     "build_relative_positioning",
     "build_temporal_shuffling",
@@ -172,6 +177,13 @@ register_objective(
     build_part_windows,
     "PART across windows: relative shifts between whole windows drawn off-grid from segments of "
     "consecutive windows (window ViT + temporal ViT)",
+    data="segments",
+)
+register_objective(
+    "part_joint",
+    build_part_joint,
+    "PART within and across windows: PART across windows plus relative positions of off-grid "
+    "patches inside each drawn window, one loss, one shared window encoder",
     data="segments",
 )
 register_objective(

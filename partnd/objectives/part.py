@@ -142,6 +142,9 @@ class PARTModel(Objective):
         variance_weight: Weight of VICReg's variance term on the encoder's features
             (:mod:`partnd.objectives.anti_collapse`; 0: off); logged as ``variance_term``.
         covariance_weight: Weight of VICReg's covariance term (0: off); ``covariance_term``.
+        position_free: Encode the patches without the encoder's position embedding, which
+            belongs to another view of it (``part_joint``: the window encoder's tile embedding
+            of the across-windows view); the model is then never anchored.
 
     An encoder with a slot position embedding (and a mask embedding, ``pos_mask_ratio > 0``)
     makes the model anchored (see the module docstring); the sampler must then provide
@@ -160,6 +163,7 @@ class PARTModel(Objective):
         pair_radius: float | None = None,
         variance_weight: float = 0.0,
         covariance_weight: float = 0.0,
+        position_free: bool = False,
     ) -> None:
         super().__init__()
         self.out_dim = encoder.ndim * (2 if scale_targets else 1)
@@ -170,7 +174,7 @@ class PARTModel(Objective):
             f"num_classes={encoder.num_classes}",
         )
         check(
-            encoder.pos_embed is None or encoder.pos_mask_token is not None,
+            encoder.pos_embed is None or encoder.pos_mask_token is not None or position_free,
             "encoder",
             "an encoder without position embedding, or with one and a mask embedding "
             "(pos_mask_ratio > 0: anchored PART); visible slot embeddings on every patch would "
@@ -219,7 +223,8 @@ class PARTModel(Objective):
         self.scale_targets = scale_targets
         self.shared_pairs = shared_pairs
         self.target_names = target_names(encoder.ndim, scale_targets)
-        self.anchored = encoder.pos_embed is not None
+        self.position_free = bool(position_free)
+        self.anchored = encoder.pos_embed is not None and not position_free
 
     def encode_patches(self, patches: PatchBatch, position_mask: Tensor | None = None) -> Tensor:
         """Encode a patch batch and drop the prefix ([CLS]) token.
@@ -264,7 +269,10 @@ class PARTModel(Objective):
         """
         positions, position_mask = self.slots(patches, position_mask)
         features = self.encoder.forward_features(
-            patches.patches, positions, position_mask=position_mask
+            patches.patches,
+            positions,
+            position_mask=position_mask,
+            without_positions=self.position_free,
         )
         tokens = features[:, self.encoder.num_prefix_tokens :]
         return tokens, tokens

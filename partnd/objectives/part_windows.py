@@ -82,6 +82,7 @@ __all__ = [
     "ScaledHead",
     "build_part_windows",
     "isolated_windows",
+    "part_windows_parts",
     "sincos_positions",
 ]
 
@@ -313,8 +314,12 @@ class CrossWindowPART(PARTModel):
         )
 
 
-def build_part_windows(config: PretrainConfig, spec: SignalSpec) -> CrossWindowPART:
-    """PART across windows for segments ``[C, segment_windows * window_samples]``.
+def part_windows_parts(
+    config: PretrainConfig, spec: SignalSpec
+) -> tuple[HierarchicalEncoder, nn.Module]:
+    """The hierarchical encoder and the relative head of PART across windows (and of
+    ``part_joint``, which adds PART within windows), for segments
+    ``[C, segment_windows * window_samples]``.
 
     The window encoder is ``config.encoder`` (with ``encoder_overrides``, tiles of
     ``patch_size``) on windows of ``window_samples``, pooled by ``window_pool``; the temporal
@@ -362,6 +367,13 @@ def build_part_windows(config: PretrainConfig, spec: SignalSpec) -> CrossWindowP
         num_patches=config.num_windows,
         **config.head_overrides,
     )
+    return encoder, head
+
+
+def build_part_windows(config: PretrainConfig, spec: SignalSpec) -> CrossWindowPART:
+    """PART across windows for segments ``[C, segment_windows * window_samples]``
+    (:func:`part_windows_parts` gives its encoder and head)."""
+    encoder, head = part_windows_parts(config, spec)
     return CrossWindowPART(
         encoder,
         head,
