@@ -51,8 +51,9 @@ CLASSICAL_METHODS: dict[str, tuple[str, ...]] = {
 }
 
 #: The methods whose pretraining gives a temporal level too (a hierarchical encoder: PART across
-#: windows), the only ones a sequence or night row keeps with ``pretrained_levels="temporal"``.
-TEMPORAL_LEVEL_METHODS = ("part_windows",)
+#: windows, alone or with PART within windows), the only ones a sequence or night row keeps with
+#: ``pretrained_levels="temporal"``; their held-out nights are read as segments.
+TEMPORAL_LEVEL_METHODS = ("part_windows", "part_joint")
 
 
 def available_methods() -> list[str]:

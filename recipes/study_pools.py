@@ -41,6 +41,7 @@ from partnd.objectives.registry import registered
 from partnd.preprocessing.physionet2018 import preprocess_physionet2018
 from partnd.preprocessing.pipeline import without_overwrite_remedy
 from partnd.pretraining import pretrain
+from partnd.recipes.study_config import TEMPORAL_LEVEL_METHODS
 
 PC18_DATASET = "PhysioNet/CinC Challenge 2018"
 """The ``source.dataset`` of stores :func:`preprocess_physionet2018` writes."""
@@ -183,7 +184,7 @@ class PoolStage:
         entry = registered(config.method)
         if entry is None or entry.data != "segments":
             return
-        if config.method == "part_windows":
+        if config.method in TEMPORAL_LEVEL_METHODS:
             self.held_out(config)
         smallest = self.plan.records(self.plan.names[0])
         SleepSegmentDataset(
@@ -204,10 +205,11 @@ class PoolStage:
 
     def held_out(self, config: PretrainConfig) -> Any:
         """The held-out nights as the objective of ``config`` reads them: segments starting every
-        ``segment_windows // HELD_OUT_STRIDE_DIVISOR`` windows for PART across windows,
+        ``segment_windows // HELD_OUT_STRIDE_DIVISOR`` windows for PART across windows (and
+        ``part_joint``),
         normalised windows otherwise."""
         records = list(self.plan.held_out)
-        if config.method == "part_windows":
+        if config.method in TEMPORAL_LEVEL_METHODS:
             return SleepSegmentDataset(
                 self.store,
                 records=records,
@@ -238,7 +240,7 @@ class PoolStage:
         data = SleepWindowDataset(
             self.store, records=list(self.plan.records(pool)), normalize=self.config.normalization
         )
-        segments = config.method == "part_windows"
+        segments = config.method in TEMPORAL_LEVEL_METHODS
         monitor = PretextMonitor(
             self.held_out(config),
             max_items=HELD_OUT_SEGMENTS if segments else HELD_OUT_WINDOWS,
