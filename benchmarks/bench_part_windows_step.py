@@ -9,7 +9,9 @@ of windows:
   (anchored: hiding slots, pairs with a hidden target, the floor's predictions), the relative
   head (the preset's pairwise MLP, or ``--head``), the loss and its diagnostics;
 * **bare**: ready-cut windows ``[B, N, C, T]`` with their slots through the same encoder, a
-  mean-square stand-in loss.
+  mean-square stand-in loss;
+* **part_joint** (with ``--joint``): PART within and across windows, the same step plus PART
+  within every drawn window (``method="part_joint"``), to price issue 42's candidate.
 
 It prints windows/s of both and their ratio (goal: at least 0.9), the share of the step
 spent drawing and normalising windows, and the model FLOPs utilisation of both steps
@@ -22,6 +24,7 @@ Usage::
     python benchmarks/bench_part_windows_step.py --batch-size 8 --steps 5
     python benchmarks/bench_part_windows_step.py --demo --batch-size 16  # the demo's encoder
     python benchmarks/bench_part_windows_step.py --head cross_attention  # the paper's head
+    python benchmarks/bench_part_windows_step.py --demo --joint  # part_joint's cost beside it
     python benchmarks/bench_part_windows_step.py --device cuda --batch-size 64 --steps 20
     python benchmarks/bench_part_windows_step.py --device cuda --batch-size 64 --compile default
 """
@@ -72,9 +75,11 @@ def run(
     device: torch.device,
     compile_mode: str = "off",
     peak: float | None = None,
+    joint: bool = False,
 ) -> dict[str, Any]:
     """Time the objective's step, the bare step and the window sampling (both steps compiled
-    with ``compile_mode``); with ``peak`` (TFLOP/s) also their FLOPs utilisation."""
+    with ``compile_mode``); with ``peak`` (TFLOP/s) also their FLOPs utilisation; with
+    ``joint`` also ``part_joint``'s step on the same segments."""
     spec = SignalSpec(CHANNELS, (config.segment_windows * config.window_samples,))
     segments = torch.randn(batch_size, *spec.item_shape, device=device)
     generator = torch.Generator(device=device).manual_seed(0)
@@ -114,13 +119,27 @@ def run(
         "bare": training_step(bare_step, bare_loss, device, config.precision, compile_mode),
         "sampling": sample,
     }
+    if joint:
+        torch.manual_seed(0)
+        joint_model = build_objective(config.replace(method="part_joint"), spec).to(device).train()
+        compile_module(joint_model, compile_mode)
+
+        def joint_loss() -> torch.Tensor:
+            return joint_model(segments, draws=joint_model.draw(segments, generator)).loss
+
+        timed["part_joint"] = training_step(
+            joint_model, joint_loss, device, config.precision, compile_mode
+        )
     seconds = interleaved_times(timed, steps, warmup, device)
     count = batch_size * config.num_windows
-    utilisation = {}
+    extra: dict[str, float] = {}
+    if joint:
+        extra["part_joint_per_s"] = count / seconds["part_joint"]
+        extra["joint_ratio"] = seconds["part_windows"] / seconds["part_joint"]
     if peak is not None:
-        utilisation = {f"{name}_mfu": flops[name] / seconds[name] / (peak * 1e12) for name in flops}
+        extra.update({f"{name}_mfu": flops[name] / seconds[name] / (peak * 1e12) for name in flops})
     return {
-        **utilisation,
+        **extra,
         "step_tflop": flops["part_windows"] / 1e12,
         "segments_per_s": batch_size / seconds["part_windows"],
         "windows_per_step": count,
@@ -146,6 +165,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     add_compile_option(parser, "compile both steps as TrainConfig.compile does")
     parser.add_argument(
+        "--joint", action="store_true", help="also time part_joint's step (PART within too)"
+    )
+    parser.add_argument(
         "--peak-tflops", type=float, default=None, help="the device's dense bf16 peak"
     )
     args = parser.parse_args(argv)
@@ -165,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     peak, peak_source = peak_tflops(device, args.peak_tflops)
     warmup = args.warmup + (2 if args.compile != "off" else 0)
-    row = run(config, args.batch_size, args.steps, warmup, device, args.compile, peak)
+    row = run(config, args.batch_size, args.steps, warmup, device, args.compile, peak, args.joint)
     print(
         f"part_windows {row['part_windows_per_s']:.1f} windows/s, bare "
         f"{row['bare_per_s']:.1f} windows/s ({row['windows_per_step']} windows a step, "
@@ -174,6 +196,12 @@ def main(argv: list[str] | None = None) -> None:
         f"compile {args.compile}; MFU {row['part_windows_mfu']:.1%}, bare {row['bare_mfu']:.1%} "
         f"of {peak:.3g} TFLOP/s ({peak_source})"
     )
+    if args.joint:
+        print(
+            f"part_joint {row['part_joint_per_s']:.1f} windows/s: "
+            f"{row['joint_ratio']:.2f} of part_windows' (PART within {config.num_patches} "
+            f"patches of every drawn window, {config.within_pairs} pairs)"
+        )
 
 
 if __name__ == "__main__":
