@@ -118,26 +118,22 @@ def test_validation_keeps_the_starting_classifier_when_training_only_harms_it(
     before = evaluate(start, nights, device="cpu").cohen_kappa
     assert before > 0.5  # the source classifier reads the target's planted stages
     harmful = _config(lr=0.5, grad_clip=None, weight_decay=0.0, min_steps=20)
-    kept = finetune(
-        source,
-        InMemoryWindows(target, records=["r0", "r1"], progress=False),
-        num_classes=5,
-        val_dataset=nights,
-        out_dir=tmp_path / "kept",
-        config=harmful.replace(evaluate_start=True),
+    train = InMemoryWindows(target, records=["r0", "r1"], progress=False)
+    kept, without = (
+        finetune(
+            source,
+            train,
+            num_classes=5,
+            val_dataset=nights,
+            out_dir=tmp_path / str(flag),
+            config=harmful.replace(evaluate_start=flag),
+        )
+        for flag in (True, False)
     )
     assert kept.best_metrics["epoch"] == START_EPOCH
     assert kept.best_metrics["cohen_kappa"] == pytest.approx(before, abs=1e-6)
     val = [record for record in kept.history if record["phase"] == "val"]
     assert val[0]["step"] == 0 and max(r["cohen_kappa"] for r in val[1:]) < before
-    without = finetune(
-        source,
-        InMemoryWindows(target, records=["r0", "r1"], progress=False),
-        num_classes=5,
-        val_dataset=nights,
-        out_dir=tmp_path / "without",
-        config=harmful,
-    )
     assert without.best_metrics["epoch"] != START_EPOCH
     assert without.best_metrics["cohen_kappa"] < before
 
