@@ -4,8 +4,12 @@ Two measurements:
 
 * ``step``: one full optimiser step (forward, backward, AdamW) of the demo's single-window
   classifier (the 128-wide, 4-block ViT, ``spectral_std`` tokens of 1 s patches of 6 x 3000
-  windows), fixed-channel (``channel_mode="fixed"``, today's) and channel-set
-  (``channel_mode="set"``), timed in turns; prints windows/s and the set/fixed ratio.
+  windows), fixed-channel (``channel_mode="fixed"``, today's), channel-set
+  (``channel_mode="set"``) and all channels' tokens in one sequence (``sequence``: the layout of
+  BIOT and LaBraM, one token per channel and patch, so the transformer reads C x N tokens),
+  timed in turns; prints windows/s and each one's ratio to fixed. ``sequence`` is timed as its
+  cheapest form: the same tokenizer on one channel at a time and the same transformer on the
+  channels' patches laid end to end, without the channel embedding it would add.
 * ``kappa``: on the demo study's store (the generated PC18-like cohort), for each draw of
   ``--subjects`` labelled subjects, the demo's window arm (``--arm window``) or night classifier
   (``--arm night``) from scratch, trained once per mode (``--modes``) with the same budget, seed
@@ -62,29 +66,56 @@ CHANNELS = ["F3-M2", "F4-M1", "C3-M2", "C4-M1", "O1-M2", "O2-M1"]
 SAMPLES, CLASSES = 3000, 5
 
 
+def step_layouts(
+    x: torch.Tensor, subset_sampling: bool = True
+) -> dict[str, tuple[PatchClassifier, torch.Tensor]]:
+    """The demo's window classifier in each layout the ``step`` command times.
+
+    Args:
+        x: [B, C, T] windows of the ``CHANNELS``.
+        subset_sampling: The channel-set encoder's training-time subset sampling.
+
+    Returns:
+        ``{"fixed" | "set" | "sequence": (classifier, its input)}``: the fixed-channel and
+        channel-set classifiers read ``x`` (N patches per window); ``sequence`` reads the
+        channels laid end to end, ``[B, 1, C * T]``, so its transformer reads C x N tokens.
+    """
+    frontend = STUDY_FRONTENDS["spectral_std"]
+    fixed_overrides = {**DEMO_ENCODER_OVERRIDES, **frontend}
+    set_overrides = channel_set_overrides(
+        fixed_overrides, CHANNELS, {"subset_sampling": subset_sampling}
+    )
+    layouts = {
+        "fixed": (fixed_overrides, x),
+        "set": (set_overrides, x),
+        "sequence": (fixed_overrides, x.reshape(x.shape[0], 1, -1)),
+    }
+    classifiers = {}
+    for name, (overrides, inputs) in layouts.items():
+        torch.manual_seed(0)
+        encoder = create_encoder(
+            "vit_eeg_12m", in_chans=inputs.shape[1], patch_size=100, ndim=1, **overrides
+        )
+        classifier = PatchClassifier(encoder, CLASSES, spatial_shape=tuple(inputs.shape[2:]))
+        classifiers[name] = (classifier.train(), inputs)
+    return classifiers
+
+
 def step_benchmark(args: argparse.Namespace) -> None:
-    """Time the window classifier's training step, fixed and set, in turns."""
+    """Time the window classifier's training step, fixed, set and one sequence, in turns."""
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     device = torch.device("cpu")
     precision = resolve_precision(args.precision, device)
-    frontend = STUDY_FRONTENDS["spectral_std"]
-    fixed_overrides = {**DEMO_ENCODER_OVERRIDES, **frontend}
-    set_overrides = channel_set_overrides(
-        fixed_overrides, CHANNELS, {"subset_sampling": args.subset_sampling}
-    )
     x = torch.randn(args.batch_size, len(CHANNELS), SAMPLES)
     labels = torch.randint(0, CLASSES, (args.batch_size,))
     steps = {}
-    for name, overrides in (("fixed", fixed_overrides), ("set", set_overrides)):
-        torch.manual_seed(0)
-        encoder = create_encoder(
-            "vit_eeg_12m", in_chans=len(CHANNELS), patch_size=100, ndim=1, **overrides
-        )
-        classifier = PatchClassifier(encoder, CLASSES, spatial_shape=(SAMPLES,)).train()
+    for name, (classifier, inputs) in step_layouts(x, args.subset_sampling).items():
 
-        def loss(classifier: PatchClassifier = classifier) -> torch.Tensor:
-            return F.cross_entropy(classifier(x).float(), labels)
+        def loss(
+            classifier: PatchClassifier = classifier, inputs: torch.Tensor = inputs
+        ) -> torch.Tensor:
+            return F.cross_entropy(classifier(inputs).float(), labels)
 
         steps[name] = training_step(classifier, loss, device, precision)
     seconds = interleaved_times(steps, args.steps, args.warmup, device)
@@ -93,8 +124,9 @@ def step_benchmark(args: argparse.Namespace) -> None:
         f"{args.steps} timed + {args.warmup} warm-up steps each, interleaved"
     )
     for name in steps:
-        print(f"{name:>6}: {args.batch_size / seconds[name]:8.1f} windows/s")
-    print(f"set / fixed: x{seconds['fixed'] / seconds['set']:.2f}")
+        print(f"{name:>8}: {args.batch_size / seconds[name]:8.1f} windows/s")
+    for name in ("set", "sequence"):
+        print(f"{name} / fixed: x{seconds['fixed'] / seconds[name]:.2f}")
 
 
 #: The channel-set variants ``kappa`` can train besides ``fixed``: only the options of the
@@ -339,7 +371,9 @@ def main(argv: list[str] | None = None) -> None:
     """Parse the command and run it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    step = commands.add_parser("step", help="training step windows/s, fixed against set")
+    step = commands.add_parser(
+        "step", help="training step windows/s, fixed against set and one sequence"
+    )
     step.add_argument("--batch-size", type=int, default=64)
     step.add_argument("--steps", type=int, default=5, help="timed steps of each (median)")
     step.add_argument("--warmup", type=int, default=1, help="untimed steps first")

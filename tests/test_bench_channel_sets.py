@@ -1,6 +1,6 @@
 """``benchmarks/bench_channel_sets.py kappa``: the night classifier of every channel mode
-trained on one draw of a tiny generated store (paired kappas, finished runs reused), and the
-window arm, still the default."""
+trained on one draw of a tiny generated store (paired kappas, finished runs reused), the
+window arm, still the default; and the ``step`` command's three layouts."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from partnd.cohort.pc18_cohort import make_pc18_cohort
 
@@ -113,3 +114,24 @@ def test_window_arm_is_the_default_and_takes_the_step_and_batch_options(
     kappas = ("val_kappa", "kappa", "subset_kappa", "vote_kappa", "subset_vote_kappa")
     assert all(-1.0 <= row[f"set_{name}"] <= 1.0 for name in kappas)
     assert "fixed_kappa" not in row
+
+
+def test_step_layouts_give_the_sequence_layout_six_times_the_tokens(bench) -> None:
+    x = torch.randn(2, len(bench.CHANNELS), bench.SAMPLES)
+    layouts = bench.step_layouts(x)
+    assert list(layouts) == ["fixed", "set", "sequence"]
+    patches = {name: classifier.num_positions for name, (classifier, _) in layouts.items()}
+    assert patches == {"fixed": 30, "set": 30, "sequence": 180}
+    for name, (classifier, inputs) in layouts.items():
+        assert classifier(inputs).shape == (2, bench.CLASSES), name
+    sequence_input = layouts["sequence"][1]
+    assert sequence_input.shape == (2, 1, 6 * bench.SAMPLES)
+    assert sequence_input[0, 0, bench.SAMPLES : 2 * bench.SAMPLES].equal(x[0, 1])
+
+
+def test_step_command_prints_each_layouts_ratio_to_fixed(bench, capsys) -> None:
+    bench.main(["step", "--batch-size", "2", "--steps", "1", "--warmup", "0", "--threads", "1"])
+    printed = capsys.readouterr().out
+    for name in ("fixed", "set", "sequence"):
+        assert f"{name}:" in printed
+    assert "set / fixed: x" in printed and "sequence / fixed: x" in printed
