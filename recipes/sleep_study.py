@@ -69,6 +69,8 @@ computing a cell in :mod:`~partnd.recipes.study_cells` and its files in
 
 from __future__ import annotations
 
+import json
+
 from partnd._validation import check
 from partnd.recipes.study_cell_store import CellResult, CellStore
 from partnd.recipes.study_cells import StudyCells
@@ -81,8 +83,8 @@ from partnd.recipes.study_config import (
     method_arms,
     pretrained_methods,
 )
-from partnd.recipes.study_data import StudyData
-from partnd.recipes.study_directory import claim_study_directory
+from partnd.recipes.study_data import StudyData, split_sizes
+from partnd.recipes.study_directory import STUDY_MARKER, claim_study_directory
 from partnd.recipes.study_pools import PoolStage
 from partnd.recipes.study_pretraining import StudyPretraining
 from partnd.recipes.study_scales import (
@@ -153,8 +155,21 @@ class SleepStudy(StudyData):
             inside = store.resolve().is_relative_to(self.out.resolve())
             check(not inside, "--store", "a store outside --out with --overwrite", "inside")
         drawn = (self.out / "pools.json").exists() or (self.out / "pretrain_pools").exists()
-        revisable = () if drawn else ("pools", "pool_overrides", "held_out_subjects")
+        revisable = [] if drawn else ["pools", "pool_overrides", "held_out_subjects"]
+        if self._split_kept():
+            revisable.append("budgets")
         claim_study_directory(self.out, self.config.settings, overwrite, revisable)
+
+    def _split_kept(self) -> bool:
+        """Whether this config's label budgets leave the study's subject split as it is: the
+        split is not made yet, or the budgets size it as the stored ones did. Then a budget
+        may be added or removed; every cell of a budget is its own."""
+        marker = self.out / STUDY_MARKER
+        if not (self.out / "split.json").is_file() or not marker.is_file():
+            return True
+        scale_budgets = SCALES[self.config.scale].budgets
+        stored = json.loads(marker.read_text()).get("budgets") or scale_budgets
+        return split_sizes(stored) == split_sizes(self.config.budgets or scale_budgets)
 
     def build_shared_data(self, pool_pretraining: bool) -> None:
         """Build what the processes of a parallel run share, here, once, so that no two

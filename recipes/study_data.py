@@ -10,7 +10,7 @@ are paired), and the classical rows' YASA features (``OUT/features.npz``, comput
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -32,7 +32,23 @@ from partnd.recipes.study_config import StudyConfig
 from partnd.recipes.study_pools import ingested_store, preprocessed
 from partnd.recipes.study_scales import SCALES, StudyScale
 
-__all__ = ["StudyData"]
+__all__ = ["StudyData", "split_sizes"]
+
+
+def split_sizes(budgets: Iterable[int | str | LabelBudget]) -> tuple[int, ...]:
+    """The fine-tuning pool sizes a study's subject split is made for.
+
+    Only subject budgets size the split; night and window budgets are drawn from its fine-tuning
+    subjects, each in cells of its own, so adding or removing one leaves the split as it is.
+
+    Args:
+        budgets: Label budgets as written (``2``, ``"1n"``, ``"w20"``) or parsed.
+
+    Returns:
+        The subject budgets, smallest first, or ``(1,)`` when there are none.
+    """
+    parsed = sorted((LabelBudget.parse(b, "budgets") for b in budgets), key=lambda b: b.sort_key)
+    return tuple(b.subjects for b in parsed if b.subjects is not None) or (1,)
 
 
 class StudyData:
@@ -89,11 +105,10 @@ class StudyData:
         path = self.out / "split.json"
         if path.exists():
             return SubjectSplit.load(path)
-        sizes = tuple(b.subjects for b in self.budgets if b.subjects is not None)
         split = make_subject_split(
             self.store,
             n_test_subjects=self.scale.n_test_subjects,
-            finetune_sizes=sizes or (1,),
+            finetune_sizes=split_sizes(self.budgets),
             seed=self.config.seed,
         )
         split.save(path)

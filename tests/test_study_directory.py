@@ -263,3 +263,38 @@ def test_a_table_is_not_replaced_by_one_of_fewer_rows(tmp_path: Path) -> None:
     check_table_rows(tmp_path, "kappa_by_budget", rows[:1])  # another table
     (tmp_path / "results.md").unlink()  # deleted on purpose: written from fewer rows again
     check_table_rows(tmp_path, "results", rows[:1])
+
+
+def test_a_night_or_window_budget_may_be_added_to_a_study_whose_split_is_made(
+    tmp_path: Path,
+) -> None:
+    from partnd.recipes.sleep_study import SleepStudy, StudyConfig
+
+    out = tmp_path / "study"
+    SleepStudy(StudyConfig(out=out, progress=False, budgets=("1n",)))
+    (out / "split.json").write_text("{}")  # the split was made for these budgets
+    SleepStudy(StudyConfig(out=out, progress=False, budgets=("w20", "1n", "2n")))
+    assert json.loads((out / STUDY_MARKER).read_text())["budgets"] == ["w20", "1n", "2n"]
+    SleepStudy(StudyConfig(out=out, progress=False, budgets=("2n",)))  # and removed
+    with pytest.raises(InputError, match=r"budgets: \['2n'\] stored -> \['2n', 2\] given"):
+        SleepStudy(StudyConfig(out=out, progress=False, budgets=("2n", 2)))
+
+
+def test_a_subject_budget_may_change_only_before_the_split_is_made(tmp_path: Path) -> None:
+    from partnd.recipes.sleep_study import SleepStudy, StudyConfig
+
+    out = tmp_path / "study"
+    SleepStudy(StudyConfig(out=out, progress=False, budgets=(1, 2)))
+    SleepStudy(StudyConfig(out=out, progress=False, budgets=(1, 4)))  # no split yet
+    (out / "split.json").write_text("{}")
+    with pytest.raises(InputError, match=r"budgets: \[1, 4\] stored -> \[1, 8\] given"):
+        SleepStudy(StudyConfig(out=out, progress=False, budgets=(1, 8)))
+    SleepStudy(StudyConfig(out=out, progress=False, budgets=(1, "1n", 4)))  # same split
+
+
+def test_the_split_is_sized_by_the_subject_budgets_only() -> None:
+    from partnd.recipes.study_data import split_sizes
+
+    assert split_sizes(["1n", "w20", "2n"]) == (1,)
+    assert split_sizes([8, "1n", 2, "w20"]) == (2, 8)
+    assert split_sizes(["4n", 1]) == (1,)
