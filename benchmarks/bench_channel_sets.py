@@ -17,7 +17,8 @@ Two measurements:
   ``set-dropout`` (channel dropout only), ``set-plain`` (neither) and ``set-attention``
   (``set`` pooling its channels by attention, ``channel_pool="attention"``), to choose one on
   validation. Reports each run's validation kappa (the selected checkpoint's) and test kappa,
-  the set models' test kappa given only ``--subset`` channels (the fixed model refuses them),
+  the set models' validation and test kappas given only ``--subset`` channels (the fixed model
+  refuses them; the validation one chooses among options meant for fewer channels),
   the means over the draws and each set variant's paired differences to ``fixed``
   (``OUT/kappa.json``, ``OUT/kappa.md``); with ``--vote-subsets N`` also the set models' kappas
   voting over at most N channel subsets (``evaluate(..., vote="subsets")``). A finished run
@@ -54,6 +55,7 @@ from partnd.finetuning.sequence import EVALUATION_CROP
 from partnd.finetuning.training import evaluate, finetune
 from partnd.models import PatchClassifier, create_encoder
 from partnd.models.montage import channel_set_overrides
+from partnd.models.serialization import load_classifier
 from partnd.recipes.bench_support import interleaved_times
 from partnd.recipes.sleep_study import (
     DEMO_ENCODER_OVERRIDES,
@@ -156,17 +158,22 @@ def mode_configs(fixed: FinetuneConfig, args: argparse.Namespace) -> dict[str, F
     return configs
 
 
-def held_out_data(study: SleepStudy, arm: str, channels: list[str] | None) -> Any:
-    """The test subjects' data of ``arm`` (their labelled windows, or their whole nights for
-    the night arm), with only ``channels`` when given."""
-    if channels is None:
+def held_out_data(
+    study: SleepStudy,
+    arm: str,
+    channels: list[str] | None,
+    subjects: list[str] | None = None,
+) -> Any:
+    """The data of ``arm`` (labelled windows, or whole nights for the night arm) of
+    ``subjects`` (default: the test subjects), with only ``channels`` when given."""
+    if channels is None and subjects is None:
         return (
             study.test_set
             if arm == "window"
             else study.sequences(study.split.test, EVALUATION_CROP, night=True)
         )
     reading = {
-        "records": study.split.records_of(study.split.test),
+        "records": study.split.records_of(study.split.test if subjects is None else subjects),
         "normalize": study.config.normalization,
         "channels": channels,
         "progress": False,
@@ -174,6 +181,16 @@ def held_out_data(study: SleepStudy, arm: str, channels: list[str] | None) -> An
     if arm == "window":
         return InMemoryWindows(study.store, labelled_only=True, **reading)
     return SleepNightDataset(study.store, context=EVALUATION_CROP, **reading)
+
+
+def validation_subset_kappa(
+    study: SleepStudy, args: argparse.Namespace, draw: LabelDraw, run_dir: Path
+) -> float:
+    """The kappa of a finished channel-set run's selected classifier (``run_dir``'s
+    ``classifier.pt``) on the draw's validation subjects given only ``args.subset``: what
+    chooses a channel option meant for fewer channels, on validation subjects."""
+    data = held_out_data(study, args.arm, args.subset, list(draw.validation))
+    return evaluate(load_classifier(run_dir), data, device=args.device).cohen_kappa
 
 
 def train_mode(
@@ -270,6 +287,12 @@ def kappa_benchmark(args: argparse.Namespace) -> None:
                 )
                 stored = {"key": key, "kappas": kappas}
                 atomic_write_json(stored, saved)
+            if mode in SET_MODES and "val_subset_kappa" not in stored["kappas"]:
+                run_dir = out / f"draw{seed}-{mode}"
+                stored["kappas"]["val_subset_kappa"] = validation_subset_kappa(
+                    study, args, draw, run_dir
+                )
+                atomic_write_json(stored, saved)
             row.update({f"{mode}_{name}": value for name, value in stored["kappas"].items()})
             print(json.dumps(row), flush=True)
         rows.append(row)
@@ -289,13 +312,17 @@ def kappa_benchmark(args: argparse.Namespace) -> None:
         atomic_write_text(kappa_markdown(report), out / "kappa.md")
 
 
+#: The kappas of a run, in the tables' order: validation and test, all channels and the subset.
+KAPPA_COLUMNS = ("val_kappa", "val_subset_kappa", "kappa", "subset_kappa")
+
+
 def kappa_report(rows: list[dict[str, Any]], modes: list[str]) -> dict[str, Any]:
     """The rows, each mode's means over the draws, and every channel-set mode's paired
     differences to ``fixed`` per draw (validation and test kappa) with their means."""
     means: dict[str, dict[str, float]] = {}
     for mode in modes:
         columns = {}
-        for name in ("val_kappa", "kappa", "subset_kappa"):
+        for name in KAPPA_COLUMNS:
             values = [row[f"{mode}_{name}"] for row in rows if f"{mode}_{name}" in row]
             if values:
                 columns[name] = float(np.mean(values))
@@ -333,26 +360,26 @@ def kappa_markdown(report: dict[str, Any]) -> str:
         f"{settings['steps']} steps at batch {settings['batch_size']}, validation every "
         f"{settings['eval_every_steps']} steps",
         "",
-        f"| draw | labelled subjects | mode | val κ | test κ | test κ on {subset} |",
-        "|---|---|---|---|---|---|",
+        f"| draw | labelled subjects | mode | val κ | val κ on {subset} | test κ | "
+        f"test κ on {subset} |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in report["rows"]:
         for mode in report["means"]:
+            values = (row.get(f"{mode}_{name}") for name in KAPPA_COLUMNS)
             lines.append(
                 f"| {row['draw']} | {', '.join(row['subjects'])} | {mode} | "
-                f"{cell(row.get(f'{mode}_val_kappa'))} | {cell(row.get(f'{mode}_kappa'))} | "
-                f"{cell(row.get(f'{mode}_subset_kappa'))} |"
+                + " | ".join(cell(value) for value in values)
+                + " |"
             )
     lines += [
         "",
-        f"| mode | mean val κ | mean test κ | mean test κ on {subset} |",
-        "|---|---|---|---|",
+        f"| mode | mean val κ | mean val κ on {subset} | mean test κ | mean test κ on {subset} |",
+        "|---|---|---|---|---|",
     ]
     for mode, means in report["means"].items():
-        lines.append(
-            f"| {mode} | {cell(means.get('val_kappa'))} | {cell(means.get('kappa'))} | "
-            f"{cell(means.get('subset_kappa'))} |"
-        )
+        values = (means.get(name) for name in KAPPA_COLUMNS)
+        lines.append(f"| {mode} | " + " | ".join(cell(value) for value in values) + " |")
     if report["differences"]:
         lines += ["", "| mode − fixed | draw | Δ val κ | Δ test κ |", "|---|---|---|---|"]
         for mode, difference in report["differences"].items():

@@ -69,7 +69,8 @@ def test_night_arm_trains_every_mode_on_one_draw_and_reports_paired_kappas(
     assert row["draw"] == 0 and len(row["subjects"]) == 1
     assert not set(row["subjects"]) & set(row["validation"])
     for mode in MODES:
-        names = ["val_kappa", "kappa"] + (["subset_kappa"] if mode != "fixed" else [])
+        names = ["val_kappa", "kappa"]
+        names += ["val_subset_kappa", "subset_kappa"] if mode != "fixed" else []
         for name in names:
             value = row[f"{mode}_{name}"]
             assert math.isfinite(value) and -1.0 <= value <= 1.0, (mode, name, value)
@@ -95,6 +96,30 @@ def test_night_arm_trains_every_mode_on_one_draw_and_reports_paired_kappas(
     again = json.loads((out / "kappa.json").read_text())
     assert again["rows"][0]["set_kappa"] == row["set_kappa"]
     assert list(again["means"]) == ["fixed", "set"]
+
+    # a run finished before the validation subset kappa existed gets it from its classifier
+    saved = json.loads((out / "draw0-set.json").read_text())
+    del saved["kappas"]["val_subset_kappa"]
+    (out / "draw0-set.json").write_text(json.dumps(saved))
+    checkpoint = (out / "draw0-set" / "classifier.pt").stat().st_mtime_ns
+    bench.main([*argv, "--modes", "set"])
+    restored = json.loads((out / "draw0-set.json").read_text())["kappas"]
+    assert restored["val_subset_kappa"] == pytest.approx(row["set_val_subset_kappa"])
+    assert (out / "draw0-set" / "classifier.pt").stat().st_mtime_ns == checkpoint
+
+
+def test_the_validation_subset_kappa_of_every_channel_is_the_validation_kappa(
+    bench, cohort: Path, tmp_path: Path
+) -> None:
+    """Given all six channels, the selected classifier read back from its run directory
+    stages the validation subjects exactly as the run's checkpoint selection measured."""
+    argv = ["kappa", "--arm", "night", "--src", str(cohort), "--store", str(tmp_path / "s.zarr")]
+    argv += ["--out", str(tmp_path / "out"), "--subjects", "1", "--steps", "3"]
+    argv += ["--batch-size", "2", "--eval-every", "3", "--overrides", json.dumps(TINY)]
+    channels = ["F3-M2", "F4-M1", "C3-M2", "C4-M1", "O1-M2", "O2-M1"]
+    bench.main([*argv, "--modes", "set", "--subset", *channels])
+    (row,) = json.loads((tmp_path / "out" / "kappa.json").read_text())["rows"]
+    assert row["set_val_subset_kappa"] == pytest.approx(row["set_val_kappa"], abs=1e-9)
 
 
 def test_window_arm_is_the_default_and_takes_the_step_and_batch_options(
