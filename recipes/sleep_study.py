@@ -167,9 +167,8 @@ class SleepStudy(StudyData):
         marker = self.out / STUDY_MARKER
         if not (self.out / "split.json").is_file() or not marker.is_file():
             return True
-        scale_budgets = SCALES[self.config.scale].budgets
-        stored = json.loads(marker.read_text()).get("budgets") or scale_budgets
-        return split_sizes(stored) == split_sizes(self.config.budgets or scale_budgets)
+        stored = json.loads(marker.read_text()).get("budgets")
+        return split_sizes(stored or SCALES[self.config.scale].budgets) == split_sizes(self.budgets)
 
     def build_shared_data(self, pool_pretraining: bool) -> None:
         """Build what the processes of a parallel run share, here, once, so that no two
