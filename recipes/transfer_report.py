@@ -5,9 +5,12 @@ Written into the study directory from its finished cells:
 * ``transfer_kappa.{csv,md,json}``: per row and target budget, kappa on the target's test
   subjects as mean ± std over draws, its 95 % cluster-bootstrap interval over test subjects (the
   mean over draws recomputed on each resample of subjects, :mod:`partnd.evaluation.bootstrap`),
-  every draw's kappa and how many draws are missing;
+  every draw's kappa, how many draws are missing, and the validation kappa of the checkpoints
+  selected (mean ± std over draws; blank for a row that selects none): the column to choose a
+  row or a pool by, since the test kappa must not choose;
 * ``transfer_differences.{csv,md,json}``: per budget and draw, every row minus scratch
-  (``supervised+night``) and minus classical+seq on the same draw, and what the draw labelled;
+  (``supervised+night``) and minus classical+seq on the same draw, what the draw labelled and
+  the selected checkpoint's validation kappa;
 * ``transfer_difference_summary.{csv,md,json}``: those differences as mean ± std over draws, how
   many draws are positive and how many distinct sets of labelled nights the draws hold;
 * ``transfer.png``: kappa against the target's labels, one line per row (mean over draws, min-max
@@ -52,6 +55,12 @@ def _kappa(labels: np.ndarray, predictions: np.ndarray, num_classes: int) -> flo
     return float(classification_metrics(labels, predictions, num_classes).cohen_kappa)
 
 
+def _val_kappa(cell: CellResult) -> float | None:
+    """The validation kappa of the checkpoint ``cell`` selected (``None``: it selected none)."""
+    value = cell.settings.get("val_kappa")
+    return None if value is None else float(value)
+
+
 def kappa_rows(
     cells: Sequence[CellResult],
     labels: np.ndarray,
@@ -61,7 +70,9 @@ def kappa_rows(
     n_boot: int = 1000,
 ) -> list[dict[str, Any]]:
     """One row per (row, budget): kappa mean ± std over draws, the 95 % bootstrap interval of
-    that mean over test subjects, every draw's kappa and the number of missing draws.
+    that mean over test subjects, every draw's kappa, the number of missing draws and
+    ``val_kappa``, the selected checkpoints' validation kappa as mean ± std over the draws that
+    selected one (blank when none did).
 
     Args:
         cells: Finished cells.
@@ -91,6 +102,7 @@ def kappa_rows(
 
             interval = bootstrap_metric(index, index, subjects, mean_kappa, n_boot=n_boot)
             kappas = [cell.report.cohen_kappa for cell in mine]
+            validation = [k for k in map(_val_kappa, mine) if k is not None]
             table.append(
                 {
                     "budget": budget,
@@ -99,13 +111,15 @@ def kappa_rows(
                     "ci95": f"[{interval.low:.3f}, {interval.high:.3f}]",
                     "draws": " ".join(f"{k:.3f}" for k in kappas),
                     "missing": max(0, expected_draws - len(mine)),
+                    "val_kappa": summary(validation),
                 }
             )
     return table
 
 
 def difference_rows(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
-    """Per budget and draw, every row's kappa minus each of :data:`REFERENCES` on that draw."""
+    """Per budget and draw, every row's kappa minus each of :data:`REFERENCES` on that draw,
+    and ``val_kappa``, the validation kappa of the checkpoint it selected (blank: none)."""
     by_key = {(c.label, c.budget, c.seed): c for c in cells}
     rows = []
     for budget in budget_order(cell.budget for cell in cells):
@@ -120,6 +134,8 @@ def difference_rows(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
                     if base is None or base is cell
                     else round(cell.report.cohen_kappa - base.report.cohen_kappa, 4)
                 )
+            validation = _val_kappa(cell)
+            line["val_kappa"] = "" if validation is None else round(validation, 4)
             rows.append(line)
     return rows
 

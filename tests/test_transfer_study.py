@@ -367,8 +367,22 @@ def test_tiny_transfer_study_end_to_end_and_resumed(tmp_path: Path) -> None:
         kappa_metric(len(study.class_names)),
     )
     assert shared["ci95"] == f"[{interval.low:.3f}, {interval.high:.3f}]"
+    # validation kappa: the selected checkpoints', blank for the rows that select none
+    loaded = {(c.label, c.seed): c for c in (study.load_cell(*cell) for cell in cells)}
+    for row in table:
+        picked = [
+            c.settings.get("val_kappa") for (label, _), c in loaded.items() if label == row["row"]
+        ]
+        if row["row"] in ("source_supervised zeroshot", "yasa_pretrained+seq"):
+            assert picked == [None, None] and row["val_kappa"] == ""
+        if row["row"] in ("supervised+night", "source_supervised+night", "mae+night @target"):
+            assert None not in picked
+            assert row["val_kappa"].startswith(f"{np.mean(picked):.3f} ± ")
     differences = json.loads((study.out / "transfer_differences.json").read_text())
     assert len(differences) == len(cells)
+    for row in differences:
+        selected = loaded[(row["row"], row["seed"])].settings.get("val_kappa")
+        assert row["val_kappa"] == ("" if selected is None else pytest.approx(selected, abs=1e-4))
     scratch = {r["seed"]: r["kappa"] for r in differences if r["row"] == "supervised+night"}
     for row in differences:
         if row["row"] != "supervised+night":
