@@ -15,12 +15,17 @@ Written into the study directory from its finished cells:
   many draws are positive and how many distinct sets of labelled nights the draws hold;
 * ``transfer.png``: kappa against the target's labels, one line per row (mean over draws, min-max
   band, every draw a dot);
+* in every table and the figure, when the study holds two or more self-supervised rows, the row
+  ``self-supervised by validation`` (:data:`CHOSEN_ROW`): on each draw, the self-supervised row
+  (a method on a pool) whose selected checkpoint has the highest validation kappa, which is
+  what a user choosing the method and the pool on validation subjects would get;
 * ``config.json``: the study's resolved settings.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import matplotlib
@@ -41,11 +46,23 @@ from partnd.recipes.study_tasks import Cell
 if TYPE_CHECKING:
     from partnd.recipes.transfer_study import Row, TransferStudy
 
-__all__ = ["REFERENCES", "difference_rows", "kappa_rows", "plot_transfer", "write_report"]
+__all__ = [
+    "CHOSEN_ROW",
+    "REFERENCES",
+    "chosen_on_validation",
+    "difference_rows",
+    "kappa_rows",
+    "plot_transfer",
+    "write_report",
+]
 
 #: The rows every other row is paired with on each draw: scratch and classical+seq.
 REFERENCES = ("supervised+night", "classical+seq")
 
+
+_CHOSEN_METHOD, _CHOSEN_ARM = "self-supervised", "by validation"
+#: The label of the self-supervised row chosen on validation (:func:`chosen_on_validation`).
+CHOSEN_ROW = f"{_CHOSEN_METHOD} {_CHOSEN_ARM}"
 
 #: Line style by pretraining pool: the mixed pool dashed, the target's nights dotted.
 _POOL_STYLES = {"mixed": "--", "target": ":"}
@@ -59,6 +76,31 @@ def _val_kappa(cell: CellResult) -> float | None:
     """The validation kappa of the checkpoint ``cell`` selected (``None``: it selected none)."""
     value = cell.settings.get("val_kappa")
     return None if value is None else float(value)
+
+
+def chosen_on_validation(cells: Sequence[CellResult]) -> list[CellResult]:
+    """Per budget and draw, the self-supervised cell (one pretrained on a pool) whose selected
+    checkpoint has the highest validation kappa (the first in ``cells``' order on a tie), as a
+    cell of the row :data:`CHOSEN_ROW` whose ``settings["chosen"]`` names the row it took.
+
+    Only the target's validation subjects choose; the test kappa never does. Empty unless two
+    or more self-supervised rows have a validation kappa (with one there is nothing to choose).
+
+    Args:
+        cells: Finished cells of the study.
+    """
+    candidates = [c for c in cells if c.pool is not None and _val_kappa(c) is not None]
+    if len({c.label for c in candidates}) < 2:
+        return []
+    chosen = []
+    for key in dict.fromkeys((c.budget, c.seed) for c in candidates):
+        mine = [c for c in candidates if (c.budget, c.seed) == key]
+        best = max(mine, key=lambda c: _val_kappa(c) or 0.0)
+        settings = {**best.settings, "chosen": best.label}
+        chosen.append(
+            replace(best, method=_CHOSEN_METHOD, arm=_CHOSEN_ARM, pool=None, settings=settings)
+        )
+    return chosen
 
 
 def kappa_rows(
@@ -196,6 +238,7 @@ def write_report(study: TransferStudy, rows: Sequence[Row], cells: Sequence[Cell
     """Write the tables, the figure and ``config.json`` from the finished ``cells`` of
     ``rows`` (a partial study gives partial tables: column ``missing``)."""
     finished = [study.load_cell(*cell) for cell in cells if study.cell_done(*cell)]
+    finished += chosen_on_validation(finished)
     config = study.config
     atomic_write_json(
         {**config.settings, "rows": [list(r) for r in rows]}, study.out / "config.json"

@@ -19,7 +19,7 @@ from partnd.finetuning.sequence import EVALUATION_CROP
 from partnd.recipes import transfer_study
 from partnd.recipes.study_directory import run_recipe
 from partnd.recipes.transfer_data import TransferConfig, cohort_seeds
-from partnd.recipes.transfer_report import write_report
+from partnd.recipes.transfer_report import CHOSEN_ROW, write_report
 from partnd.recipes.transfer_study import (
     SOURCE_SUPERVISED,
     ZERO_SHOT,
@@ -356,6 +356,7 @@ def test_tiny_transfer_study_end_to_end_and_resumed(tmp_path: Path) -> None:
         "mae+night @mixed",
         "part_windows+night @target",
         "mae+night @target",
+        CHOSEN_ROW,
     }
     assert all(row["missing"] == 0 for row in table)
     # the interval of a row whose draws agree is the bootstrap interval of its one prediction
@@ -379,8 +380,16 @@ def test_tiny_transfer_study_end_to_end_and_resumed(tmp_path: Path) -> None:
             assert None not in picked
             assert row["val_kappa"].startswith(f"{np.mean(picked):.3f} ± ")
     differences = json.loads((study.out / "transfer_differences.json").read_text())
-    assert len(differences) == len(cells)
+    assert len(differences) == len(cells) + 2  # and the row chosen on validation, per draw
+    for seed in (0, 1):
+        pretrained = [c for (_, s), c in loaded.items() if s == seed and c.pool is not None]
+        best = max(pretrained, key=lambda c: c.settings["val_kappa"])
+        (chosen,) = [r for r in differences if r["row"] == CHOSEN_ROW and r["seed"] == seed]
+        assert chosen["kappa"] == round(best.report.cohen_kappa, 4)
+        assert chosen["val_kappa"] == pytest.approx(best.settings["val_kappa"], abs=1e-4)
     for row in differences:
+        if row["row"] == CHOSEN_ROW:
+            continue
         selected = loaded[(row["row"], row["seed"])].settings.get("val_kappa")
         assert row["val_kappa"] == ("" if selected is None else pytest.approx(selected, abs=1e-4))
     scratch = {r["seed"]: r["kappa"] for r in differences if r["row"] == "supervised+night"}
