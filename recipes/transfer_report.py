@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import matplotlib
@@ -89,13 +90,12 @@ def chosen_on_validation(cells: Sequence[CellResult]) -> list[CellResult]:
     Args:
         cells: Finished cells of the study.
     """
-    candidates = [c for c in cells if c.pool is not None and _val_kappa(c) is not None]
-    if len({c.label for c in candidates}) < 2:
+    scored = [(k, c) for c in cells if c.pool is not None and (k := _val_kappa(c)) is not None]
+    if len({c.label for _, c in scored}) < 2:
         return []
     chosen = []
-    for key in dict.fromkeys((c.budget, c.seed) for c in candidates):
-        mine = [c for c in candidates if (c.budget, c.seed) == key]
-        best = max(mine, key=lambda c: _val_kappa(c) or 0.0)
+    for key in dict.fromkeys((c.budget, c.seed) for _, c in scored):
+        _, best = max(((k, c) for k, c in scored if (c.budget, c.seed) == key), key=itemgetter(0))
         settings = {**best.settings, "chosen": best.label}
         chosen.append(
             replace(best, method=_CHOSEN_METHOD, arm=_CHOSEN_ARM, pool=None, settings=settings)
