@@ -46,8 +46,8 @@ from partnd._validation import check
 from partnd.cli.errors import OptionNames
 from partnd.engine.run_dir import RunDir
 from partnd.objectives import list_objectives
-from partnd.recipes.night_options import add_night_set_argument, night_overrides
 from partnd.recipes.report_files import write_table
+from partnd.recipes.set_options import add_set_arguments, night_overrides, pretrain_overrides
 from partnd.recipes.sleep_report import (
     default_reference,
     plot_confusion_matrices,
@@ -137,6 +137,7 @@ SLEEP_OPTIONS = OptionNames(
         "FinetuneConfig.context": "--context",
         "FinetuneConfig.min_steps": "--finetune-steps",
         "night_overrides": "--night-set",
+        "pretrain_overrides": "--pretrain-set",
         "FinetuneConfig.device": "--device",
         "PretrainConfig.epochs": "--pretrain-epochs",
         "PretrainConfig.min_steps": "--pretrain-steps",
@@ -388,7 +389,7 @@ def add_study_arguments(
         "epochs of its training subjects' windows: 2 steps on 300 windows at batch 64 run 5; "
         "each cell records the steps it ran)",
     )
-    add_night_set_argument(parser)
+    add_set_arguments(parser)
     add_run_arguments(parser)
 
 
@@ -442,7 +443,7 @@ def study_from_args(
         seed=args.seed,
         device=args.device,
         progress=args.progress,
-        pretrain_overrides=_pretrain_budget(args),
+        pretrain_overrides={**_pretrain_budget(args), **pretrain_overrides(args.pretrain_set)},
         finetune_overrides={}
         if args.finetune_steps is None
         else {"min_steps": args.finetune_steps},

@@ -80,7 +80,7 @@ from partnd.models import NightClassifier
 from partnd.models.serialization import CLASSIFIER_FILE, load_classifier
 from partnd.objectives import list_objectives
 from partnd.objectives.registry import registered
-from partnd.recipes.night_options import add_night_set_argument, night_overrides
+from partnd.recipes.set_options import add_set_arguments, night_overrides, pretrain_overrides
 from partnd.recipes.sleep_study import SleepStudy
 from partnd.recipes.study_cell_store import save_npy
 from partnd.recipes.study_cells import StudyCells
@@ -495,6 +495,7 @@ OPTIONS = OptionNames(
         "labelled_sources": "--labelled-sources",
         "draws": "--draws",
         "night_overrides": "--night-set",
+        "pretrain_overrides": "--pretrain-set",
         "pools": "--pools",
         "target_records": "--target-records",
         "source_records": "--source-records",
@@ -551,7 +552,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed of the split and cohorts")
     parser.add_argument("--n-jobs", type=int, default=1, help="cohort and ingest workers")
     parser.add_argument("--jobs", type=int, default=1, help="run: cells in parallel processes")
-    add_night_set_argument(parser)
+    add_set_arguments(parser)
     add_worker_arguments(parser)
     add_run_arguments(parser)
     return parser
@@ -567,6 +568,7 @@ def config_from_args(args: argparse.Namespace) -> TransferConfig:
         budgets=tuple(args.budgets),
         draws=args.draws,
         night_overrides=night_overrides(args.night_set),
+        pretrain_overrides=pretrain_overrides(args.pretrain_set),
         scale=args.scale,
         target_records=args.target_records,
         source_records=args.source_records,

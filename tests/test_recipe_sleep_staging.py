@@ -450,3 +450,30 @@ def test_scales_are_typed_frozen_and_refuse_unknown_config_fields() -> None:
         demo.replace(by_budget={"night": {2: {"min_step": 5}}})
     with pytest.raises(InputError, match=r"StudyScale\.frontend"):
         demo.replace(frontend="fourier")
+
+
+def test_the_study_command_line_sets_pretraining_fields_last(tmp_path: Path) -> None:
+    def study(out: str, *options: str) -> StudyConfig:
+        argv = ["all", "--out", out, "--rows", "part_windows:night", "mae:night", *options]
+        args = sleep_staging.build_parser("t").parse_args(argv)
+        return sleep_staging.study_from_args(args, [("part_windows", "night")]).config
+
+    options = ["--pretrain-steps", "40", "--pretrain-set", "variance_weight=100"]
+    options += ["--pretrain-set", "covariance_weight=4", "--pretrain-set", "min_steps=60"]
+    config = study(str(tmp_path / "vicreg"), *options)
+    expected = {"epochs": 1, "min_steps": 60, "variance_weight": 100, "covariance_weight": 4}
+    assert config.pretrain_overrides == expected  # after --pretrain-steps: its min_steps wins
+    assert config.settings["pretrain_overrides"] == expected
+    for method in ("part_windows", "mae"):  # every method's; MAE's objective has no such term
+        pretraining = config.pretrain_config(method)
+        assert (pretraining.variance_weight, pretraining.covariance_weight) == (100, 4)
+        assert pretraining.min_steps == 60
+    assert study(str(tmp_path / "plain")).pretrain_config("part_windows").variance_weight == 0
+    refused = str(tmp_path / "refused")
+    with pytest.raises(InputError, match=r"^--pretrain-set: expected FIELD=VALUE, got 'x'"):
+        study(refused, "--pretrain-set", "x")
+    with pytest.raises(InputError, match=r"^--pretrain-set: expected PretrainConfig field names"):
+        study(refused, "--pretrain-set", "variance=1")
+    with pytest.raises(InputError, match=r"^PretrainConfig\.variance_weight: expected"):
+        study(refused, "--pretrain-set", "variance_weight=-1")
+    assert not Path(refused).exists()  # refused before the study directory is claimed

@@ -252,15 +252,18 @@ def test_pools_and_night_set_options_choose_rows_and_night_fields(
     out = tmp_path / "s"
     argv = ["cells", "--out", str(out), "--budgets", "1n", "--draws", "2", "--methods", "mae"]
     argv += ["--pools", "mixed", "--night-set", "min_steps=150", "--night-set", "probe_steps=5"]
+    argv += ["--pretrain-set", "variance_weight=25"]
     assert transfer_study.main(argv) == 0
     lines = capsys.readouterr().out.split()
     assert len(lines) == 7 * 2  # six label rows and MAE on the mixed pool, two draws
     assert "mae:night:1n:1:mixed" in lines and not any(line.endswith(":target") for line in lines)
     settings = json.loads((out / "study.json").read_text())
     assert settings["night_overrides"] == {"min_steps": 150, "probe_steps": 5}
+    assert settings["pretrain_overrides"]["variance_weight"] == 25
     study = TransferStudy(
         transfer_study.config_from_args(transfer_study.build_parser().parse_args(argv))
     )
+    assert study.config.pretrain_config("part_windows", pool=True).variance_weight == 25
     night = study.config.finetune_config("mae", 0, "night", study.budgets[0])
     assert night.min_steps == 150 and night.probe_steps == 5
     scratch = study.config.finetune_config("supervised", 0, "night", study.budgets[0])
@@ -281,7 +284,7 @@ def test_pools_and_night_set_options_choose_rows_and_night_fields(
     ]
     with pytest.raises(InputError, match=r"pools: expected pools among \('mixed', 'target'\)"):
         transfer_rows(["mae"], ["both"])
-    for bad in (["--pools", "both"], ["--night-set", "probe_steps"]):
+    for bad in (["--pools", "both"], ["--night-set", "probe_steps"], ["--pretrain-set", "lr"]):
         command = ["cells", "--out", str(tmp_path / "bad"), *bad]
         status = run_recipe(
             "ts", lambda argv=command: transfer_study.main(argv), transfer_study.OPTIONS

@@ -1,0 +1,90 @@
+"""The ``--pretrain-set`` and ``--night-set FIELD=VALUE`` options of the sleep recipes: fields of
+every pretraining's config and of the night arm's fine-tuning config, applied after every other
+setting and saved with the study."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from partnd._validation import check
+from partnd.engine.config import FinetuneConfig, PretrainConfig, TrainConfig
+
+__all__ = ["add_set_arguments", "night_overrides", "pretrain_overrides"]
+
+
+def add_set_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--pretrain-set`` and ``--night-set`` (repeatable; ``args.pretrain_set`` and
+    ``args.night_set``: the ``FIELD=VALUE`` texts)."""
+    parser.add_argument(
+        "--pretrain-set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a pretraining config field of every self-supervised method (repeatable; values "
+        "are JSON), applied last: e.g. variance_weight=100 and covariance_weight=4 add VICReg's "
+        "anti-collapse terms to PART's loss (ignored by the methods without them). Saved with "
+        "the study: a study directory keeps the values it was made with",
+    )
+    parser.add_argument(
+        "--night-set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a fine-tuning config field of the night arm (repeatable; values are JSON), "
+        "applied last: e.g. min_steps=150 trains every night classifier for 150 steps, "
+        "probe_steps=100 holds a pretrained encoder for the first 100 steps (linear probe, then "
+        "fine-tune; a no-op for the rows trained from scratch), pretrained_levels=temporal "
+        "starts a part_windows night classifier from its pretrained temporal level only (and "
+        "a fresh window encoder). Saved with the study: a study "
+        "directory keeps the values it was made with",
+    )
+
+
+def _assigned_fields(
+    assignments: Sequence[str], config_cls: type[TrainConfig], option: str
+) -> dict[str, Any]:
+    """Field name -> value of ``FIELD=VALUE`` texts, read as ``config_cls``'s field types (a
+    later assignment of a field wins); an item without ``=`` or an unknown field names
+    ``option``."""
+    values: dict[str, Any] = {}
+    for item in assignments:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        check(bool(sep) and bool(key), option, "FIELD=VALUE", repr(item))
+        config_cls.check_field_names([key], option)
+        values[key] = config_cls.parse_value(key, text)
+    return values
+
+
+def pretrain_overrides(assignments: Sequence[str]) -> dict[str, Any]:
+    """The :class:`PretrainConfig` fields of ``--pretrain-set FIELD=VALUE`` options.
+
+    Args:
+        assignments: The ``FIELD=VALUE`` texts; values are read as the field's type
+            (:meth:`PretrainConfig.parse_value`), a later assignment of a field wins.
+
+    Returns:
+        Field name -> value.
+
+    Raises:
+        InputError: An item without ``=`` or an unknown field, naming ``--pretrain-set``.
+    """
+    return _assigned_fields(assignments, PretrainConfig, "--pretrain-set")
+
+
+def night_overrides(assignments: Sequence[str]) -> dict[str, Any]:
+    """The night arm's :class:`FinetuneConfig` fields of ``--night-set FIELD=VALUE`` options.
+
+    Args:
+        assignments: The ``FIELD=VALUE`` texts; values are read as the field's type
+            (:meth:`FinetuneConfig.parse_value`), a later assignment of a field wins.
+
+    Returns:
+        Field name -> value.
+
+    Raises:
+        InputError: An item without ``=`` or an unknown field, naming ``--night-set``.
+    """
+    return _assigned_fields(assignments, FinetuneConfig, "--night-set")
