@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from partnd._validation import check
-from partnd.engine.config import FinetuneConfig, PretrainConfig, TrainConfig
+from partnd.engine.config import TrainConfig
 
-__all__ = ["add_set_arguments", "night_overrides", "pretrain_overrides"]
+__all__ = ["add_set_arguments", "assigned_fields"]
 
 
 def add_set_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,12 +42,24 @@ def add_set_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _assigned_fields(
+def assigned_fields(
     assignments: Sequence[str], config_cls: type[TrainConfig], option: str
 ) -> dict[str, Any]:
-    """Field name -> value of ``FIELD=VALUE`` texts, read as ``config_cls``'s field types (a
-    later assignment of a field wins); an item without ``=`` or an unknown field names
-    ``option``."""
+    """The ``config_cls`` fields of ``FIELD=VALUE`` options (``--pretrain-set`` with
+    :class:`PretrainConfig`, ``--night-set`` with :class:`FinetuneConfig`).
+
+    Args:
+        assignments: The ``FIELD=VALUE`` texts; values are read as the field's type
+            (``config_cls.parse_value``), a later assignment of a field wins.
+        config_cls: The configuration class whose fields they set.
+        option: The option the texts came from, named by errors.
+
+    Returns:
+        Field name -> value.
+
+    Raises:
+        InputError: An item without ``=`` or an unknown field, naming ``option``.
+    """
     values: dict[str, Any] = {}
     for item in assignments:
         key, sep, text = item.partition("=")
@@ -56,35 +68,3 @@ def _assigned_fields(
         config_cls.check_field_names([key], option)
         values[key] = config_cls.parse_value(key, text)
     return values
-
-
-def pretrain_overrides(assignments: Sequence[str]) -> dict[str, Any]:
-    """The :class:`PretrainConfig` fields of ``--pretrain-set FIELD=VALUE`` options.
-
-    Args:
-        assignments: The ``FIELD=VALUE`` texts; values are read as the field's type
-            (:meth:`PretrainConfig.parse_value`), a later assignment of a field wins.
-
-    Returns:
-        Field name -> value.
-
-    Raises:
-        InputError: An item without ``=`` or an unknown field, naming ``--pretrain-set``.
-    """
-    return _assigned_fields(assignments, PretrainConfig, "--pretrain-set")
-
-
-def night_overrides(assignments: Sequence[str]) -> dict[str, Any]:
-    """The night arm's :class:`FinetuneConfig` fields of ``--night-set FIELD=VALUE`` options.
-
-    Args:
-        assignments: The ``FIELD=VALUE`` texts; values are read as the field's type
-            (:meth:`FinetuneConfig.parse_value`), a later assignment of a field wins.
-
-    Returns:
-        Field name -> value.
-
-    Raises:
-        InputError: An item without ``=`` or an unknown field, naming ``--night-set``.
-    """
-    return _assigned_fields(assignments, FinetuneConfig, "--night-set")

@@ -44,10 +44,11 @@ import numpy as np
 
 from partnd._validation import check
 from partnd.cli.errors import OptionNames
+from partnd.engine.config import FinetuneConfig, PretrainConfig
 from partnd.engine.run_dir import RunDir
 from partnd.objectives import list_objectives
 from partnd.recipes.report_files import write_table
-from partnd.recipes.set_options import add_set_arguments, night_overrides, pretrain_overrides
+from partnd.recipes.set_options import add_set_arguments, assigned_fields
 from partnd.recipes.sleep_report import (
     default_reference,
     plot_confusion_matrices,
@@ -443,12 +444,15 @@ def study_from_args(
         seed=args.seed,
         device=args.device,
         progress=args.progress,
-        pretrain_overrides={**_pretrain_budget(args), **pretrain_overrides(args.pretrain_set)},
+        pretrain_overrides={
+            **_pretrain_budget(args),
+            **assigned_fields(args.pretrain_set, PretrainConfig, "--pretrain-set"),
+        },
         finetune_overrides={}
         if args.finetune_steps is None
         else {"min_steps": args.finetune_steps},
         sequence_overrides={} if args.context is None else {"context": args.context},
-        night_overrides=night_overrides(args.night_set),
+        night_overrides=assigned_fields(args.night_set, FinetuneConfig, "--night-set"),
         normalize=args.normalize,
         frontend=args.frontend,
         budgets=None if args.budgets is None else tuple(args.budgets),

@@ -72,7 +72,7 @@ from partnd.datasets.sleep_windows import SleepWindowDataset
 from partnd.datasets.splits import make_subject_split
 from partnd.datasets.store import SleepStore
 from partnd.engine.checkpoint import atomic_save
-from partnd.engine.config import FinetuneConfig
+from partnd.engine.config import FinetuneConfig, PretrainConfig
 from partnd.engine.run_dir import RunDir
 from partnd.finetuning.sequence import EVALUATION_CROP
 from partnd.finetuning.training import finetune
@@ -80,7 +80,7 @@ from partnd.models import NightClassifier
 from partnd.models.serialization import CLASSIFIER_FILE, load_classifier
 from partnd.objectives import list_objectives
 from partnd.objectives.registry import registered
-from partnd.recipes.set_options import add_set_arguments, night_overrides, pretrain_overrides
+from partnd.recipes.set_options import add_set_arguments, assigned_fields
 from partnd.recipes.sleep_study import SleepStudy
 from partnd.recipes.study_cell_store import save_npy
 from partnd.recipes.study_cells import StudyCells
@@ -567,8 +567,8 @@ def config_from_args(args: argparse.Namespace) -> TransferConfig:
         labelled_sources=None if args.labelled_sources is None else tuple(args.labelled_sources),
         budgets=tuple(args.budgets),
         draws=args.draws,
-        night_overrides=night_overrides(args.night_set),
-        pretrain_overrides=pretrain_overrides(args.pretrain_set),
+        night_overrides=assigned_fields(args.night_set, FinetuneConfig, "--night-set"),
+        pretrain_overrides=assigned_fields(args.pretrain_set, PretrainConfig, "--pretrain-set"),
         scale=args.scale,
         target_records=args.target_records,
         source_records=args.source_records,
