@@ -23,8 +23,9 @@ def add_set_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="FIELD=VALUE",
         help="a pretraining config field of every self-supervised method (repeatable; values "
-        "are JSON), applied last: e.g. variance_weight=100 and covariance_weight=4 add VICReg's "
-        "anti-collapse terms to PART's loss (ignored by the methods without them). Saved with "
+        "are JSON), applied last: e.g. variance_weight=1000 and covariance_weight=40 add "
+        "VICReg's anti-collapse terms to PART's loss, in its units (ignored by the methods "
+        "without them). Saved with "
         "the study: a study directory keeps the values it was made with",
     )
     parser.add_argument(
