@@ -16,8 +16,9 @@ from partnd._validation import InputError
 from partnd.datasets.segments import SleepSegmentDataset
 from partnd.datasets.sleep_windows import SleepWindowDataset
 from partnd.datasets.store import create_store, write_record
-from partnd.engine.config import PretrainConfig
+from partnd.engine.config import FinetuneConfig, PretrainConfig
 from partnd.engine.normalization import instance_normalize
+from partnd.finetuning.training import finetune
 from partnd.models.frontends import list_frontends
 from partnd.models.sequence import HierarchicalEncoder
 from partnd.models.serialization import load_encoder, load_hierarchical_encoder
@@ -179,6 +180,44 @@ def test_planted_cross_window_structure_falls_below_the_floor(anchored: bool) ->
     assert nmse < 0.6 and isolated < 0.6
 
 
+def test_a_held_window_encoder_takes_no_step_while_the_temporal_level_learns() -> None:
+    """``trained_levels="temporal"``: the window encoder keeps its seeded random weights, the
+    temporal level and the head learn the planted rhythm from its features."""
+    torch.manual_seed(0)
+    model = build(trained_levels="temporal")
+    window = {name: p.detach().clone() for name, p in model.hierarchical.window.named_parameters()}
+    temporal = {
+        name: p.detach().clone() for name, p in model.hierarchical.temporal.named_parameters()
+    }
+    assert not any(p.requires_grad for p in model.hierarchical.window.parameters())
+    assert all(p.requires_grad for p in model.hierarchical.temporal.parameters())
+    metrics = objective_steps(
+        model, drifting_rhythm, 150, lr=2e-3, record=lambda out: float(out.metrics["nmse"])
+    )
+    for name, p in model.hierarchical.window.named_parameters():
+        assert torch.equal(p, window[name]), name
+    moved = [
+        not torch.equal(p, temporal[name])
+        for name, p in model.hierarchical.temporal.named_parameters()
+    ]
+    assert all(moved)
+    assert sum(metrics[-30:]) / 30 < 0.75  # white noise stays above 0.85 (below)
+
+
+def test_held_window_encoder_on_white_noise_stays_at_the_floor() -> None:
+    nmse, isolated = train(white_noise, trained_levels="temporal")
+    assert nmse > 0.85 and isolated > 0.85
+
+
+def test_trained_levels_is_checked() -> None:
+    with pytest.raises(InputError, match="trained_levels"):
+        config(trained_levels="window")
+    with pytest.raises(InputError, match="method='mae'"):
+        PretrainConfig.preset("test", method="mae", trained_levels="temporal")
+    with pytest.raises(InputError, match="anti-collapse"):
+        config(trained_levels="temporal", variance_weight=1.0)
+
+
 def test_isolated_windows_share_no_sample_with_another() -> None:
     centers = torch.tensor([[20.0, 50.0, 150.0, 250.0], [0.0, 100.0, 200.0, 299.0]])
     expected = [[False, False, True, True], [True, True, False, False]]
@@ -267,6 +306,42 @@ def test_pretrain_saves_the_window_and_the_temporal_encoder(store: Path, tmp_pat
         assert torch.equal(value, from_checkpoint.state_dict()[name]), name
     with pytest.raises(InputError, match=r"temporal_encoder\.pt"):
         load_hierarchical_encoder(tmp_path / "checkpoints")
+
+
+def test_pretrain_with_a_held_window_encoder_saves_its_seeded_initialisation(
+    store: Path, tmp_path: Path
+) -> None:
+    segments = SleepSegmentDataset(store, segment_windows=SEGMENT)
+    settings = config(epochs=2, batch_size=4, trained_levels="temporal")
+    result = pretrain(segments, out_dir=tmp_path / "pretrain", config=settings)
+    torch.manual_seed(settings.seed)  # as pretrain seeds the objective's initialisation
+    initial = build_objective(settings, SignalSpec(2, (SEGMENT * WINDOW,)))
+    assert isinstance(initial, CrossWindowPART)
+    saved = load_hierarchical_encoder(tmp_path / "pretrain")
+    for name, value in initial.hierarchical.window.named_parameters():
+        assert torch.equal(value, saved.window.state_dict()[name]), name
+    changed = [
+        name
+        for name, value in initial.hierarchical.temporal.named_parameters()
+        if not torch.equal(value, saved.temporal.state_dict()[name])
+    ]
+    assert changed
+    written = json.loads((tmp_path / "pretrain" / "config.json").read_text())
+    assert written["trained_levels"] == "temporal"
+    # fine-tuning the returned window encoder trains it: the hold was the pretext's only
+    tuned = finetune(
+        result.encoder,
+        SleepWindowDataset(store, records=["tr01"]),
+        num_classes=5,
+        out_dir=tmp_path / "finetune",
+        config=FinetuneConfig.preset("test", batch_size=4, max_steps=2),
+    )
+    weights = dict(tuned.model.encoder.named_parameters())
+    assert all(
+        not torch.equal(weights[name], value)
+        for name, value in result.encoder.named_parameters()
+        if name.startswith("blocks.")
+    )
 
 
 def test_pretrain_reads_other_sleep_data_as_segments(store: Path, tmp_path: Path) -> None:

@@ -536,6 +536,12 @@ class PretrainConfig(TrainConfig):
             across-windows loss.
         within_pairs: ``part_joint``: within-window patch pairs per step (one set for the
             batch).
+        trained_levels: PART across windows: which levels the pretext trains. ``"all"`` (the
+            default) trains the window encoder and the temporal encoder; ``"temporal"`` holds
+            the window encoder at its seeded random initialisation (no gradient, no weight
+            decay) and trains only the temporal level over its features. The run directory then
+            holds a random window encoder and a temporal level trained on exactly its features,
+            a consistent pair for the night classifier.
     """
 
     method: str = "part"
@@ -575,6 +581,7 @@ class PretrainConfig(TrainConfig):
     covariance_weight: float = 0.0
     within_weight: float = 1.0
     within_pairs: int = 256
+    trained_levels: Literal["all", "temporal"] = "all"
 
     HEADS: ClassVar[tuple[str, ...]] = ("cross_attention", "pairwise_mlp", "mlp")
 
@@ -638,6 +645,32 @@ class PretrainConfig(TrainConfig):
         self._positive("covariance_weight", strict=False)
         self._positive("within_weight")
         self._positive("within_pairs")
+        self._check_trained_levels()
+
+    def _check_trained_levels(self) -> None:
+        check(
+            self.trained_levels in ("all", "temporal"),
+            self._arg("trained_levels"),
+            "'all' or 'temporal'",
+            repr(self.trained_levels),
+        )
+        if self.trained_levels == "all":
+            return
+        check(
+            self.method == "part_windows",
+            self._arg("trained_levels"),
+            "'all' unless method='part_windows' (the only objective with a temporal level "
+            "over a window encoder it could hold)",
+            f"{self.trained_levels!r} with method={self.method!r}",
+        )
+        check(
+            self.variance_weight == 0 and self.covariance_weight == 0,
+            self._arg("trained_levels"),
+            "'all' when the anti-collapse term is on (it acts on the window encoder's "
+            "features, which 'temporal' holds)",
+            f"{self.trained_levels!r} with variance_weight={self.variance_weight}, "
+            f"covariance_weight={self.covariance_weight}",
+        )
 
 
 @dataclass(frozen=True)

@@ -170,7 +170,8 @@ def balanced_class_weights(labels: np.ndarray, num_classes: int) -> torch.Tensor
 def _load_backbone(
     encoder: ViTEncoder | HierarchicalEncoder | str | Path | None,
 ) -> ViTEncoder | HierarchicalEncoder | None:
-    """The pretrained encoder ``finetune`` starts from (a copy), or ``None`` to build one.
+    """The pretrained encoder ``finetune`` starts from (a copy whose every parameter takes a
+    gradient), or ``None`` to build one.
 
     A run directory of PART across windows (``temporal_encoder.pt`` beside ``encoder.pt``) gives
     its hierarchical encoder: a sequence classifier keeps both levels, a single-window classifier
@@ -195,7 +196,9 @@ def _load_backbone(
         "a ViTEncoder or a HierarchicalEncoder",
         type(encoder).__name__,
     )
-    return copy.deepcopy(encoder)
+    backbone = copy.deepcopy(encoder)
+    backbone.requires_grad_(True)  # a level held in pretraining, or an EMA copy, trains here
+    return backbone
 
 
 def _check_architecture(

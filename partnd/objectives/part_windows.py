@@ -325,6 +325,7 @@ def part_windows_parts(
     ``patch_size``) on windows of ``window_samples``, pooled by ``window_pool``; the temporal
     encoder is ``config.temporal_encoder`` (with ``temporal_overrides``), with
     ``segment_windows`` slots and ``pos_mask_ratio`` hidden when ``pos_embed`` (anchored).
+    With ``trained_levels="temporal"`` the window encoder's parameters take no gradient.
     """
     check_segment_spec(config, spec)
     check(
@@ -360,6 +361,8 @@ def part_windows_parts(
             table = sincos_positions(config.segment_windows, temporal.embed_dim)
             temporal.pos_embed.copy_(_SINCOS_SCALE * table)
     encoder = HierarchicalEncoder(window, temporal, config.window_samples)
+    if config.trained_levels == "temporal":
+        window.requires_grad_(False)
     head = build_head(
         config.head,
         embed_dim=encoder.embed_dim,
