@@ -5,13 +5,13 @@ setting and saved with the study."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from partnd._validation import check
-from partnd.engine.config import TrainConfig
+from partnd.engine.config import PretrainConfig, TrainConfig
 
-__all__ = ["add_set_arguments", "assigned_fields"]
+__all__ = ["add_set_arguments", "assigned_fields", "pretrain_fields_for"]
 
 
 def add_set_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,8 +25,9 @@ def add_set_arguments(parser: argparse.ArgumentParser) -> None:
         help="a pretraining config field of every self-supervised method (repeatable; values "
         "are JSON), applied last: e.g. variance_weight=1000 and covariance_weight=40 add "
         "VICReg's anti-collapse terms to PART's loss, in its units (ignored by the methods "
-        "without them). Saved with "
-        "the study: a study directory keeps the values it was made with",
+        "without them); trained_levels=temporal holds part_windows' window encoder at its "
+        "random initialisation and trains its temporal level only (the other methods keep "
+        "'all'). Saved with the study: a study directory keeps the values it was made with",
     )
     parser.add_argument(
         "--night-set",
@@ -69,3 +70,22 @@ def assigned_fields(
         config_cls.check_field_names([key], option)
         values[key] = config_cls.parse_value(key, text)
     return values
+
+
+def pretrain_fields_for(method: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``--pretrain-set`` fields that apply to ``method``'s pretraining.
+
+    Every field applies, except ``trained_levels`` for a method without a window encoder under
+    a temporal level to hold (not in :attr:`PretrainConfig.HELD_LEVEL_METHODS`): that method
+    keeps its default, as the methods without VICReg's terms ignore their weights.
+
+    Args:
+        method: The pretraining objective.
+        fields: Field name -> value, from :func:`assigned_fields`.
+
+    Returns:
+        The fields for ``method``'s :class:`PretrainConfig`.
+    """
+    if method in PretrainConfig.HELD_LEVEL_METHODS:
+        return dict(fields)
+    return {key: value for key, value in fields.items() if key != "trained_levels"}

@@ -26,6 +26,7 @@ from partnd.models.braindecode_stagers import NIGHT_STAGERS, STAGERS
 from partnd.objectives import list_objectives
 from partnd.objectives.registry import registered
 from partnd.recipes.baselines import POOL_CEILING, SCRATCH_METHODS
+from partnd.recipes.set_options import pretrain_fields_for
 from partnd.recipes.study_scales import SCALES, STUDY_FRONTENDS, budget_settings
 
 __all__ = [
@@ -364,7 +365,7 @@ class StudyConfig:
             **scale.pretrain,
             **scale.pretrain_methods.get(method, budget),
             **(scale.pool_pretrain if pool else {}),
-            **self.pretrain_overrides,
+            **pretrain_fields_for(method, self.pretrain_overrides),
             **(self.pool_overrides if pool else {}),
         }
         values = self._with_frontend(values)

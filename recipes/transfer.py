@@ -79,6 +79,7 @@ from partnd.models.channel_vote import VOTES
 from partnd.models.serialization import load_classifier
 from partnd.objectives.registry import registered
 from partnd.pretraining import pretrain
+from partnd.recipes.set_options import pretrain_fields_for
 
 __all__ = ["SUPERVISED", "TransferResult", "transfer"]
 
@@ -486,7 +487,11 @@ def transfer(
         "device": device,
         "seed": seed,
     }
-    pretrain_fields = {**settings, "method": method, **dict(pretrain_overrides or {})}
+    pretrain_fields = {
+        **settings,
+        "method": method,
+        **pretrain_fields_for(method, pretrain_overrides or {}),
+    }
     finetune_fields = {**settings, **dict(finetune_overrides or {})}
     for argument, fields in (
         ("pretrain_overrides", pretrain_fields),

@@ -12,6 +12,7 @@ import torch
 from partnd._validation import InputError
 from partnd.cohort.pc18_cohort import make_pc18_cohort
 from partnd.recipes import sample_efficiency, sleep_staging
+from partnd.recipes.set_options import pretrain_fields_for
 from partnd.recipes.sleep_study import SleepStudy, StudyConfig
 
 TINY_PRETRAIN = {
@@ -477,3 +478,20 @@ def test_the_study_command_line_sets_pretraining_fields_last(tmp_path: Path) -> 
     with pytest.raises(InputError, match=r"^PretrainConfig\.variance_weight: expected"):
         study(refused, "--pretrain-set", "variance_weight=-1")
     assert not Path(refused).exists()  # refused before the study directory is claimed
+
+
+def test_a_held_window_encoder_is_set_for_part_windows_only(tmp_path: Path) -> None:
+    """``--pretrain-set trained_levels=temporal`` reaches part_windows' pretraining, on the
+    pools too; every other method keeps 'all', which it alone accepts."""
+    argv = ["all", "--out", str(tmp_path / "held"), "--rows", "part_windows:night", "mae:night"]
+    argv += ["--pretrain-set", "trained_levels=temporal"]
+    args = sleep_staging.build_parser("t").parse_args(argv)
+    config = sleep_staging.study_from_args(args, [("part_windows", "night")]).config
+    config.check_settings(["part_windows", "mae"], [("part_windows", "night")])
+    assert config.pretrain_config("part_windows").trained_levels == "temporal"
+    assert config.pretrain_config("part_windows", pool=True).trained_levels == "temporal"
+    for method in ("part", "mae", "rp", "part_joint"):
+        assert config.pretrain_config(method).trained_levels == "all"
+    fields = {"trained_levels": "temporal", "variance_weight": 2.0}
+    assert pretrain_fields_for("part_windows", fields) == fields
+    assert pretrain_fields_for("mae", fields) == {"variance_weight": 2.0}

@@ -264,6 +264,10 @@ def test_pools_and_night_set_options_choose_rows_and_night_fields(
         transfer_study.config_from_args(transfer_study.build_parser().parse_args(argv))
     )
     assert study.config.pretrain_config("part_windows", pool=True).variance_weight == 25
+    held = [*argv[:-2], "--pretrain-set", "trained_levels=temporal"]
+    config = transfer_study.config_from_args(transfer_study.build_parser().parse_args(held))
+    assert config.pretrain_config("part_windows", pool=True).trained_levels == "temporal"
+    assert config.pretrain_config("mae", pool=True).trained_levels == "all"
     night = study.config.finetune_config("mae", 0, "night", study.budgets[0])
     assert night.min_steps == 150 and night.probe_steps == 5
     scratch = study.config.finetune_config("supervised", 0, "night", study.budgets[0])

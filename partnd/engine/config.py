@@ -584,6 +584,9 @@ class PretrainConfig(TrainConfig):
     trained_levels: Literal["all", "temporal"] = "all"
 
     HEADS: ClassVar[tuple[str, ...]] = ("cross_attention", "pairwise_mlp", "mlp")
+    #: The objectives whose window encoder ``trained_levels="temporal"`` can hold under a
+    #: temporal level.
+    HELD_LEVEL_METHODS: ClassVar[tuple[str, ...]] = ("part_windows",)
 
     #: A pretraining objective's step runs only inside the engine, at its fixed batch shape: CUDA
     #: graphs (:data:`~partnd.engine.compilation.AUTO_ON_CUDA`, measured to win there).
@@ -657,10 +660,10 @@ class PretrainConfig(TrainConfig):
         if self.trained_levels == "all":
             return
         check(
-            self.method == "part_windows",
+            self.method in self.HELD_LEVEL_METHODS,
             self._arg("trained_levels"),
-            "'all' unless method='part_windows' (the only objective with a temporal level "
-            "over a window encoder it could hold)",
+            f"'all' unless method is one of {self.HELD_LEVEL_METHODS} (a temporal level over "
+            "a window encoder it could hold)",
             f"{self.trained_levels!r} with method={self.method!r}",
         )
         check(
