@@ -11,7 +11,9 @@ of windows:
 * **bare**: ready-cut windows ``[B, N, C, T]`` with their slots through the same encoder, a
   mean-square stand-in loss;
 * **part_joint** (with ``--joint``): PART within and across windows, the same step plus PART
-  within every drawn window (``method="part_joint"``), to price issue 42's candidate.
+  within every drawn window (``method="part_joint"``), to price issue 42's candidate;
+* **held_window** (with ``--held-window``): the same objective with its window encoder held
+  (``trained_levels="temporal"``: no gradient through the window ViT), another candidate.
 
 It prints windows/s of both and their ratio (goal: at least 0.9), the share of the step
 spent drawing and normalising windows, and the model FLOPs utilisation of both steps
@@ -25,6 +27,7 @@ Usage::
     python benchmarks/bench_part_windows_step.py --demo --batch-size 16  # the demo's encoder
     python benchmarks/bench_part_windows_step.py --head cross_attention  # the paper's head
     python benchmarks/bench_part_windows_step.py --demo --joint  # part_joint's cost beside it
+    python benchmarks/bench_part_windows_step.py --demo --held-window  # the held window encoder
     python benchmarks/bench_part_windows_step.py --device cuda --batch-size 64 --steps 20
     python benchmarks/bench_part_windows_step.py --device cuda --batch-size 64 --compile default
 """
@@ -32,6 +35,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -75,11 +79,12 @@ def run(
     device: torch.device,
     compile_mode: str = "off",
     peak: float | None = None,
-    joint: bool = False,
+    variants: Mapping[str, PretrainConfig] | None = None,
 ) -> dict[str, Any]:
     """Time the objective's step, the bare step and the window sampling (both steps compiled
     with ``compile_mode``); with ``peak`` (TFLOP/s) also their FLOPs utilisation; with
-    ``joint`` also ``part_joint``'s step on the same segments."""
+    ``variants`` (name -> config) also each variant objective's step on the same segments
+    (``<name>_per_s`` and ``<name>_ratio``, its speed over part_windows')."""
     spec = SignalSpec(CHANNELS, (config.segment_windows * config.window_samples,))
     segments = torch.randn(batch_size, *spec.item_shape, device=device)
     generator = torch.Generator(device=device).manual_seed(0)
@@ -119,23 +124,14 @@ def run(
         "bare": training_step(bare_step, bare_loss, device, config.precision, compile_mode),
         "sampling": sample,
     }
-    if joint:
-        torch.manual_seed(0)
-        joint_model = build_objective(config.replace(method="part_joint"), spec).to(device).train()
-        compile_module(joint_model, compile_mode)
-
-        def joint_loss() -> torch.Tensor:
-            return joint_model(segments, draws=joint_model.draw(segments, generator)).loss
-
-        timed["part_joint"] = training_step(
-            joint_model, joint_loss, device, config.precision, compile_mode
-        )
+    for name, variant in (variants or {}).items():
+        timed[name] = _variant_step(variant, spec, segments, generator, device, compile_mode)
     seconds = interleaved_times(timed, steps, warmup, device)
     count = batch_size * config.num_windows
     extra: dict[str, float] = {}
-    if joint:
-        extra["part_joint_per_s"] = count / seconds["part_joint"]
-        extra["joint_ratio"] = seconds["part_windows"] / seconds["part_joint"]
+    for name in variants or {}:
+        extra[f"{name}_per_s"] = count / seconds[name]
+        extra[f"{name}_ratio"] = seconds["part_windows"] / seconds[name]
     if peak is not None:
         extra.update({f"{name}_mfu": flops[name] / seconds[name] / (peak * 1e12) for name in flops})
     return {
@@ -149,6 +145,25 @@ def run(
         "sampling_share": seconds["sampling"] / seconds["part_windows"],
         "parameters_M": sum(p.numel() for p in objective.parameters()) / 1e6,
     }
+
+
+def _variant_step(
+    config: PretrainConfig,
+    spec: SignalSpec,
+    segments: torch.Tensor,
+    generator: torch.Generator,
+    device: torch.device,
+    compile_mode: str,
+) -> Any:
+    """A timed training step of the objective ``config`` builds, on ``segments``."""
+    torch.manual_seed(0)
+    model = build_objective(config, spec).to(device).train()
+    compile_module(model, compile_mode)
+
+    def loss() -> torch.Tensor:
+        return model(segments, draws=model.draw(segments, generator)).loss
+
+    return training_step(model, loss, device, config.precision, compile_mode)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -166,6 +181,11 @@ def main(argv: list[str] | None = None) -> None:
     add_compile_option(parser, "compile both steps as TrainConfig.compile does")
     parser.add_argument(
         "--joint", action="store_true", help="also time part_joint's step (PART within too)"
+    )
+    parser.add_argument(
+        "--held-window",
+        action="store_true",
+        help="also time part_windows with its window encoder held (trained_levels=temporal)",
     )
     parser.add_argument(
         "--peak-tflops", type=float, default=None, help="the device's dense bf16 peak"
@@ -187,7 +207,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     peak, peak_source = peak_tflops(device, args.peak_tflops)
     warmup = args.warmup + (2 if args.compile != "off" else 0)
-    row = run(config, args.batch_size, args.steps, warmup, device, args.compile, peak, args.joint)
+    variants = {}
+    if args.joint:
+        variants["part_joint"] = config.replace(method="part_joint")
+    if args.held_window:
+        variants["held_window"] = config.replace(trained_levels="temporal")
+    row = run(config, args.batch_size, args.steps, warmup, device, args.compile, peak, variants)
     print(
         f"part_windows {row['part_windows_per_s']:.1f} windows/s, bare "
         f"{row['bare_per_s']:.1f} windows/s ({row['windows_per_step']} windows a step, "
@@ -196,11 +221,15 @@ def main(argv: list[str] | None = None) -> None:
         f"compile {args.compile}; MFU {row['part_windows_mfu']:.1%}, bare {row['bare_mfu']:.1%} "
         f"of {peak:.3g} TFLOP/s ({peak_source})"
     )
-    if args.joint:
+    what = {
+        "part_joint": f"PART within {config.num_patches} patches of every drawn window, "
+        f"{config.within_pairs} pairs",
+        "held_window": "the window encoder held, the temporal level and head trained",
+    }
+    for name in variants:
         print(
-            f"part_joint {row['part_joint_per_s']:.1f} windows/s: "
-            f"{row['joint_ratio']:.2f} of part_windows' (PART within {config.num_patches} "
-            f"patches of every drawn window, {config.within_pairs} pairs)"
+            f"{name} {row[f'{name}_per_s']:.1f} windows/s: {row[f'{name}_ratio']:.2f} of "
+            f"part_windows' ({what[name]})"
         )
 
 
