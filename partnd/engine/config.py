@@ -538,8 +538,9 @@ class PretrainConfig(TrainConfig):
             batch).
         trained_levels: PART across windows: which levels the pretext trains. ``"all"`` (the
             default) trains the window encoder and the temporal encoder; ``"temporal"`` holds
-            the window encoder at its seeded random initialisation (no gradient, no weight
-            decay) and trains only the temporal level over its features. The run directory then
+            the window encoder's weights at their seeded random initialisation (no gradient, no
+            weight decay; a ``spectral_std`` front-end's running statistics still follow the
+            data) and trains only the temporal level over its features. The run directory then
             holds a random window encoder and a temporal level trained on exactly its features,
             a consistent pair for the night classifier.
     """
