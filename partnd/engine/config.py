@@ -652,13 +652,7 @@ class PretrainConfig(TrainConfig):
         self._check_trained_levels()
 
     def _check_trained_levels(self) -> None:
-        check(
-            self.trained_levels in ("all", "temporal"),
-            self._arg("trained_levels"),
-            "'all' or 'temporal'",
-            repr(self.trained_levels),
-        )
-        if self.trained_levels == "all":
+        if self.trained_levels == "all":  # its type check refuses values other than the two
             return
         check(
             self.method in self.HELD_LEVEL_METHODS,
