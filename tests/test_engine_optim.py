@@ -104,6 +104,36 @@ def test_layer_decay_of_a_sequence_classifier_spares_its_temporal_encoder() -> N
     assert layer_id("encoder.temporal.blocks.0.norm1.weight", 2) == 3
 
 
+def test_full_rate_parameters_skip_layer_wise_decay_and_nothing_else() -> None:
+    from partnd.models import SequenceClassifier
+
+    window = create_encoder("vit_test", in_chans=2, patch_size=10, ndim=1)  # depth 2
+    model = SequenceClassifier.from_window_encoder(
+        window, 5, context=3, window_samples=40, temporal="temporal_test"
+    )
+    names = [name for name, _ in model.named_parameters()]
+    untrained = [name for name in names if name.startswith("encoder.window.")]
+    plain = param_groups(model, weight_decay=0.05, layer_decay=0.5)
+    groups = param_groups(model, weight_decay=0.05, layer_decay=0.5, full_rate=untrained)
+    scale = {name: g["lr_scale"] for g in groups for name in g["param_names"]}
+    before = {name: g["lr_scale"] for g in plain for name in g["param_names"]}
+    assert before["encoder.window.patch_embed.weight"] == 0.5**3
+    assert all(scale[name] == 1.0 for name in names)  # the rest was at the top level already
+    assert group_names(groups, True) == group_names(plain, True)  # weight decay unchanged
+    one = ["encoder.window.blocks.0.attn.qkv.weight"]
+    scale = {
+        name: g["lr_scale"]
+        for g in param_groups(model, weight_decay=0.05, layer_decay=0.5, full_rate=one)
+        for name in g["param_names"]
+    }
+    assert scale[one[0]] == 1.0
+    assert {name for name in names if scale[name] != before[name]} == set(one)
+    # without layer-wise decay every rate is the full one anyway
+    assert all(
+        g["lr_scale"] == 1.0 for g in param_groups(model, weight_decay=0.05, full_rate=untrained)
+    )
+
+
 def test_schedule_values_at_known_steps() -> None:
     param = nn.Parameter(torch.zeros(2, 2))
     optimizer = torch.optim.AdamW([{"params": [param], "lr_scale": 0.5}])

@@ -292,6 +292,7 @@ def test_pretrain_saves_the_window_and_the_temporal_encoder(store: Path, tmp_pat
     # both encoders round-trip, with the temporal slot and mask embeddings
     loaded = load_hierarchical_encoder(tmp_path)
     assert isinstance(loaded, HierarchicalEncoder) and not loaded.training
+    assert loaded.trained_levels == "all"
     assert loaded.window_samples == WINDOW and loaded.num_positions == SEGMENT
     assert loaded.pos_mask_ratio == 0.5 and loaded.pos_mask_token is not None
     expected = result.model.hierarchical.state_dict()
@@ -306,6 +307,11 @@ def test_pretrain_saves_the_window_and_the_temporal_encoder(store: Path, tmp_pat
         assert torch.equal(value, from_checkpoint.state_dict()[name]), name
     with pytest.raises(InputError, match=r"temporal_encoder\.pt"):
         load_hierarchical_encoder(tmp_path / "checkpoints")
+    # a file saved before the trained levels were recorded trained them all
+    payload = torch.load(tmp_path / "temporal_encoder.pt", weights_only=False)
+    del payload["trained_levels"]
+    torch.save(payload, tmp_path / "temporal_encoder.pt")
+    assert load_hierarchical_encoder(tmp_path).trained_levels == "all"
 
 
 def test_pretrain_with_a_held_window_encoder_saves_its_seeded_initialisation(
@@ -318,6 +324,7 @@ def test_pretrain_with_a_held_window_encoder_saves_its_seeded_initialisation(
     initial = build_objective(settings, SignalSpec(2, (SEGMENT * WINDOW,)))
     assert isinstance(initial, CrossWindowPART)
     saved = load_hierarchical_encoder(tmp_path / "pretrain")
+    assert initial.hierarchical.trained_levels == saved.trained_levels == "temporal"
     for name, value in initial.hierarchical.window.named_parameters():
         assert torch.equal(value, saved.window.state_dict()[name]), name
     changed = [

@@ -5,6 +5,7 @@ over a fresh window encoder drawn from the run's seed."""
 from __future__ import annotations
 
 import copy
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import torch
 
 from partnd._validation import InputError
 from partnd.engine.config import FinetuneConfig
+from partnd.finetuning.pretrained_levels import full_rate_parameter_names
 from partnd.finetuning.sequence import build_sequence_classifier
 from partnd.finetuning.training import finetune
 from partnd.models import (
@@ -37,7 +39,7 @@ def night_config(**overrides: Any) -> FinetuneConfig:
     return tiny_night_config(**{"seed": SEED, **overrides})
 
 
-def pretrained_hierarchical() -> HierarchicalEncoder:
+def pretrained_hierarchical(trained_levels: str = "all") -> HierarchicalEncoder:
     """PART across windows' encoder as it is saved: a window ViT with tile slots under a temporal
     ViT with slot and mask embeddings, both drawn from other seeds than the runs'."""
     torch.manual_seed(7)
@@ -46,7 +48,7 @@ def pretrained_hierarchical() -> HierarchicalEncoder:
     temporal = create_temporal_encoder(
         window.embed_dim, "temporal_test", num_positions=4, pos_mask_ratio=0.5
     )
-    return HierarchicalEncoder(window, temporal, 50)
+    return HierarchicalEncoder(window, temporal, 50, trained_levels=trained_levels)
 
 
 def built(encoder: Any, config: FinetuneConfig) -> NightClassifier:
@@ -206,7 +208,13 @@ def test_meaningless_levels_are_refused(gappy_store: Path, tmp_path: Path) -> No
             in_chans=3,
             window_samples=50,
         )
-    assert not any((tmp_path / name / "checkpoints").exists() for name in ("scratch", "preset"))
+    with pytest.raises(InputError, match=field + "'all' or 'temporal' for an encoder pretrained"):
+        run(pretrained_hierarchical("temporal"), "window", "held_window")
+    assert not any(
+        (tmp_path / name / "checkpoints").exists() for name in ("scratch", "preset", "held_window")
+    )
+    with pytest.raises(InputError, match=r"^trained_levels: expected one of \('all', 'temporal'\)"):
+        pretrained_hierarchical("window")
     # a temporal preset is refused where the pretrained temporal level is kept
     with pytest.raises(InputError, match=r"^FinetuneConfig\.temporal_overrides: expected no arch"):
         finetune(
@@ -217,6 +225,45 @@ def test_meaningless_levels_are_refused(gappy_store: Path, tmp_path: Path) -> No
             config=night_config(pretrained_levels="temporal"),
             temporal_overrides={"depth": 2},
         )
+
+
+def lr_scales(run: Path) -> dict[str, float]:
+    """``{parameter name: lr_scale}`` of the run's last optimiser state."""
+    groups = torch.load(run / "checkpoints" / "last.pt", weights_only=False)["optimizer"]
+    return {name: g["lr_scale"] for g in groups["param_groups"] for name in g["param_names"]}
+
+
+@pytest.mark.parametrize(
+    ("trained", "levels", "window_decayed"),
+    [("all", "all", True), ("all", "temporal", False), ("temporal", "all", False)],
+)
+def test_layer_decay_leaves_an_untrained_window_encoder_at_the_full_rate(
+    gappy_store: Path, tmp_path: Path, trained: str, levels: str, window_decayed: bool
+) -> None:
+    """Layer-wise decay keeps pretrained features; a window encoder drawn fresh (``temporal``
+    kept) or held at its random start by the pretext has none, so it trains at the rate a
+    classifier from scratch gives it. The temporal level and the head are at the full rate
+    in every case."""
+    result = finetune(
+        pretrained_hierarchical(trained),
+        str(gappy_store),
+        num_classes=5,
+        out_dir=tmp_path / "run",
+        config=night_config(max_steps=1, layer_decay=0.5, pretrained_levels=levels),
+    )
+    scales = lr_scales(tmp_path / "run")
+    window = {name: scale for name, scale in scales.items() if name.startswith("encoder.window.")}
+    rest = {name: scale for name, scale in scales.items() if name not in window}
+    assert window and set(rest.values()) == {1.0}
+    expected = set() if window_decayed else set(window)
+    assert set(full_rate_parameter_names(result.model)) == expected
+    if window_decayed:
+        assert window["encoder.window.patch_embed.weight"] == 0.5**3  # depth 2: 4 levels
+        assert window["encoder.window.blocks.1.attn.qkv.weight"] == 0.5
+    else:
+        assert set(window.values()) == {1.0}
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    assert meta["resolved"]["full_rate_parameters"] == (0 if window_decayed else len(window))
 
 
 def test_the_study_sets_it_for_pretrained_night_rows_only(tmp_path: Path) -> None:

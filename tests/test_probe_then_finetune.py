@@ -206,6 +206,17 @@ def test_probe_steps_is_refused_where_it_means_nothing(tmp_path: Path) -> None:
             freeze=["encoder.blocks.9.weight"],
             freeze_steps=2,
         )
+    with pytest.raises(InputError, match="full_rate: expected names of the model's parameters"):
+        Trainer(
+            model,
+            ClassificationTask(3, None, 0.0, None),
+            list(zip(torch.from_numpy(x), y, strict=True)),
+            window_config(),
+            context=DistributedContext(),
+            run_dir=None,
+            layer_decay=0.5,
+            full_rate=["encoder.blocks.9.weight"],
+        )
 
 
 def test_a_night_classifier_holds_its_pretrained_window_encoder(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 import torch
@@ -93,7 +93,10 @@ def _count_blocks(names: Iterable[str]) -> int:
 
 
 def param_groups(
-    model: nn.Module, weight_decay: float, layer_decay: float | None = None
+    model: nn.Module,
+    weight_decay: float,
+    layer_decay: float | None = None,
+    full_rate: Collection[str] = (),
 ) -> list[dict[str, Any]]:
     """Split trainable parameters into AdamW groups.
 
@@ -102,6 +105,8 @@ def param_groups(
         weight_decay: Decay of the weight-matrix groups (other groups get 0).
         layer_decay: If set, group ``k`` of L+2 depth levels gets ``lr_scale = layer_decay **
             (L + 1 - k)`` (see :func:`layer_id`); otherwise every ``lr_scale`` is 1.
+        full_rate: Names of parameters at the top depth level (``lr_scale`` 1) whatever their
+            name: a level that starts untrained, which layer-wise decay has nothing to keep in.
 
     Returns:
         Groups with keys ``params``, ``param_names``, ``weight_decay`` and ``lr_scale``.
@@ -112,7 +117,9 @@ def param_groups(
     groups: dict[tuple[bool, int], dict[str, Any]] = {}
     for name, param in named:
         decay = name not in excluded
-        depth = layer_id(name, num_layers) if layer_decay is not None else 0
+        depth = 0 if layer_decay is None else layer_id(name, num_layers)
+        if layer_decay is not None and name in full_rate:
+            depth = num_layers + 1
         scale = layer_decay ** (num_layers + 1 - depth) if layer_decay is not None else 1.0
         group = groups.setdefault(
             (decay, depth),
@@ -135,13 +142,14 @@ def build_optimizer(
     weight_decay: float,
     betas: tuple[float, float],
     layer_decay: float | None = None,
+    full_rate: Collection[str] = (),
 ) -> torch.optim.AdamW:
     """AdamW over :func:`param_groups` (initial rate ``lr * lr_scale``; the schedule sets it).
 
     Uses the fused (single-kernel) implementation when every parameter is a floating point tensor
     on the CPU or a GPU: same update rule, several times faster than the per-parameter loop.
     """
-    groups = param_groups(model, weight_decay, layer_decay)
+    groups = param_groups(model, weight_decay, layer_decay, full_rate)
     for group in groups:
         group["lr"] = lr * group["lr_scale"]
     params = [param for group in groups for param in group["params"]]

@@ -288,6 +288,9 @@ class Trainer:
         context: Distributed context (rank, world size, device).
         run_dir: Run directory for logs and checkpoints (``None`` writes nothing).
         layer_decay: Layer-wise learning-rate decay of the parameter groups (``None`` for none).
+        full_rate: Names of ``model``'s parameters that layer-wise decay leaves at the full rate
+            whatever their depth (:func:`~partnd.engine.optim.param_groups`): a level that
+            starts untrained.
         evaluate: Optional per-epoch evaluation (:data:`EpochEvaluator`).
         select_metric: Metric of ``evaluate`` to select on; its best epoch's weights go to
             ``checkpoints/best.pt``, and ``TrainConfig.patience`` stops the run once it stops
@@ -318,6 +321,7 @@ class Trainer:
         context: DistributedContext,
         run_dir: RunDir | None,
         layer_decay: float | None = None,
+        full_rate: Collection[str] = (),
         evaluate: EpochEvaluator | None = None,
         select_metric: str | None = None,
         select_mode: str = "max",
@@ -416,6 +420,10 @@ class Trainer:
                 stacklevel=3,
             )
 
+        named = dict(model.named_parameters())
+        for names, argument in ((freeze, "freeze"), (full_rate, "full_rate")):
+            unknown = sorted(set(names) - set(named))
+            check(not unknown, argument, "names of the model's parameters", f"unknown {unknown}")
         self.model = model.to(self.device)
         self.optimizer = build_optimizer(
             self.model,
@@ -423,7 +431,9 @@ class Trainer:
             weight_decay=config.weight_decay,
             betas=config.betas,
             layer_decay=layer_decay,
+            full_rate=full_rate,
         )
+        self.full_rate_parameters = len(set(full_rate))
         self.scheduler: StepSchedule
         if learning_rate is None:
             self.scheduler = WarmupCosineSchedule(
@@ -442,8 +452,6 @@ class Trainer:
         self.ema = ModelEMA(self.model, config.ema_decay) if config.ema_decay else None
         compile_module(self.model, self.compile_mode)  # after the EMA copy, which stays eager
         named = dict(self.model.named_parameters())
-        unknown = sorted(set(freeze) - set(named))
-        check(not unknown, "freeze", "names of the model's parameters", f"unknown {unknown}")
         self.freeze_steps = freeze_steps
         self._freezable = [named[name] for name in sorted(freeze)]
         self._frozen = False
@@ -499,6 +507,7 @@ class Trainer:
             "compile": self.compile_mode,
             "loader_dtype": str(self.loader_dtype).removeprefix("torch."),
             "num_parameters": sum(p.numel() for p in self.model.parameters()),
+            "full_rate_parameters": self.full_rate_parameters,
         }
 
     def _seed_fresh(self) -> None:

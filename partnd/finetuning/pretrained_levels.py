@@ -19,6 +19,11 @@ classifier's pretrained parameters
 (:func:`~partnd.finetuning.pretrained_parameters.pretrained_parameter_names`): those
 ``FinetuneConfig.probe_steps`` holds, so that with ``"temporal"`` only the temporal level is held
 during the probe.
+
+A window encoder that holds no learned weights, drawn fresh here or held at its random start by
+the pretext (``PretrainConfig.trained_levels="temporal"``), trains at the full rate under
+layer-wise decay (:func:`full_rate_parameter_names`), as it would from scratch: the decay keeps
+pretrained features, and such a window encoder has none.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import copy
 
 import torch
+from torch import nn
 
 from partnd._validation import check
 from partnd.finetuning.pretrained_parameters import parameter_shapes
@@ -33,7 +39,12 @@ from partnd.models.sequence import HierarchicalEncoder
 from partnd.models.serialization import encoder_from_spec, encoder_spec
 from partnd.models.vit import ViTEncoder
 
-__all__ = ["check_pretrained_levels", "keep_pretrained_levels", "kept_parameter_shapes"]
+__all__ = [
+    "check_pretrained_levels",
+    "full_rate_parameter_names",
+    "keep_pretrained_levels",
+    "kept_parameter_shapes",
+]
 
 #: The prefixes of the two levels' parameters in a :class:`HierarchicalEncoder`.
 WINDOW_PREFIX = "window."
@@ -51,8 +62,9 @@ def check_pretrained_levels(
         encoder: What the caller passed as the encoder (for messages).
 
     Raises:
-        InputError: Naming ``FinetuneConfig.pretrained_levels``: not ``"all"`` from scratch, or
-            ``"temporal"`` on an encoder without a temporal level.
+        InputError: Naming ``FinetuneConfig.pretrained_levels``: not ``"all"`` from scratch,
+            ``"temporal"`` on an encoder without a temporal level, or ``"window"`` on one whose
+            window encoder pretraining held (it would keep nothing learned).
     """
     check(
         levels == "all" or backbone is not None,
@@ -67,6 +79,14 @@ def check_pretrained_levels(
         "'all' or 'window' for a pretrained window encoder ('temporal' keeps a pretrained "
         "temporal level: PART across windows' hierarchical encoder)",
         f"{levels!r} with a {type(backbone).__name__}",
+    )
+    held_window = isinstance(backbone, HierarchicalEncoder) and backbone.trained_levels != "all"
+    check(
+        levels != "window" or not held_window,
+        "FinetuneConfig.pretrained_levels",
+        "'all' or 'temporal' for an encoder pretrained with trained_levels='temporal' (its "
+        "window encoder was held at its random start, so 'window' keeps nothing learned)",
+        f"{levels!r}",
     )
 
 
@@ -85,9 +105,9 @@ def keep_pretrained_levels(
 
     Returns:
         ``backbone`` itself for ``"all"``; its window encoder for ``"window"`` (the classifier
-        puts a fresh temporal transformer on it); for ``"temporal"`` a new hierarchical encoder:
-        a fresh window encoder of ``backbone``'s window architecture (and signal) under a copy
-        of its temporal level.
+        puts a fresh temporal transformer on it); for ``"temporal"`` a new hierarchical encoder
+        (``trained_levels="temporal"``): a fresh window encoder of ``backbone``'s window
+        architecture (and signal) under a copy of its temporal level.
     """
     check_pretrained_levels(levels, backbone, type(backbone).__name__)
     if levels == "all":
@@ -99,7 +119,12 @@ def keep_pretrained_levels(
         torch.manual_seed(seed)
         fresh = encoder_from_spec(encoder_spec(backbone.window))
     fresh.signal_info = backbone.window.signal_info
-    return HierarchicalEncoder(fresh, copy.deepcopy(backbone.temporal), backbone.window_samples)
+    return HierarchicalEncoder(
+        fresh,
+        copy.deepcopy(backbone.temporal),
+        backbone.window_samples,
+        trained_levels="temporal",
+    )
 
 
 def kept_parameter_shapes(
@@ -123,3 +148,23 @@ def kept_parameter_shapes(
         for name, shape in parameter_shapes(backbone).items()
         if name.startswith(prefixes)
     }
+
+
+def full_rate_parameter_names(model: nn.Module) -> tuple[str, ...]:
+    """Names of the parameters of ``model``'s window encoder when it holds no learned weights.
+
+    Args:
+        model: A sequence or night classifier (its ``encoder`` a :class:`HierarchicalEncoder`),
+            or any other classifier.
+
+    Returns:
+        Every parameter of ``model.encoder.window``, with its prefix in ``model``, when
+        ``model.encoder.trained_levels`` is ``"temporal"`` (the window encoder was drawn fresh,
+        or held at its random start by the pretext); otherwise none. Layer-wise decay leaves
+        them at the full rate (``Trainer(full_rate=...)``).
+    """
+    encoder = getattr(model, "encoder", None)
+    if not isinstance(encoder, HierarchicalEncoder) or encoder.trained_levels != "temporal":
+        return ()
+    prefix = next(name for name, module in model.named_modules() if module is encoder.window)
+    return tuple(f"{prefix}.{name}" for name, _ in encoder.window.named_parameters())

@@ -44,7 +44,11 @@ from partnd.engine.session import open_session
 from partnd.engine.trainer import Trainer, TrainTask
 from partnd.evaluation.metrics import ClassificationReport, classification_metrics
 from partnd.finetuning.classifier_start import start_from_classifier, trained_classifier
-from partnd.finetuning.pretrained_levels import check_pretrained_levels, kept_parameter_shapes
+from partnd.finetuning.pretrained_levels import (
+    check_pretrained_levels,
+    full_rate_parameter_names,
+    kept_parameter_shapes,
+)
 from partnd.finetuning.pretrained_parameters import parameter_shapes, pretrained_parameter_names
 from partnd.finetuning.sequence import (
     SequenceClassificationTask,
@@ -914,6 +918,7 @@ def finetune(
             context=session.context,
             run_dir=session.run_dir,
             layer_decay=config.layer_decay,
+            full_rate=full_rate_parameter_names(model),
             freeze=setup.pretrained_parameters if config.probe_steps else (),
             freeze_steps=config.probe_steps,
             evaluate=setup.validate,

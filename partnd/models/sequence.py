@@ -34,12 +34,17 @@ from partnd.signal_info import SignalInfo
 
 __all__ = [
     "TEMPORAL_PRESETS",
+    "TRAINED_LEVELS",
     "HierarchicalEncoder",
     "RecordClassifier",
     "SequenceClassifier",
     "create_temporal_encoder",
     "hierarchical_from_window",
 ]
+
+#: What :attr:`HierarchicalEncoder.trained_levels` can say: every level learned, or only the
+#: temporal one (its window encoder is untrained).
+TRAINED_LEVELS = ("all", "temporal")
 
 #: Temporal encoder presets: a light transformer over window embeddings (SleepTransformer uses 4
 #: blocks of width 128 at the sequence level; the demo's 2 suffice for 21 windows).
@@ -122,13 +127,30 @@ class HierarchicalEncoder(nn.Module):
         temporal: The temporal encoder (``in_chans=1``, ``ndim=1``, ``patch_size=(D_w,)``, no
             classifier), e.g. from :func:`create_temporal_encoder`.
         window_samples: Samples ``T`` of one window (e.g. 3000 for 30 s at 100 Hz).
+        trained_levels: The levels pretraining trained: ``"all"`` (also from scratch), or
+            ``"temporal"`` when the window encoder holds no learned weights (held at its random
+            start by ``PretrainConfig.trained_levels``, or drawn fresh under a kept temporal
+            level). Fine-tuning's layer-wise decay then leaves the window level at the full
+            rate.
     """
 
     num_prefix_tokens = 1
     ndim = 1
 
-    def __init__(self, window: ViTEncoder, temporal: ViTEncoder, window_samples: int) -> None:
+    def __init__(
+        self,
+        window: ViTEncoder,
+        temporal: ViTEncoder,
+        window_samples: int,
+        trained_levels: str = "all",
+    ) -> None:
         super().__init__()
+        check(
+            trained_levels in TRAINED_LEVELS,
+            "trained_levels",
+            f"one of {TRAINED_LEVELS}",
+            repr(trained_levels),
+        )
         check(window.ndim == 1, "window", "a 1D ViTEncoder (windows [C, T])", f"ndim={window.ndim}")
         check(
             window.num_classes == 0 and temporal.num_classes == 0,
@@ -163,6 +185,7 @@ class HierarchicalEncoder(nn.Module):
         self.window = window
         self.temporal = temporal
         self.window_samples = int(window_samples)
+        self.trained_levels = trained_levels
         self.patch_size = (self.window_samples,)
         self.embed_dim = temporal.embed_dim
         self.num_classes = 0

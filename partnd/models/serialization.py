@@ -335,7 +335,8 @@ def save_hierarchical_encoder(encoder: HierarchicalEncoder, directory: str | Pat
 
     ``encoder.pt`` holds the window encoder (as :func:`save_encoder`: every single-window tool
     reads it) and ``temporal_encoder.pt`` the temporal encoder in the same format, plus the
-    window length ``window_samples``. :func:`load_hierarchical_encoder` reads both back.
+    window length ``window_samples`` and the levels pretraining trained (``trained_levels``).
+    :func:`load_hierarchical_encoder` reads both back.
     """
     directory = Path(directory)
     save_encoder(encoder.window, directory / ENCODER_FILE)
@@ -344,6 +345,7 @@ def save_hierarchical_encoder(encoder: HierarchicalEncoder, directory: str | Pat
         **encoder_spec(encoder.temporal),
         "signal": None,
         "window_samples": encoder.window_samples,
+        "trained_levels": encoder.trained_levels,
         "state_dict": encoder.temporal.state_dict(),
     }
     atomic_save(payload, directory / TEMPORAL_ENCODER_FILE)
@@ -381,7 +383,10 @@ def load_hierarchical_encoder(path: str | Path) -> HierarchicalEncoder:
     temporal = encoder_from_spec(payload)
     temporal.load_state_dict(payload["state_dict"])
     window = load_encoder(window_file)
-    return HierarchicalEncoder(window, temporal, int(payload["window_samples"])).eval()
+    trained_levels = payload.get("trained_levels", "all")  # files before it was recorded: "all"
+    return HierarchicalEncoder(
+        window, temporal, int(payload["window_samples"]), trained_levels=trained_levels
+    ).eval()
 
 
 _SEQUENCE_CLASSIFIER_FORMAT = "partnd-sequence-classifier-v1"

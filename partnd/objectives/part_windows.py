@@ -360,7 +360,9 @@ def part_windows_parts(
         with torch.no_grad():
             table = sincos_positions(config.segment_windows, temporal.embed_dim)
             temporal.pos_embed.copy_(_SINCOS_SCALE * table)
-    encoder = HierarchicalEncoder(window, temporal, config.window_samples)
+    encoder = HierarchicalEncoder(
+        window, temporal, config.window_samples, trained_levels=config.trained_levels
+    )
     if config.trained_levels == "temporal":
         window.requires_grad_(False)
     head = build_head(
