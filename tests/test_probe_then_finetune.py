@@ -195,28 +195,20 @@ def test_probe_steps_is_refused_where_it_means_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "scratch" / "checkpoints").exists()
     model = PatchClassifier(pretrained_window_encoder(), 3, spatial_shape=(200,))
     x, y = tones(8, seed=0)
-    with pytest.raises(InputError, match="freeze: expected names of the model's parameters"):
-        Trainer(
-            model,
-            ClassificationTask(3, None, 0.0, None),
-            list(zip(torch.from_numpy(x), y, strict=True)),
-            window_config(),
-            context=DistributedContext(),
-            run_dir=None,
-            freeze=["encoder.blocks.9.weight"],
-            freeze_steps=2,
-        )
-    with pytest.raises(InputError, match="full_rate: expected names of the model's parameters"):
-        Trainer(
-            model,
-            ClassificationTask(3, None, 0.0, None),
-            list(zip(torch.from_numpy(x), y, strict=True)),
-            window_config(),
-            context=DistributedContext(),
-            run_dir=None,
-            layer_decay=0.5,
-            full_rate=["encoder.blocks.9.weight"],
-        )
+    unknown = ["encoder.blocks.9.weight"]
+    for argument, names in (("freeze", {"freeze": unknown}), ("full_rate", {"full_rate": unknown})):
+        with pytest.raises(InputError, match=f"{argument}: expected names of the model's param"):
+            Trainer(
+                model,
+                ClassificationTask(3, None, 0.0, None),
+                list(zip(torch.from_numpy(x), y, strict=True)),
+                window_config(),
+                context=DistributedContext(),
+                run_dir=None,
+                layer_decay=0.5,
+                freeze_steps=2,
+                **names,
+            )
 
 
 def test_a_night_classifier_holds_its_pretrained_window_encoder(
