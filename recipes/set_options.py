@@ -39,8 +39,9 @@ def add_set_arguments(parser: argparse.ArgumentParser) -> None:
         "probe_steps=100 holds a pretrained encoder for the first 100 steps (linear probe, then "
         "fine-tune; a no-op for the rows trained from scratch), pretrained_levels=temporal "
         "starts a part_windows night classifier from its pretrained temporal level only (and "
-        "a fresh window encoder). Saved with the study: a study "
-        "directory keeps the values it was made with",
+        "a fresh window encoder), decay_random_window=true gives every random window encoder "
+        "the layer-wise decay, those of the rows trained from scratch included. Saved with the "
+        "study: a study directory keeps the values it was made with",
     )
 
 

@@ -315,6 +315,8 @@ class StudyCells:
             settings["probe_steps"] = config.probe_steps
         if config.pretrained_levels != "all":
             settings["pretrained_levels"] = config.pretrained_levels
+        if config.decay_random_window:
+            settings["decay_random_window"] = True
         return predictions, {**settings, **_reference_note(method)}
 
     def predict_test(self, model: Any, config: FinetuneConfig) -> np.ndarray:

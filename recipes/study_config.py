@@ -408,6 +408,7 @@ class StudyConfig:
             pos_embed=True,
             pos_mask_ratio=0.0,
             layer_decay=None,
+            decay_random_window=False,
             patience_start=None,
             probe_steps=0,
         )
@@ -425,7 +426,8 @@ class StudyConfig:
         then the study's overrides (every arm's, then the sequence or night arm's); from-scratch
         baselines get no layer-wise decay, no linear-probe phase (``probe_steps``: there is no
         pretrained encoder to hold fixed), every level (``pretrained_levels="all"``: none is
-        pretrained) and their own position-embedding choice."""
+        pretrained) and their own position-embedding choice; with ``decay_random_window`` they
+        keep the run's ``layer_decay``, as every random window encoder does then."""
         scale = SCALES[self.scale]
         arm_overrides = {"sequence": self.sequence_overrides, "night": self.night_overrides}
         values = {
@@ -436,13 +438,15 @@ class StudyConfig:
             **arm_overrides.get(arm, {}),
         }
         values = self._with_frontend(values)
-        if method in SCRATCH_METHODS:
+        if method in SCRATCH_METHODS and not values.get("decay_random_window"):
             values["layer_decay"] = None
+        if method in SCRATCH_METHODS:
             values["pos_embed"] = SCRATCH_METHODS[method]
             values["probe_steps"] = 0  # no pretrained encoder to hold: the study's LP-FT a no-op
             values["pretrained_levels"] = "all"  # nor pretrained levels to choose from
         if method in STAGERS:  # the same protocol; the architecture is braindecode's
             values["layer_decay"] = None
+            values["decay_random_window"] = False  # no window encoder, nor blocks to decay
             values["probe_steps"] = 0
             values["pretrained_levels"] = "all"
             values["stager"] = method

@@ -213,6 +213,13 @@ def test_meaningless_levels_are_refused(gappy_store: Path, tmp_path: Path) -> No
     assert not any(
         (tmp_path / name / "checkpoints").exists() for name in ("scratch", "preset", "held_window")
     )
+    with pytest.raises(
+        InputError,
+        match=r"^FinetuneConfig\.decay_random_window: expected False without a layer_decay",
+    ):
+        night_config(decay_random_window=True)
+    with pytest.raises(InputError, match=r"^FinetuneConfig\.decay_random_window: expected bool"):
+        night_config(layer_decay=0.5, decay_random_window="yes")
     with pytest.raises(InputError, match=r"^trained_levels: expected one of \('all', 'temporal'\)"):
         pretrained_hierarchical("window")
     # a temporal preset is refused where the pretrained temporal level is kept
@@ -234,29 +241,45 @@ def lr_scales(run: Path) -> dict[str, float]:
 
 
 @pytest.mark.parametrize(
-    ("trained", "levels", "window_decayed"),
-    [("all", "all", True), ("all", "temporal", False), ("temporal", "all", False)],
+    ("trained", "levels", "decay_random", "window_decayed"),
+    [
+        ("all", "all", False, True),
+        ("all", "temporal", False, False),
+        ("temporal", "all", False, False),
+        ("temporal", "all", True, True),
+        ("all", "temporal", True, True),
+    ],
 )
 def test_layer_decay_leaves_an_untrained_window_encoder_at_the_full_rate(
-    gappy_store: Path, tmp_path: Path, trained: str, levels: str, window_decayed: bool
+    gappy_store: Path,
+    tmp_path: Path,
+    trained: str,
+    levels: str,
+    decay_random: bool,
+    window_decayed: bool,
 ) -> None:
     """Layer-wise decay keeps pretrained features; a window encoder drawn fresh (``temporal``
     kept) or held at its random start by the pretext has none, so it trains at the rate a
-    classifier from scratch gives it. The temporal level and the head are at the full rate
-    in every case."""
+    classifier from scratch gives it, unless ``decay_random_window`` asks for the decay. The
+    temporal level and the head are at the full rate in every case."""
     result = finetune(
         pretrained_hierarchical(trained),
         str(gappy_store),
         num_classes=5,
         out_dir=tmp_path / "run",
-        config=night_config(max_steps=1, layer_decay=0.5, pretrained_levels=levels),
+        config=night_config(
+            max_steps=1,
+            layer_decay=0.5,
+            pretrained_levels=levels,
+            decay_random_window=decay_random,
+        ),
     )
     scales = lr_scales(tmp_path / "run")
     window = {name: scale for name, scale in scales.items() if name.startswith("encoder.window.")}
     rest = {name: scale for name, scale in scales.items() if name not in window}
     assert window and set(rest.values()) == {1.0}
-    expected = set() if window_decayed else set(window)
-    assert set(full_rate_parameter_names(result.model)) == expected
+    untrained = "temporal" in (trained, levels)
+    assert set(full_rate_parameter_names(result.model)) == (set(window) if untrained else set())
     if window_decayed:
         assert window["encoder.window.patch_embed.weight"] == 0.5**3  # depth 2: 4 levels
         assert window["encoder.window.blocks.1.attn.qkv.weight"] == 0.5
@@ -284,6 +307,15 @@ def test_the_study_sets_it_for_pretrained_night_rows_only(tmp_path: Path) -> Non
     with pytest.raises(InputError, match=message):
         study(refused, [("part", "night"), *rows], "pretrained_levels=temporal")
     assert not Path(refused).exists()  # refused before the study directory is claimed
+    decayed = study(str(tmp_path / "decayed"), rows, "decay_random_window=true")
+    assert config.finetune_config("supervised", 0, "night").layer_decay is None
+    assert config.finetune_config("part_windows", 0, "night").layer_decay == 0.75
+    for method in ("supervised", "part_windows"):  # every random window encoder decayed alike
+        night = decayed.finetune_config(method, 0, "night")
+        assert (night.layer_decay, night.decay_random_window) == (0.75, True)
+    assert decayed.finetune_config("supervised", 0, "window").layer_decay is None
+    stager = decayed.finetune_config("usleep", 0, "night")
+    assert (stager.layer_decay, stager.decay_random_window) == (None, False)
     window = StudyConfig(out=tmp_path, night_overrides={"pretrained_levels": "window"})
     window.check_settings(["part", "mae"], [("part", "night"), ("mae", "night")])
     assert window.finetune_config("mae", 0, "night").pretrained_levels == "window"

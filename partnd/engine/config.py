@@ -742,6 +742,13 @@ class FinetuneConfig(TrainConfig):
             initialised window encoder of the pretrained one's architecture, drawn from
             ``seed``. Not ``"all"`` needs a pretrained encoder and a context; ``"temporal"`` a
             pretrained temporal level. ``probe_steps`` holds only the levels kept.
+        decay_random_window: Apply ``layer_decay`` also to a window encoder without learned
+            weights: the fresh one of ``pretrained_levels="temporal"``, or one its pretext held
+            at its random start (``PretrainConfig.trained_levels="temporal"``). ``False`` (the
+            default): such a window encoder trains at the full rate, as from scratch. In the
+            sleep studies it also gives the rows trained from scratch the run's
+            ``layer_decay``, so every random window encoder trains at the same rates. Needs a
+            ``layer_decay``.
     """
 
     encoder: str = "vit_eeg_12m"
@@ -765,10 +772,17 @@ class FinetuneConfig(TrainConfig):
     channel_options: dict[str, Any] = field(default_factory=dict)
     probe_steps: int = 0
     pretrained_levels: Literal["all", "window", "temporal"] = "all"
+    decay_random_window: bool = False
 
     def _validate(self) -> None:
         super()._validate()
         self._check_encoder_preset(self.encoder)
+        check(
+            not self.decay_random_window or self.layer_decay is not None,
+            self._arg("decay_random_window"),
+            "False without a layer_decay (there is no decay to apply)",
+            f"True with layer_decay={self.layer_decay!r}",
+        )
         self._positive("probe_steps", strict=False)
         check(
             self.pretrained_levels == "all" or (self.context is not None and self.stager is None),

@@ -918,7 +918,7 @@ def finetune(
             context=session.context,
             run_dir=session.run_dir,
             layer_decay=config.layer_decay,
-            full_rate=full_rate_parameter_names(model),
+            full_rate=() if config.decay_random_window else full_rate_parameter_names(model),
             freeze=setup.pretrained_parameters if config.probe_steps else (),
             freeze_steps=config.probe_steps,
             evaluate=setup.validate,
