@@ -438,9 +438,9 @@ class StudyConfig:
             **arm_overrides.get(arm, {}),
         }
         values = self._with_frontend(values)
-        if method in SCRATCH_METHODS and not values.get("decay_random_window"):
-            values["layer_decay"] = None
         if method in SCRATCH_METHODS:
+            if not values.get("decay_random_window"):
+                values["layer_decay"] = None
             values["pos_embed"] = SCRATCH_METHODS[method]
             values["probe_steps"] = 0  # no pretrained encoder to hold: the study's LP-FT a no-op
             values["pretrained_levels"] = "all"  # nor pretrained levels to choose from
