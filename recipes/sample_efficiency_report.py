@@ -32,6 +32,7 @@ and with pretraining pools:
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -105,7 +106,8 @@ def _labelled(draw: Mapping[str, Any]) -> str:
 
 def cell_rows(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
     """One row per finished cell: row, pool, budget, seed, kappa, the labelled and validation
-    subjects of its draw."""
+    subjects of its draw, the selected checkpoint's validation kappa (blank: none) and, in a
+    study with a night grid, the night settings validation chose (``field=value`` pairs)."""
     return [
         {
             "row": cell.row,
@@ -115,9 +117,19 @@ def cell_rows(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
             "kappa": round(cell.report.cohen_kappa, 4),
             "labelled": _labelled(cell.draw),
             "validation": ",".join(cell.draw.get("validation", [])),
+            "val_kappa": _or_blank(cell.settings.get("val_kappa")),
+            "night_grid": " ".join(
+                f"{name}={json.dumps(value)}"
+                for name, value in cell.settings.get("night_grid", {}).get("chosen", {}).items()
+            ),
         }
         for cell in cells
     ]
+
+
+def _or_blank(value: Any) -> Any:
+    """``value``, or ``""`` for ``None`` (a blank table cell)."""
+    return "" if value is None else value
 
 
 def draw_rows(cells: Sequence[CellResult]) -> list[dict[str, Any]]:

@@ -1,22 +1,31 @@
 """The ``--pretrain-set`` and ``--night-set FIELD=VALUE`` options of the sleep recipes: fields of
 every pretraining's config and of the night arm's fine-tuning config, applied after every other
-setting and saved with the study."""
+setting and saved with the study; and ``--night-grid FIELD=[V1,V2]``, the night arm's values
+each cell tries and chooses among on its validation subjects."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from partnd._validation import check
 from partnd.engine.config import PretrainConfig, TrainConfig
 
-__all__ = ["add_set_arguments", "assigned_fields", "pretrain_fields_for"]
+__all__ = [
+    "add_set_arguments",
+    "assigned_fields",
+    "assigned_grid",
+    "is_grid_values",
+    "pretrain_fields_for",
+]
 
 
 def add_set_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--pretrain-set`` and ``--night-set`` (repeatable; ``args.pretrain_set`` and
-    ``args.night_set``: the ``FIELD=VALUE`` texts)."""
+    """Add ``--pretrain-set``, ``--night-set`` and ``--night-grid`` (repeatable;
+    ``args.pretrain_set``, ``args.night_set`` and ``args.night_grid``: the ``FIELD=VALUE``
+    texts)."""
     parser.add_argument(
         "--pretrain-set",
         action="append",
@@ -42,6 +51,17 @@ def add_set_arguments(parser: argparse.ArgumentParser) -> None:
         "a fresh window encoder), decay_random_window=true gives every random window encoder "
         "the layer-wise decay, those of the rows trained from scratch included. Saved with the "
         "study: a study directory keeps the values it was made with",
+    )
+    parser.add_argument(
+        "--night-grid",
+        action="append",
+        default=[],
+        metavar="FIELD=[V1,V2]",
+        help="values of a fine-tuning config field of the night arm (repeatable; a JSON list "
+        "of two or more distinct values, e.g. 'layer_decay=[1.0,0.3]'): every night cell "
+        "trains once per combination and keeps the one whose selected checkpoint scores the "
+        "best kappa on the draw's validation subjects (the first on a tie); combinations a "
+        "row ignores train once. Saved with the study",
     )
 
 
@@ -71,6 +91,46 @@ def assigned_fields(
         config_cls.check_field_names([key], option)
         values[key] = config_cls.parse_value(key, text)
     return values
+
+
+def assigned_grid(
+    assignments: Sequence[str], config_cls: type[TrainConfig], option: str
+) -> dict[str, list[Any]]:
+    """The ``config_cls`` fields of ``FIELD=[V1,V2,...]`` options (``--night-grid`` with
+    :class:`FinetuneConfig`), each with the values a grid tries.
+
+    Args:
+        assignments: The ``FIELD=[V1,V2,...]`` texts: a JSON list of two or more distinct
+            values per field; a later assignment of a field wins.
+        config_cls: The configuration class whose fields they set.
+        option: The option the texts came from, named by errors.
+
+    Returns:
+        Field name -> its values, in the order given.
+
+    Raises:
+        InputError: An item without ``=``, an unknown field, or values that are not a JSON list
+            of two or more distinct values, naming ``option``.
+    """
+    grid: dict[str, list[Any]] = {}
+    for key, values in assigned_fields(assignments, config_cls, option).items():
+        check(
+            is_grid_values(values),
+            option,
+            f"{key}=[V1,V2,...]: a JSON list of two or more distinct values",
+            repr(values),
+        )
+        grid[key] = list(values)
+    return grid
+
+
+def is_grid_values(values: Any) -> bool:
+    """Whether ``values`` can be a grid's values of one field: a list of two or more distinct
+    JSON values."""
+    if not isinstance(values, list | tuple) or len(values) < 2:
+        return False
+    texts = [json.dumps(value, sort_keys=True) for value in values]
+    return len(set(texts)) == len(texts)
 
 
 def pretrain_fields_for(method: str, fields: Mapping[str, Any]) -> dict[str, Any]:

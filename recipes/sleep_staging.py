@@ -48,7 +48,7 @@ from partnd.engine.config import FinetuneConfig, PretrainConfig
 from partnd.engine.run_dir import RunDir
 from partnd.objectives import list_objectives
 from partnd.recipes.report_files import write_table
-from partnd.recipes.set_options import add_set_arguments, assigned_fields
+from partnd.recipes.set_options import add_set_arguments, assigned_fields, assigned_grid
 from partnd.recipes.sleep_report import (
     default_reference,
     plot_confusion_matrices,
@@ -138,6 +138,7 @@ SLEEP_OPTIONS = OptionNames(
         "FinetuneConfig.context": "--context",
         "FinetuneConfig.min_steps": "--finetune-steps",
         "night_overrides": "--night-set",
+        "night_grid": "--night-grid",
         "pretrain_overrides": "--pretrain-set",
         "FinetuneConfig.device": "--device",
         "PretrainConfig.epochs": "--pretrain-epochs",
@@ -453,6 +454,7 @@ def study_from_args(
         else {"min_steps": args.finetune_steps},
         sequence_overrides={} if args.context is None else {"context": args.context},
         night_overrides=assigned_fields(args.night_set, FinetuneConfig, "--night-set"),
+        night_grid=assigned_grid(args.night_grid, FinetuneConfig, "--night-grid"),
         normalize=args.normalize,
         frontend=args.frontend,
         budgets=None if args.budgets is None else tuple(args.budgets),

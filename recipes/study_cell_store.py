@@ -122,7 +122,8 @@ class CellStore:
                 "confusion_matrix": np.asarray(data["report"]["confusion_matrix"]),
             }
         )
-        history = RunDir(cell / "run").history()
+        run = data["settings"].get("night_grid", {}).get("run", "run")  # the grid's choice
+        history = RunDir(cell / run).history()
         return CellResult(
             method=method,
             arm=arm,

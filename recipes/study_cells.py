@@ -7,7 +7,10 @@ directory), and writes it through the :class:`~partnd.recipes.study_cell_store.C
 
 - ``window``, ``sequence``, ``night``: fine-tuning (:func:`partnd.finetune`) of the pretrained
   encoder, a scratch encoder or a braindecode stager, its checkpoint chosen on the draw's
-  validation subjects; an interrupted run resumes;
+  validation subjects; an interrupted run resumes. A night cell of a study with a night grid
+  (``StudyConfig.night_grid``) trains once per distinct configuration of the grid
+  (``run-0/``, ``run-1/``...) and keeps the run whose selected checkpoint scores the best
+  validation kappa;
 - ``probe``: logistic regression on the frozen encoder's features;
 - the classical rows: YASA's features + LightGBM, or YASA's shipped classifier.
 
@@ -173,7 +176,7 @@ class StudyCells:
         if arm == "probe":
             predictions, settings = self._probe(method, draw, seed, pool)
             return predictions, settings, draw.subjects
-        predictions, settings = self._finetune(method, arm, draw, seed, cell / "run", pool)
+        predictions, settings = self._finetune(method, arm, draw, seed, cell, pool)
         return predictions, settings, draw.subjects
 
     def _classical(
@@ -256,24 +259,106 @@ class StudyCells:
         arm: str,
         draw: LabelDraw,
         seed: int,
-        run_dir: Path,
+        cell: Path,
         pool: str | None,
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Fine-tune the window, sequence or night classifier of ``method`` and predict the test
-        set."""
-        config = self.config.finetune_config(method, seed, arm, draw.budget)
+        """Fine-tune the window, sequence or night classifier of ``method`` in ``cell`` (once per
+        distinct configuration of the night grid, the best on validation kept) and predict the
+        test set."""
+        candidates = self._grid_candidates(method, arm, draw, seed)
+        check(
+            len(candidates) == 1 or bool(draw.validation),
+            "night_grid",
+            "validation subjects to choose among the grid's configurations",
+            f"a draw of {draw.budget} without any",
+        )
+        tried: list[dict[str, Any]] = []
+        best: tuple[float, FinetuneResult, FinetuneConfig, Path, dict[str, Any]] | None = None
+        for index, (point, candidate) in enumerate(candidates):
+            run = cell / ("run" if len(candidates) == 1 else f"run-{index}")
+            trained, candidate = self._train(method, arm, draw, run, pool, candidate)
+            selected = _selected(trained)
+            tried.append({"values": point, "run": run.name, **selected})
+            score = -np.inf if selected["val_kappa"] is None else selected["val_kappa"]
+            if best is None or score > best[0]:  # the first of equal scores
+                best = (score, trained, candidate, run, point)
+            del trained
+        assert best is not None
+        _, result, config, run_dir, chosen = best
+        predictions = self.predict_test(result.model, config)
+        meta = RunDir(run_dir).resolved()
+        from_scratch = method in SCRATCH_METHODS or method in STAGERS
+        init = "scratch" if from_scratch else f"{method} pretraining"
+        settings = {
+            "init": init if pool is None else f"{init} on pool {pool}",
+            "steps": meta["total_steps"],
+            **_selected(result),
+            "batch_size": config.batch_size,
+            "lr": meta["peak_lr"],
+            "layer_decay": config.layer_decay,
+            "label_smoothing": config.label_smoothing,
+            "augmentations": list(config.augmentations or ()),
+            "context": config.context,
+            "frontend": self.config.frontend_name,
+            "ema_decay": config.ema_decay,
+            "budget_settings": budget_settings(self.data.scale, arm, draw.budget),
+            "validation_subjects": list(draw.validation),
+        }
+        if config.context == "night":
+            settings["night_crop"] = config.night_crop
+        if config.probe_steps:
+            settings["probe_steps"] = config.probe_steps
+        if config.pretrained_levels != "all":
+            settings["pretrained_levels"] = config.pretrained_levels
+        if config.decay_random_window:
+            settings["decay_random_window"] = True
+        if arm == "night" and self.config.night_grid:  # {} chosen: the row ignores the grid
+            chosen = chosen if len(candidates) > 1 else {}
+            settings["night_grid"] = {"candidates": tried, "chosen": chosen, "run": run_dir.name}
+        return predictions, {**settings, **_reference_note(method)}
+
+    def _grid_candidates(
+        self, method: str, arm: str, draw: LabelDraw, seed: int
+    ) -> list[tuple[dict[str, Any], FinetuneConfig]]:
+        """The night grid's points (one, ``{}``, without a grid or for another arm) whose
+        configurations differ for this cell, each with its configuration: the first point of
+        configurations a row makes equal (a from-scratch row ignores ``layer_decay`` without
+        ``decay_random_window``)."""
+        points = self.config.night_grid_points if arm == "night" else [{}]
+        candidates: list[tuple[dict[str, Any], FinetuneConfig]] = []
+        for point in points:
+            config = self.config.finetune_config(method, seed, arm, draw.budget, grid=point)
+            if all(config != other for _, other in candidates):
+                candidates.append((point, config))
+        return candidates
+
+    def _train(
+        self,
+        method: str,
+        arm: str,
+        draw: LabelDraw,
+        run_dir: Path,
+        pool: str | None,
+        config: FinetuneConfig,
+    ) -> tuple[FinetuneResult, FinetuneConfig]:
+        """Fine-tune ``method``'s ``arm`` with ``config`` in ``run_dir`` (resumed when
+        interrupted) on ``draw``, its checkpoint chosen on the draw's validation subjects.
+
+        Returns:
+            The run's result, and the configuration it trained with (a batch no larger than
+            the draw's training items).
+        """
         resume = RunDir(run_dir).resumable
         from_scratch = method in SCRATCH_METHODS or method in STAGERS
         encoder: Any = None if from_scratch else self.pretraining.pretrain_dir(method, pool)
-        night = config.context == "night"
         train = self.data.arm_data(arm, draw.subjects, config, draw.labelled_windows)
         if not resume and 0 < len(train) < config.batch_size:  # a scarce draw, a short record
             warnings.warn(
-                f"the cell {method}:{arm}:{draw.budget}:{seed}"
+                f"the cell {method}:{arm}:{draw.budget}:{config.seed}"
                 f"{'' if pool is None else ':' + pool}: {len(train)} training items cannot fill "
                 f"a batch of {config.batch_size}; it trains with batches of {len(train)}",
                 UserWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
             config = config.replace(batch_size=len(train))  # recorded in the cell's settings
         val = None
@@ -291,33 +376,7 @@ class StudyCells:
             overwrite=not resume and run_dir.exists(),
             **({"max_steps": None} if resume else {}),
         )
-        predictions = self.predict_test(result.model, config)
-        meta = RunDir(run_dir).resolved()
-        init = "scratch" if from_scratch else f"{method} pretraining"
-        settings = {
-            "init": init if pool is None else f"{init} on pool {pool}",
-            "steps": meta["total_steps"],
-            **_selected(result),
-            "batch_size": config.batch_size,
-            "lr": meta["peak_lr"],
-            "layer_decay": config.layer_decay,
-            "label_smoothing": config.label_smoothing,
-            "augmentations": list(config.augmentations or ()),
-            "context": config.context,
-            "frontend": self.config.frontend_name,
-            "ema_decay": config.ema_decay,
-            "budget_settings": budget_settings(self.data.scale, arm, draw.budget),
-            "validation_subjects": list(draw.validation),
-        }
-        if night:
-            settings["night_crop"] = config.night_crop
-        if config.probe_steps:
-            settings["probe_steps"] = config.probe_steps
-        if config.pretrained_levels != "all":
-            settings["pretrained_levels"] = config.pretrained_levels
-        if config.decay_random_window:
-            settings["decay_random_window"] = True
-        return predictions, {**settings, **_reference_note(method)}
+        return result, config
 
     def predict_test(self, model: Any, config: FinetuneConfig) -> np.ndarray:
         """[n_test] predicted stage of every test window, in the test set's order, by a trained

@@ -11,8 +11,9 @@ commands run on one study directory. The methods and their arms are described in
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from partnd.models.braindecode_stagers import NIGHT_STAGERS, STAGERS
 from partnd.objectives import list_objectives
 from partnd.objectives.registry import registered
 from partnd.recipes.baselines import POOL_CEILING, SCRATCH_METHODS
-from partnd.recipes.set_options import pretrain_fields_for
+from partnd.recipes.set_options import is_grid_values, pretrain_fields_for
 from partnd.recipes.study_scales import SCALES, STUDY_FRONTENDS, budget_settings
 
 __all__ = [
@@ -108,6 +109,10 @@ class StudyConfig:
             ``{"context": 41}``), applied last.
         night_overrides: :class:`FinetuneConfig` fields of the night arm (e.g.
             ``{"night_crop": 240}``), applied last.
+        night_grid: :class:`FinetuneConfig` fields of the night arm, each with two or more
+            values (e.g. ``{"layer_decay": [1.0, 0.3]}``): every night cell trains once per
+            combination (:attr:`night_grid_points`) and keeps the one its draw's validation
+            subjects choose. Not a field of ``night_overrides``.
         normalize: How windows are normalised for every method (``"window"``, ``"record"``,
             see :class:`~partnd.datasets.SleepWindowDataset`); ``None``: the scale's.
         frontend: The window encoder's patch tokenizer for every learned method, pretrained or
@@ -149,6 +154,7 @@ class StudyConfig:
     finetune_overrides: dict[str, Any] = field(default_factory=dict)
     sequence_overrides: dict[str, Any] = field(default_factory=dict)
     night_overrides: dict[str, Any] = field(default_factory=dict)
+    night_grid: dict[str, list[Any]] = field(default_factory=dict)
     normalize: str | None = None
     frontend: str | None = None
     budgets: tuple[int | str, ...] | None = None
@@ -236,6 +242,24 @@ class StudyConfig:
         FinetuneConfig.check_field_names(self.finetune_overrides, "finetune_overrides")
         FinetuneConfig.check_field_names(self.sequence_overrides, "sequence_overrides")
         FinetuneConfig.check_field_names(self.night_overrides, "night_overrides")
+        FinetuneConfig.check_field_names(self.night_grid, "night_grid")
+        for name, values in self.night_grid.items():
+            check(
+                is_grid_values(values),
+                "night_grid",
+                f"{name}: a list of two or more distinct values",
+                repr(values),
+            )
+            check(
+                name not in self.night_overrides,
+                "night_grid",
+                f"fields other than those of night_overrides ({name} is set there to "
+                f"{self.night_overrides.get(name)!r})",
+                repr(name),
+            )
+        object.__setattr__(
+            self, "night_grid", {name: list(values) for name, values in self.night_grid.items()}
+        )
 
     def check_settings(
         self, methods: Sequence[str] = (), rows: Sequence[tuple[str, str]] = ()
@@ -272,7 +296,8 @@ class StudyConfig:
                 for arm in ("window", "sequence", "night"):
                     if arm in method_arms(method):
                         for budget in budgets:
-                            self.finetune_config(method, seed, arm, budget)
+                            for point in self.night_grid_points:
+                                self.finetune_config(method, seed, arm, budget, grid=point)
 
     def check_pretrained_levels(self, rows: Sequence[tuple[str, str]]) -> None:
         """Refuse ``pretrained_levels="temporal"`` for a sequence or night row of ``rows``
@@ -325,8 +350,9 @@ class StudyConfig:
     @property
     def settings(self) -> dict[str, Any]:
         """What must agree between commands run on the same study directory (settings added
-        after studies were made, ``night_overrides`` and those of the unlabelled axis, only when
-        set, and the front-end only when not ``linear``: those studies stay valid)."""
+        after studies were made, ``night_overrides``, ``night_grid`` and those of the unlabelled
+        axis, only when set, and the front-end only when not ``linear``: those studies stay
+        valid)."""
         keep = (
             "src",
             "store",
@@ -343,6 +369,7 @@ class StudyConfig:
         defaults: dict[str, Any] = {"pools": None, "pool_src": None, "pool_store": None}
         defaults.update(held_out_subjects=None, pool_overrides={}, signal_dtype="float32")
         defaults["night_overrides"] = {}
+        defaults["night_grid"] = {}
         defaults["channels"] = None
         for key, default in defaults.items():
             if values[key] != default:
@@ -350,6 +377,16 @@ class StudyConfig:
         if self.frontend_name != "linear":  # every study before the setting used ``linear``
             chosen["frontend"] = self.frontend_name
         return dict(json.loads(json.dumps(chosen)))  # the form study.json holds
+
+    @property
+    def night_grid_points(self) -> list[dict[str, Any]]:
+        """The combinations of :attr:`night_grid`'s values, the first field's slowest (``[{}]``
+        without a grid): the night arm's fields each night cell tries."""
+        names = list(self.night_grid)
+        return [
+            dict(zip(names, values, strict=True))
+            for values in itertools.product(*(self.night_grid[name] for name in names))
+        ]
 
     def pretrain_config(self, method: str, pool: bool = False) -> PretrainConfig:
         """The pretraining configuration of ``method`` (the scale's budget for every method;
@@ -419,11 +456,13 @@ class StudyConfig:
         seed: int,
         arm: str = "window",
         budget: LabelBudget | int | str | None = None,
+        grid: Mapping[str, Any] | None = None,
     ) -> FinetuneConfig:
         """The fine-tuning configuration of ``method``'s ``arm`` on the label ``budget``:
         the ``eeg_sleep`` preset and the scale's protocol for everyone (the sequence or night
         arm's changes on top, then what the arm changes at this budget, :func:`budget_settings`),
-        then the study's overrides (every arm's, then the sequence or night arm's); from-scratch
+        then the study's overrides (every arm's, then the sequence or night arm's, then the
+        night arm's ``grid`` point, one of :attr:`night_grid_points`); from-scratch
         baselines get no layer-wise decay, no linear-probe phase (``probe_steps``: there is no
         pretrained encoder to hold fixed), every level (``pretrained_levels="all"``: none is
         pretrained) and their own position-embedding choice; with ``decay_random_window`` they
@@ -436,6 +475,7 @@ class StudyConfig:
             **budget_settings(scale, arm, budget),
             **self.finetune_overrides,
             **arm_overrides.get(arm, {}),
+            **(dict(grid or {}) if arm == "night" else {}),
         }
         values = self._with_frontend(values)
         if method in SCRATCH_METHODS:

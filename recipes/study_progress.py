@@ -31,6 +31,7 @@ __all__ = [
     "format_status",
     "progress_path",
     "read_status",
+    "training_run",
     "training_steps",
 ]
 
@@ -75,11 +76,27 @@ class TaskStatus:
     done: bool
 
 
+def training_run(path: Path) -> Path:
+    """The training run of ``path``: ``path`` itself when it holds one (``meta.json``), else
+    the newest of its ``run``, ``run-0``, ``run-1``... directories that does (a cell's run, or
+    the one a cell of a night grid trains now); ``path`` when none has started."""
+    if (path / "meta.json").is_file():
+        return path
+    started: list[tuple[float, Path]] = []
+    for run in path.glob("run*"):
+        try:
+            started.append(((run / "meta.json").stat().st_mtime, run))
+        except OSError:  # not started, or removed meanwhile
+            continue
+    return max(started)[1] if started else path
+
+
 def training_steps(run_dir: Path | None) -> tuple[int | None, int | None]:
     """The last logged step and the total steps of the training run in ``run_dir``.
 
     Args:
-        run_dir: A training run's directory (``None``: none).
+        run_dir: A training run's directory, or a cell's (:func:`training_run`); ``None``:
+            none.
 
     Returns:
         ``(step, total)``; each ``None`` when not written yet (a line being appended to
@@ -87,6 +104,7 @@ def training_steps(run_dir: Path | None) -> tuple[int | None, int | None]:
     """
     if run_dir is None:
         return None, None
+    run_dir = training_run(run_dir)
     total = None
     try:
         resolved = json.loads((run_dir / "meta.json").read_text()).get("resolved", {})

@@ -204,7 +204,7 @@ def _stages(
     for cell in task.cells:
         method, arm, budget, seed, pool = cell
         trains = method not in CLASSICAL_METHODS and arm != "probe"
-        run_dir = study.cell_dir(method, arm, budget, seed, pool) / "run" if trains else None
+        run_dir = study.cell_dir(method, arm, budget, seed, pool) if trains else None
         stages.append((format_cell(cell), run_dir, functools.partial(study.run_cell, *cell)))
     return stages
 

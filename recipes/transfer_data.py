@@ -17,6 +17,7 @@ hold the same sleepers' nights in other montages, and a target test subject woul
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,6 +166,7 @@ class TransferConfig(StudyConfig):
         seed: int,
         arm: str = "window",
         budget: LabelBudget | int | str | None = None,
+        grid: Mapping[str, Any] | None = None,
     ) -> FinetuneConfig:
         """The sleep study's fine-tuning configuration (:meth:`StudyConfig.finetune_config`), a
         channel-set model's for every row but the from-scratch ones, which train on the target's
@@ -172,7 +174,7 @@ class TransferConfig(StudyConfig):
         classifier, so its starting weights are a candidate of the checkpoint selection
         (``evaluate_start``): validation on the target keeps the source model when no step on
         the target's labels does better."""
-        config = super().finetune_config(method, seed, arm, budget)
+        config = super().finetune_config(method, seed, arm, budget, grid)
         if method == SOURCE_SUPERVISED:
             config = config.replace(evaluate_start=True)
         return config if method in SCRATCH_METHODS else config.replace(**SET_MODE)

@@ -80,7 +80,7 @@ from partnd.models import NightClassifier
 from partnd.models.serialization import CLASSIFIER_FILE, load_classifier
 from partnd.objectives import list_objectives
 from partnd.objectives.registry import registered
-from partnd.recipes.set_options import add_set_arguments, assigned_fields
+from partnd.recipes.set_options import add_set_arguments, assigned_fields, assigned_grid
 from partnd.recipes.sleep_study import SleepStudy
 from partnd.recipes.study_cell_store import save_npy
 from partnd.recipes.study_cells import StudyCells
@@ -495,6 +495,7 @@ OPTIONS = OptionNames(
         "labelled_sources": "--labelled-sources",
         "draws": "--draws",
         "night_overrides": "--night-set",
+        "night_grid": "--night-grid",
         "pretrain_overrides": "--pretrain-set",
         "pools": "--pools",
         "target_records": "--target-records",
@@ -568,6 +569,7 @@ def config_from_args(args: argparse.Namespace) -> TransferConfig:
         budgets=tuple(args.budgets),
         draws=args.draws,
         night_overrides=assigned_fields(args.night_set, FinetuneConfig, "--night-set"),
+        night_grid=assigned_grid(args.night_grid, FinetuneConfig, "--night-grid"),
         pretrain_overrides=assigned_fields(args.pretrain_set, PretrainConfig, "--pretrain-set"),
         scale=args.scale,
         target_records=args.target_records,
