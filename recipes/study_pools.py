@@ -41,7 +41,6 @@ from partnd.objectives.registry import registered
 from partnd.preprocessing.physionet2018 import preprocess_physionet2018
 from partnd.preprocessing.pipeline import without_overwrite_remedy
 from partnd.pretraining import pretrain
-from partnd.recipes.study_config import TEMPORAL_LEVEL_METHODS
 
 PC18_DATASET = "PhysioNet/CinC Challenge 2018"
 """The ``source.dataset`` of stores :func:`preprocess_physionet2018` writes."""
@@ -57,19 +56,27 @@ __all__ = [
     "PoolStage",
     "ingested_store",
     "preprocessed",
+    "reads_segments",
     "throughput",
 ]
 
 SELECTION_FILE = "selection.json"
 SELECT_METRIC = "heldout_error"
-#: Held-out items evaluated per pretext evaluation (a fixed seeded subset): segments of PART
-#: across windows, windows of the other objectives.
+#: Held-out items evaluated per pretext evaluation (a fixed seeded subset): segments of the
+#: objectives on segments (:func:`reads_segments`), windows of the others.
 HELD_OUT_SEGMENTS = 64
 #: Held-out segments start every ``segment_windows // HELD_OUT_STRIDE_DIVISOR`` windows: a night
 #: only a few segments long (8 h in 4-h segments) still gives enough of them, and each
 #: evaluation draws its own windows in each.
 HELD_OUT_STRIDE_DIVISOR = 16
 HELD_OUT_WINDOWS = 512
+
+
+def reads_segments(method: str) -> bool:
+    """Whether the objective ``method`` trains on segments of consecutive windows (its registry
+    entry's ``data``), so that its held-out nights are evaluated as segments too."""
+    entry = registered(method)
+    return entry is not None and entry.data == "segments"
 
 
 def ingested_store(path: Path) -> bool:
@@ -181,11 +188,9 @@ class PoolStage:
         Raises:
             InputError: Naming ``segment_windows`` and the longest run of the nights concerned.
         """
-        entry = registered(config.method)
-        if entry is None or entry.data != "segments":
+        if not reads_segments(config.method):
             return
-        if config.method in TEMPORAL_LEVEL_METHODS:
-            self.held_out(config)
+        self.held_out(config)
         smallest = self.plan.records(self.plan.names[0])
         SleepSegmentDataset(
             self.store, records=list(smallest), segment_windows=config.segment_windows
@@ -205,11 +210,11 @@ class PoolStage:
 
     def held_out(self, config: PretrainConfig) -> Any:
         """The held-out nights as the objective of ``config`` reads them: segments starting every
-        ``segment_windows // HELD_OUT_STRIDE_DIVISOR`` windows for PART across windows (and
-        ``part_joint``),
+        ``segment_windows // HELD_OUT_STRIDE_DIVISOR`` windows for the objectives on segments
+        (PART across windows, ``part_joint``, relative positioning, temporal shuffling),
         normalised windows otherwise."""
         records = list(self.plan.held_out)
-        if config.method in TEMPORAL_LEVEL_METHODS:
+        if reads_segments(config.method):
             return SleepSegmentDataset(
                 self.store,
                 records=records,
@@ -240,7 +245,7 @@ class PoolStage:
         data = SleepWindowDataset(
             self.store, records=list(self.plan.records(pool)), normalize=self.config.normalization
         )
-        segments = config.method in TEMPORAL_LEVEL_METHODS
+        segments = reads_segments(config.method)
         monitor = PretextMonitor(
             self.held_out(config),
             max_items=HELD_OUT_SEGMENTS if segments else HELD_OUT_WINDOWS,

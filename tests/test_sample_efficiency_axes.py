@@ -75,6 +75,33 @@ def axes_study(out: Path, cohorts: tuple[Path, Path], **changes: object) -> Slee
     return SleepStudy(StudyConfig(**settings))  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("method", ["rp", "ts"])
+def test_the_field_s_objectives_on_segments_choose_their_pool_budget_on_held_out_segments(
+    cohorts: tuple[Path, Path], tmp_path: Path, method: str
+) -> None:
+    context = {"tau_pos_windows": 2, "tau_neg_windows": 5}  # within 20-window segments
+    study = axes_study(
+        tmp_path / method, cohorts, pools=(0.4,), pretrain_overrides={**PRETRAIN, **context}
+    )
+    config = study.config.pretrain_config(method, pool=True)
+    held = study.pools.held_out(config)
+    assert held[0].shape[-1] == config.segment_windows * config.window_samples  # segments
+    study.run_pretraining(method, "0.4h")
+    chosen = study.pools.selection(method, "0.4h")
+    assert chosen["unit"] == "segments"
+    curves = study.pools.curves(method, "0.4h")
+    assert curves["heldout"] and chosen["selected"]["value"] == min(
+        value for _, value in curves["heldout"]
+    )
+    history = [
+        json.loads(line) for line in (study.pools.run_dir(method, "0.4h") / "metrics.jsonl").open()
+    ]
+    held_out = [record for record in history if record.get("phase") == "val"]
+    for record in held_out:  # the error over the floor: a classifier's misses over the majority's
+        error = (1 - record["heldout_accuracy"]) / (1 - record["heldout_accuracy_chance"])
+        assert record["heldout_error"] == pytest.approx(error)
+
+
 @pytest.mark.slow
 def test_label_budgets_draws_and_pools_end_to_end(
     cohorts: tuple[Path, Path],
