@@ -83,12 +83,13 @@ def test_the_command_line_reads_json_lists_and_refuses_before_claiming_the_direc
     config = study(str(tmp_path / "grid"), "layer_decay=[1.0,0.3]")
     assert config.night_grid == {"layer_decay": [1.0, 0.3]}
     refused = str(tmp_path / "refused")
-    with pytest.raises(InputError, match=r"^--night-grid: expected layer_decay=\[V1,V2,...\]"):
-        study(refused, "layer_decay=0.3")
-    with pytest.raises(InputError, match=r"^--night-grid: expected FIELD=VALUE"):
-        study(refused, "layer_decay")
-    with pytest.raises(InputError, match=r"^FinetuneConfig\.layer_decay: expected"):
-        study(refused, "layer_decay=[1.0,-2]")  # every point's configuration is built first
+    for grid, message in (
+        ("layer_decay=0.3", r"^--night-grid: expected layer_decay=\[V1,V2,...\]"),
+        ("layer_decay", r"^--night-grid: expected FIELD=VALUE"),
+        ("layer_decay=[1.0,-2]", r"^FinetuneConfig\.layer_decay: expected"),  # each point built
+    ):
+        with pytest.raises(InputError, match=message):
+            study(refused, grid)
     assert not Path(refused).exists()
     args = transfer_study.build_parser().parse_args(
         ["cells", "--out", str(tmp_path / "t"), "--night-grid", "layer_decay=[1.0,0.3]"]
