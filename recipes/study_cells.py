@@ -282,7 +282,7 @@ class StudyCells:
             score = -np.inf if selected["val_kappa"] is None else selected["val_kappa"]
             if best is None or score > best[0]:  # the first of equal scores
                 best = (score, trained, candidate, run, point)
-            del trained
+            del trained  # a losing run's model is freed before the next one trains
         assert best is not None
         _, result, config, run_dir, chosen = best
         predictions = self.predict_test(result.model, config)
