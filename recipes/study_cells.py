@@ -287,8 +287,7 @@ class StudyCells:
         _, result, config, run_dir, chosen = best
         predictions = self.predict_test(result.model, config)
         meta = RunDir(run_dir).resolved()
-        from_scratch = method in SCRATCH_METHODS or method in STAGERS
-        init = "scratch" if from_scratch else f"{method} pretraining"
+        init = "scratch" if _from_scratch(method) else f"{method} pretraining"
         settings = {
             "init": init if pool is None else f"{init} on pool {pool}",
             "steps": meta["total_steps"],
@@ -349,8 +348,9 @@ class StudyCells:
             the draw's training items).
         """
         resume = RunDir(run_dir).resumable
-        from_scratch = method in SCRATCH_METHODS or method in STAGERS
-        encoder: Any = None if from_scratch else self.pretraining.pretrain_dir(method, pool)
+        encoder: Any = None
+        if not _from_scratch(method):
+            encoder = self.pretraining.pretrain_dir(method, pool)
         train = self.data.arm_data(arm, draw.subjects, config, draw.labelled_windows)
         if not resume and 0 < len(train) < config.batch_size:  # a scarce draw, a short record
             warnings.warn(
@@ -397,6 +397,12 @@ class StudyCells:
         test, _ = as_labelled_dataset(self.data.test_set)
         logits = predict_logits(model, test.signals, device=self.config.device)
         return np.asarray(logits.argmax(dim=1).numpy())
+
+
+def _from_scratch(method: str) -> bool:
+    """Whether ``method``'s cells train from a random start (a scratch baseline or a
+    braindecode stager), with no pretrained encoder."""
+    return method in SCRATCH_METHODS or method in STAGERS
 
 
 def _reference_note(method: str) -> dict[str, str]:

@@ -37,7 +37,7 @@ from partnd.engine.config import PretrainConfig
 from partnd.engine.run_dir import RunDir
 from partnd.evaluation.probes import PretextMonitor
 from partnd.objectives.diagnostics import pretext_error
-from partnd.objectives.registry import registered
+from partnd.objectives.registry import list_objectives
 from partnd.preprocessing.physionet2018 import preprocess_physionet2018
 from partnd.preprocessing.pipeline import without_overwrite_remedy
 from partnd.pretraining import pretrain
@@ -56,27 +56,19 @@ __all__ = [
     "PoolStage",
     "ingested_store",
     "preprocessed",
-    "reads_segments",
     "throughput",
 ]
 
 SELECTION_FILE = "selection.json"
 SELECT_METRIC = "heldout_error"
 #: Held-out items evaluated per pretext evaluation (a fixed seeded subset): segments of the
-#: objectives on segments (:func:`reads_segments`), windows of the others.
+#: objectives on segments (``list_objectives("segments")``), windows of the others.
 HELD_OUT_SEGMENTS = 64
 #: Held-out segments start every ``segment_windows // HELD_OUT_STRIDE_DIVISOR`` windows: a night
 #: only a few segments long (8 h in 4-h segments) still gives enough of them, and each
 #: evaluation draws its own windows in each.
 HELD_OUT_STRIDE_DIVISOR = 16
 HELD_OUT_WINDOWS = 512
-
-
-def reads_segments(method: str) -> bool:
-    """Whether the objective ``method`` trains on segments of consecutive windows (its registry
-    entry's ``data``), so that its held-out nights are evaluated as segments too."""
-    entry = registered(method)
-    return entry is not None and entry.data == "segments"
 
 
 def ingested_store(path: Path) -> bool:
@@ -188,7 +180,7 @@ class PoolStage:
         Raises:
             InputError: Naming ``segment_windows`` and the longest run of the nights concerned.
         """
-        if not reads_segments(config.method):
+        if config.method not in list_objectives("segments"):
             return
         self.held_out(config)
         smallest = self.plan.records(self.plan.names[0])
@@ -214,7 +206,7 @@ class PoolStage:
         (PART across windows, ``part_joint``, relative positioning, temporal shuffling),
         normalised windows otherwise."""
         records = list(self.plan.held_out)
-        if reads_segments(config.method):
+        if config.method in list_objectives("segments"):
             return SleepSegmentDataset(
                 self.store,
                 records=records,
@@ -245,7 +237,7 @@ class PoolStage:
         data = SleepWindowDataset(
             self.store, records=list(self.plan.records(pool)), normalize=self.config.normalization
         )
-        segments = reads_segments(config.method)
+        segments = config.method in list_objectives("segments")
         monitor = PretextMonitor(
             self.held_out(config),
             max_items=HELD_OUT_SEGMENTS if segments else HELD_OUT_WINDOWS,
