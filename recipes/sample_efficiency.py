@@ -13,7 +13,8 @@ beside the classical rows); test on the same held-out subjects. Two axes extend 
   (:mod:`partnd.recipes.study_pools`), and its cells run once per pool. The row
   ``supervised_pool`` is the pool axis's oracle ceiling: an encoder pretrained on each pool's own
   stage labels (:mod:`partnd.recipes.study_ceiling`), a reference row marked ``(oracle)``, and
-  ``ceiling_minus_scratch.*`` the room it leaves for pretraining at each budget.
+  ``ceiling_minus_scratch.*`` the room it leaves for pretraining at each budget, ``room_taken.*``
+  the share of it each pretrained row takes.
 
 Each (method, arm, budget, seed[, pool]) *cell* is its own resumable run under
 ``OUT/finetune/<method>/<arm>/b<B>_s<S>[_p<pool>]`` and is never recomputed once finished; the
@@ -225,6 +226,10 @@ def aggregate(
         )
         if room.is_file():
             print(room.read_text())
+        taken = study.out / "room_taken.md"
+        if taken.is_file():
+            print("The share of that room each pretrained row takes (its gain / the ceiling's)")
+            print(taken.read_text())
     for line in draw_notes:
         print(f"repeated draws, {line}: those draws differ only in validation subjects and seed")
     if note:

@@ -17,6 +17,8 @@ Written by ``python -m partnd.recipes.sample_efficiency aggregate`` next to ``ka
 * ``ceiling_minus_scratch.{csv,md,json}``: the room for pretraining, per budget, pool and arm:
   the oracle ceiling minus scratch as mean ± std over draws, how many draws are positive, and
   every draw's difference;
+* ``room_taken.{csv,md,json}``: each pretrained row's share of that room, its gain over scratch
+  divided by the ceiling's on the same draws (:func:`room_taken`);
 
 and with pretraining pools:
 
@@ -71,6 +73,7 @@ __all__ = [
     "plot_pool_pretext",
     "pool_rows",
     "repeated_draws",
+    "room_taken",
     "scratch_summary",
     "write_axes_report",
 ]
@@ -157,6 +160,25 @@ def draw_rows(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
     return rows
 
 
+def _scratch_pairs(cells: Sequence[CellResult]) -> list[tuple[CellResult, CellResult]]:
+    """Every pretrained or ceiling cell with :data:`SCRATCH_BASELINE`'s cell of the same arm,
+    budget and seed (the same labels and validation subjects), scarcest budget first; cells
+    without such a partner are left out."""
+    scratch = {
+        (cell.arm, cell.budget, cell.seed): cell
+        for cell in cells
+        if cell.method == SCRATCH_BASELINE and cell.pool is None
+    }
+    order = {budget: index for index, budget in enumerate(budget_order(c.budget for c in cells))}
+    pretrained = [c for c in cells if c.method in (*list_objectives(), POOL_CEILING)]
+    pairs = []
+    for cell in sorted(pretrained, key=lambda c: (order[c.budget], c.seed)):
+        baseline = scratch.get((cell.arm, cell.budget, cell.seed))
+        if baseline is not None:
+            pairs.append((cell, baseline))
+    return pairs
+
+
 def paired_differences(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
     """Per draw, every pretrained row minus :data:`SCRATCH_BASELINE`'s row of the same arm with
     the same budget and seed (the same labels and validation subjects).
@@ -166,18 +188,8 @@ def paired_differences(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
         ``baseline_kappa``, ``difference``, ``labelled`` (the draw) and ``reference``
         (``"oracle"`` for the ceiling's rows, else empty), scarcest budget first.
     """
-    scratch = {
-        (cell.arm, cell.budget, cell.seed): cell
-        for cell in cells
-        if cell.method == SCRATCH_BASELINE and cell.pool is None
-    }
     rows = []
-    order = {budget: index for index, budget in enumerate(budget_order(c.budget for c in cells))}
-    pretrained = [c for c in cells if c.method in (*list_objectives(), POOL_CEILING)]
-    for cell in sorted(pretrained, key=lambda c: (order[c.budget], c.seed)):
-        baseline = scratch.get((cell.arm, cell.budget, cell.seed))
-        if baseline is None:
-            continue
+    for cell, baseline in _scratch_pairs(cells):
         kappa, base = cell.report.cohen_kappa, baseline.report.cohen_kappa
         rows.append(
             {
@@ -190,6 +202,55 @@ def paired_differences(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
                 "difference": round(kappa - base, 4),
                 "labelled": _labelled(cell.draw),
                 "reference": ORACLE if cell.method == POOL_CEILING else "",
+            }
+        )
+    return rows
+
+
+def room_taken(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
+    """How much of the oracle ceiling's room each pretrained row takes: its mean gain over
+    scratch divided by the ceiling's mean gain (the same arm and pool), over the draws where
+    both ran, scarcest budget first.
+
+    The issue's stretch goal reads it directly: a row that takes half the room has a ``share``
+    of 0.50. The ratio is of the means over draws, not a mean of per-draw ratios, which a draw
+    with little room would dominate.
+
+    Returns:
+        Rows ``budget``, ``row`` (with its pool), ``ceiling``, ``draws``, ``gain`` (the row
+        minus scratch), ``room`` (the ceiling minus scratch) and ``share`` (``"0.45"``, or
+        ``"no room"`` when the ceiling is not above scratch on those draws); none without the
+        ceiling's cells.
+    """
+    scored = [
+        (cell, cell.report.cohen_kappa - baseline.report.cohen_kappa)
+        for cell, baseline in _scratch_pairs(cells)
+    ]
+    ceiling = {
+        (cell.arm, cell.budget, cell.seed, cell.pool): (cell.label, gain)
+        for cell, gain in scored
+        if cell.method == POOL_CEILING
+    }
+    gains: dict[tuple[Any, str, str], list[tuple[float, float]]] = {}
+    for cell, gain in scored:
+        match = ceiling.get((cell.arm, cell.budget, cell.seed, cell.pool))
+        if cell.method == POOL_CEILING or match is None:
+            continue
+        ceiling_label, room = match
+        gains.setdefault((cell.budget, cell.label, ceiling_label), []).append((gain, room))
+    rows = []
+    for (budget, label, ceiling_label), values in gains.items():
+        row_gain = float(np.mean([value for value, _ in values]))
+        room = float(np.mean([value for _, value in values]))
+        rows.append(
+            {
+                "budget": budget,
+                "row": label,
+                "ceiling": ceiling_label,
+                "draws": len(values),
+                "gain": round(row_gain, 4),
+                "room": round(room, 4),
+                "share": f"{row_gain / room:.2f}" if room > 0 else "no room",
             }
         )
     return rows
@@ -422,6 +483,9 @@ def write_axes_report(study: SleepStudy, cells: Sequence[CellResult]) -> list[st
     ceiling = ceiling_rows(differences)
     if ceiling:
         write_table(ceiling, out, "ceiling_minus_scratch")
+    room = room_taken(cells)
+    if room:
+        write_table(room, out, "room_taken")
     notes = repeated_draws(draws)
     if not study.pool_names:
         return notes

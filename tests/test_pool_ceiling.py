@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
 
 from partnd._validation import InputError
@@ -14,8 +16,8 @@ from partnd.cohort.pc18_cohort import make_pc18_cohort
 from partnd.datasets.store import SleepStore
 from partnd.models.serialization import load_encoder
 from partnd.recipes import sample_efficiency, study_ceiling
-from partnd.recipes.sample_efficiency_report import ceiling_rows, mark_references
-from partnd.recipes.sleep_study import SleepStudy, StudyConfig
+from partnd.recipes.sample_efficiency_report import ceiling_rows, mark_references, room_taken
+from partnd.recipes.sleep_study import CellResult, SleepStudy, StudyConfig
 from tests.finetune_helpers import TINY
 
 PRETRAIN = {**TINY, "epochs": 1, "min_steps": 6, "num_pairs": 16}
@@ -140,6 +142,20 @@ def test_the_ceiling_reads_only_pool_labels_fine_tunes_like_a_pretrained_encoder
         )
         assert row["ceiling - scratch"].startswith(f"{sum(differences) / 2:.3f} ± ")
         assert row["ceiling - scratch"] in printed
+    with open(out / "room_taken.csv") as handle:  # MAE's probe against the ceiling's probe
+        (taken,) = list(csv.DictReader(handle))
+    gains = [
+        study.load_cell(method, "probe", "w3", seed, "0.9h").report.cohen_kappa
+        - study.load_cell("supervised", "probe", "w3", seed).report.cohen_kappa
+        for method in ("mae", "supervised_pool")
+        for seed in (0, 1)
+    ]
+    mae_gain, room = sum(gains[:2]) / 2, sum(gains[2:]) / 2
+    assert taken["row"] == "mae probe @0.9h" and taken["ceiling"] == "supervised_pool probe @0.9h"
+    assert taken["draws"] == "2" and float(taken["gain"]) == pytest.approx(mae_gain, abs=1e-4)
+    assert float(taken["room"]) == pytest.approx(room, abs=1e-4)
+    assert taken["share"] == (f"{mae_gain / room:.2f}" if room > 0 else "no room")
+    assert "The share of that room each pretrained row takes" in printed
     with open(out / "difference_to_scratch.csv") as handle:
         summary = next(csv.DictReader(handle))
     assert "supervised_pool @0.9h - supervised (oracle)" in summary
@@ -233,3 +249,48 @@ def test_the_ceiling_tables_mark_the_oracle_and_pair_it_with_scratch() -> None:
     }
     marked = mark_references([{"budget": 1, "supervised_pool+night @16h": "x", "mae @16h": "y"}])
     assert marked == [{"budget": 1, "supervised_pool+night @16h (oracle)": "x", "mae @16h": "y"}]
+
+
+def planted_cell(method: str, budget: int | str, seed: int, pool: str | None, kappa: float) -> Any:
+    """A night cell whose report holds ``kappa``, the only field the report reads."""
+    report = SimpleNamespace(cohen_kappa=kappa)
+    return CellResult(
+        method=method,
+        arm="night",
+        budget=budget,
+        seed=seed,
+        subjects=(),
+        report=report,  # type: ignore[arg-type]
+        predictions=np.zeros(0, dtype=np.int64),
+        history=[],
+        settings={},
+        pool=pool,
+        draw={},
+    )
+
+
+def test_the_share_of_the_room_is_the_rows_mean_gain_over_the_ceilings_on_the_same_draws() -> None:
+    """Half the ceiling's gain is a share of 0.50; a pool or draw the ceiling did not run is
+    left out; a ceiling not above scratch leaves no room (no share)."""
+    kappas = {  # (method, budget, seed, pool) -> kappa
+        **{("supervised", b, s, None): 0.5 for b in ("w20", 1) for s in (0, 1, 2)},
+        **{("supervised_pool", "w20", s, "16h"): 0.5 + g for s, g in enumerate((0.1, 0.2, 0.3))},
+        **{("supervised_pool", 1, s, "16h"): 0.45 for s in (0, 1)},
+        **{("part_windows", "w20", s, "16h"): 0.5 + g for s, g in enumerate((0.1, 0.1, 0.1))},
+        ("part_windows", "w20", 0, "320h"): 0.9,  # no ceiling at 320 h
+        ("mae", "w20", 3, "16h"): 0.9,  # no ceiling (nor scratch) on draw 3
+        **{("part_windows", 1, s, "16h"): 0.55 for s in (0, 1, 2)},
+    }
+    cells = [
+        planted_cell(method, budget, seed, pool, kappa)
+        for (method, budget, seed, pool), kappa in kappas.items()
+    ]
+    rows = room_taken(cells)
+    assert [(r["budget"], r["row"], r["ceiling"], r["draws"]) for r in rows] == [
+        ("w20", "part_windows+night @16h", "supervised_pool+night @16h", 3),
+        (1, "part_windows+night @16h", "supervised_pool+night @16h", 2),
+    ]
+    assert rows[0]["gain"] == pytest.approx(0.1) and rows[0]["room"] == pytest.approx(0.2)
+    assert rows[0]["share"] == "0.50"
+    assert rows[1]["room"] == pytest.approx(-0.05) and rows[1]["share"] == "no room"
+    assert room_taken([c for c in cells if c.method != "supervised_pool"]) == []
