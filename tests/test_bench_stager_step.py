@@ -1,0 +1,44 @@
+"""``benchmarks/bench_stager_step.py``: the models it times and the table it prints."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch):
+    """The benchmarks import each other by name, as when run as scripts."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import bench_stager_step
+
+    yield bench_stager_step
+    for name in ("bench_stager_step", "bench_objective_step"):
+        sys.modules.pop(name, None)
+
+
+def test_it_times_partnds_classifier_and_braindecodes_stager_on_the_same_windows(
+    bench, capsys: pytest.CaptureFixture[str]
+) -> None:
+    built = bench.models("spectral_std", ["chambon2018"])
+    assert list(built) == ["partnd", "chambon2018"]
+    assert type(built["chambon2018"].model).__name__ == "SleepStagerChambon2018"
+    x = torch.randn(2, bench.CHANNELS, bench.SAMPLES)
+    for model in built.values():
+        assert model.eval()(x).shape == (2, bench.CLASSES)
+    assert bench.WINDOW_STAGERS == ["chambon2018", "deepsleepnet"]  # U-Sleep reads nights
+
+    bench.main(["--stagers", "chambon2018", "--batch-size", "2", "--steps", "1", "--warmup", "0"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("CPU, ") and "batch 2 windows [6, 3000]" in lines[0]
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    assert list(rows) == ["partnd", "chambon2018"]
+    assert rows["partnd"][-1] == "1.00"
+    assert int(rows["chambon2018"][1].replace(",", "")) == sum(
+        p.numel() for p in built["chambon2018"].parameters()
+    )
