@@ -1,6 +1,9 @@
 """Shared pytest configuration: deterministic, thread-limited, headless."""
 
+import importlib
 import os
+import sys
+from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
@@ -135,3 +138,16 @@ def drawn_figures(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, dict[s
     monkeypatch.setattr(sleep_report, "save_figure", recording)
     monkeypatch.setattr(sample_efficiency_report, "save_figure", recording)
     return figures
+
+
+@pytest.fixture
+def import_benchmark(monkeypatch: pytest.MonkeyPatch):
+    """``import_benchmark(name)`` imports ``benchmarks/<name>.py`` as its script runs it (the
+    benchmarks import each other by name); the benchmark modules it loaded are forgotten after
+    the test."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    before = set(sys.modules)
+    yield importlib.import_module
+    for name in set(sys.modules) - before:
+        if name.startswith("bench_"):
+            sys.modules.pop(name)

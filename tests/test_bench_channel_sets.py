@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,6 @@ import torch
 
 from partnd.cohort.pc18_cohort import make_pc18_cohort
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 MODES = ["fixed", "set", "set-dropout", "set-plain", "set-attention"]
 #: a tiny night classifier: test-sized encoders, crops of 20 windows, fp32
 TINY = {
@@ -29,14 +27,9 @@ TINY = {
 
 
 @pytest.fixture
-def bench(monkeypatch: pytest.MonkeyPatch):
-    """The benchmarks import each other by name, as when run as scripts."""
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    import bench_channel_sets
-
-    yield bench_channel_sets
-    for name in ("bench_channel_sets", "bench_objective_step"):
-        sys.modules.pop(name, None)
+def bench(import_benchmark):
+    """The benchmark script as a module."""
+    return import_benchmark("bench_channel_sets")
 
 
 @pytest.fixture

@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
 
 @pytest.fixture
-def bench(monkeypatch: pytest.MonkeyPatch):
-    """The benchmarks import each other by name, as when run as scripts."""
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    import bench_compile_modes
-
-    yield bench_compile_modes
-    for name in ("bench_compile_modes", "bench_cost_model"):
-        sys.modules.pop(name, None)
+def bench(import_benchmark):
+    """The benchmark script as a module."""
+    return import_benchmark("bench_compile_modes")
 
 
 def test_largest_difference_walks_nests_of_tensors_and_values(bench) -> None:
