@@ -212,9 +212,8 @@ def room_taken(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
     scratch divided by the ceiling's mean gain (the same arm and pool), over the draws where
     both ran, scarcest budget first.
 
-    The issue's stretch goal reads it directly: a row that takes half the room has a ``share``
-    of 0.50. The ratio is of the means over draws, not a mean of per-draw ratios, which a draw
-    with little room would dominate.
+    A row that takes half the room has a ``share`` of 0.50. The ratio is of the means over
+    draws, not a mean of per-draw ratios, which a draw with little room would dominate.
 
     Returns:
         Rows ``budget``, ``row`` (with its pool), ``ceiling``, ``draws``, ``gain`` (the row
