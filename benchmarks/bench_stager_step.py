@@ -29,13 +29,13 @@ import torch.nn.functional as F
 from bench_objective_step import training_step
 
 from partnd.models import PatchClassifier, create_encoder
-from partnd.models.braindecode_stagers import NIGHT_STAGERS, WindowStager, list_stagers
+from partnd.models.braindecode_stagers import WindowStager
 from partnd.recipes.bench_support import interleaved_times
 from partnd.recipes.sleep_study import DEMO_ENCODER_OVERRIDES
 from partnd.recipes.study_scales import STUDY_FRONTENDS
 
 CHANNELS, SAMPLES, CLASSES, SFREQ = 6, 3000, 5, 100.0
-WINDOW_STAGERS = [name for name in list_stagers() if name not in NIGHT_STAGERS]
+WINDOW_STAGERS = sorted(WindowStager.classes)
 
 
 def models(frontend: str, stagers: list[str]) -> dict[str, torch.nn.Module]:
